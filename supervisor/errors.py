@@ -1,0 +1,143 @@
+"""Every exception the supervisor raises on purpose.
+
+Foreign errors (httpx, trio-websocket, OS) are translated at the boundary that meets them into the
+most specific class here, with the original chained as ``__cause__``.
+
+    SupervisorError
+    ├── TransientError                 retry with backoff; the same request may succeed later
+    │   ├── NomadUnavailableError      connection refused/reset, timeout, 5xx ("No cluster leader")
+    │   ├── EventStreamError           the event stream ended; reconnect at last index + 1
+    │   │   ├── StreamConnectionLost   the connection dropped (mid-line or between lines)
+    │   │   ├── StreamEnded            the server ended the body cleanly with nothing after it
+    │   │   ├── StreamHeartbeatTimeout no line and no heartbeat within the deadline
+    │   │   ├── StreamServerError      the body ended with a line of text that is not JSON
+    │   │   └── StreamLineTooLong      a line exceeded the configured limit
+    │   └── ExecConnectionLost         the exec WebSocket dropped before ``exited``: outcome unknown
+    └── TerminalError                  never retried: the request itself is wrong or refused
+        ├── NomadRequestError          a 4xx other than those below (400: validation, parse)
+        │   ├── NomadPermissionDenied  403
+        │   └── NomadNotFound          404
+        ├── ExecRejected               Nomad closed the exec WebSocket with 1008/1011 and a reason
+        └── ConfigError                a setting is missing or invalid
+
+Programming errors (a bug here, not a condition of the world) are ``RuntimeError`` subclasses and
+never part of this tree.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EventStreamError",
+    "ExecConnectionLost",
+    "ExecRejected",
+    "NomadNotFound",
+    "NomadPermissionDenied",
+    "NomadRequestError",
+    "NomadUnavailableError",
+    "StreamConnectionLost",
+    "StreamEnded",
+    "StreamHeartbeatTimeout",
+    "StreamLineTooLong",
+    "StreamServerError",
+    "SupervisorError",
+    "TerminalError",
+    "TransientError",
+]
+
+
+class SupervisorError(Exception):
+    """The root of every error the supervisor raises on purpose."""
+
+
+class TransientError(SupervisorError):
+    """A failure of the moment: retrying with backoff may succeed."""
+
+
+class TerminalError(SupervisorError):
+    """A failure of the request itself: retrying cannot succeed."""
+
+
+class _NomadHTTPMixin:
+    """Carries what Nomad answered: the status code and its text body."""
+
+    status_code: int | None
+    body: str
+
+    def _init_http(self, message: str, *, status_code: int | None, body: str) -> str:
+        self.status_code = status_code
+        self.body = body
+        if status_code is None:
+            return message
+        return f"{message} (HTTP {status_code}: {body.strip() or 'no body'})"
+
+
+class NomadUnavailableError(_NomadHTTPMixin, TransientError):
+    """Nomad could not be reached or answered 5xx; ``status_code`` is None without an answer."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, body: str = "") -> None:
+        super().__init__(self._init_http(message, status_code=status_code, body=body))
+
+
+class NomadRequestError(_NomadHTTPMixin, TerminalError):
+    """Nomad refused the request with a 4xx; ``body`` holds Nomad's text."""
+
+    def __init__(self, message: str, *, status_code: int, body: str = "") -> None:
+        super().__init__(self._init_http(message, status_code=status_code, body=body))
+
+
+class NomadPermissionDenied(NomadRequestError):
+    """403: the ACL token is missing, unknown or lacks a capability."""
+
+
+class NomadNotFound(NomadRequestError):
+    """404: the job, allocation, node or evaluation does not exist."""
+
+
+class EventStreamError(TransientError):
+    """The event stream ended; ``last_index`` is the last batch index that was delivered."""
+
+    def __init__(self, message: str, *, last_index: int = 0) -> None:
+        super().__init__(message)
+        self.last_index = last_index
+
+
+class StreamConnectionLost(EventStreamError):
+    """The connection dropped (reset, EOF inside a chunked body, or mid-line)."""
+
+
+class StreamEnded(EventStreamError):
+    """The server closed the body cleanly; Nomad does this on shutdown or when it ends a subscription."""
+
+
+class StreamHeartbeatTimeout(EventStreamError):
+    """No line arrived within the deadline, although Nomad sends ``{}`` every 30 s."""
+
+
+class StreamServerError(EventStreamError):
+    """The body ended with text that is not JSON: Nomad's own error message (Nomad <= 1.11.1)."""
+
+    def __init__(self, text: str, *, last_index: int = 0) -> None:
+        super().__init__(f"Nomad ended the event stream with an error: {text}", last_index=last_index)
+        self.text = text
+
+
+class StreamLineTooLong(EventStreamError):
+    """A line exceeded ``max_line_bytes`` before its newline arrived."""
+
+
+class ExecConnectionLost(TransientError):
+    """The exec WebSocket dropped before ``exited``: the command's outcome is unknown."""
+
+
+class ExecRejected(TerminalError):
+    """Nomad closed the exec WebSocket with a close frame: 1008 for a 4xx cause, 1011 otherwise."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"Nomad refused the exec (close {code}): {reason}")
+        self.code = code
+        self.reason = reason
+
+
+class ConfigError(TerminalError):
+    """A setting is missing or invalid; the message names the key."""

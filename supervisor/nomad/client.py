@@ -1,0 +1,359 @@
+"""The async Nomad REST client: the only code that sends HTTP requests to Nomad.
+
+Every failure leaves here as one of ``supervisor.errors``: transient ones (no answer, 5xx such as
+"No cluster leader") are retried with backoff on the next server of ``settings.addresses``, up to
+``settings.retry.attempts`` tries; terminal ones (400, 403, 404, and the 500s Nomad uses for
+validation) are raised at once with Nomad's text. Every call we make is idempotent in Nomad
+(re-registering an identical job makes no new version; deregistering an unknown job is a no-op), so
+retrying writes is safe.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+import orjson
+import trio
+from attrs import frozen
+from loguru import logger
+
+from ..errors import TransientError
+from .boundary import translate_status, translate_transport_errors
+from .decode import structure, structure_list
+from .events import EventStream, open_event_stream
+from .exec import ExecSession, open_exec
+from .models import (
+    Allocation,
+    AllocListStub,
+    AllocStopResponse,
+    Evaluation,
+    Job,
+    JobDeregisterResponse,
+    JobListStub,
+    JobRegisterResponse,
+    Node,
+    NodeListStub,
+    NodeUpdateResponse,
+)
+from .settings import NomadSettings
+
+__all__ = ["Indexed", "NomadClient"]
+
+T = TypeVar("T")
+
+# Nomad adds up to wait/16 of jitter to a blocking query.
+_BLOCKING_JITTER: Final = 1 / 16
+
+
+@frozen
+class Indexed(Generic[T]):
+    """A read's value with the ``X-Nomad-Index`` it was answered at."""
+
+    value: T
+    index: int
+
+
+def _go_duration(seconds: float) -> str:
+    return f"{max(0, round(seconds * 1000))}ms"
+
+
+def _escape(path_segment: str) -> str:
+    return quote(path_segment, safe="")
+
+
+class NomadClient:
+    """One connection pool to a Nomad cluster; ``aclose()`` (or ``async with``) releases it.
+
+    ``transport`` replaces the network, for tests (``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        settings: NomadSettings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        random_fraction: Callable[[], float] = random.random,
+    ) -> None:
+        self.settings = settings
+        self._random_fraction = random_fraction
+        self._current = 0
+        headers = {"User-Agent": "nomad-runner-supervisor"}
+        if settings.token:
+            headers["X-Nomad-Token"] = settings.token
+        self._http = httpx.AsyncClient(
+            transport=transport,
+            verify=settings.ssl_context() or True,
+            timeout=httpx.Timeout(settings.request_timeout),
+            headers=headers,
+        )
+
+    async def __aenter__(self) -> NomadClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    @property
+    def address(self) -> str:
+        """The server the next request goes to: the last one that answered."""
+        return self.settings.addresses[self._current]
+
+    def rotate_address(self) -> None:
+        """Move on to the next server, after this one failed."""
+        self._current = (self._current + 1) % len(self.settings.addresses)
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The shared httpx client (connection pool, TLS, token header) for the stream reader."""
+        return self._http
+
+    def common_params(self, *, namespaced: bool = True) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if namespaced and self.settings.namespace:
+            params["namespace"] = self.settings.namespace
+        if self.settings.region:
+            params["region"] = self.settings.region
+        return params
+
+    def request_extensions(self) -> dict[str, Any]:
+        if self.settings.tls_server_name:
+            return {"sni_hostname": self.settings.tls_server_name}
+        return {}
+
+    # -- the one request path -------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: object = None,
+        namespaced: bool = True,
+        http_timeout: float | None = None,
+    ) -> httpx.Response:
+        """Send one request, retrying transient failures; returns a 2xx response or raises."""
+        what = f"{method} {path}"
+        merged = {**self.common_params(namespaced=namespaced), **(params or {})}
+        content = orjson.dumps(body) if body is not None else None
+        attempt = 1
+        while True:
+            try:
+                return await self._send_once(method, path, merged, content, http_timeout, what)
+            except TransientError as exc:
+                if attempt >= self.settings.retry.attempts:
+                    raise
+                delay = self.settings.retry.delay(attempt, self._random_fraction())
+                logger.debug(
+                    "{} failed on {} ({}); retry {} in {:.2f}s", what, self.address, exc, attempt, delay
+                )
+                self.rotate_address()
+                attempt += 1
+                await trio.sleep(delay)
+
+    async def _send_once(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str],
+        content: bytes | None,
+        http_timeout: float | None,
+        what: str,
+    ) -> httpx.Response:
+        with translate_transport_errors(what):
+            response = await self._http.request(
+                method,
+                self.address + path,
+                params=params,
+                content=content,
+                headers={"Content-Type": "application/json"} if content is not None else None,
+                timeout=http_timeout if http_timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                extensions=self.request_extensions(),
+            )
+        error = translate_status(response.status_code, response.text, what)
+        if error is not None:
+            raise error
+        return response
+
+    async def _read(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        index: int = 0,
+        wait: float | None = None,
+        namespaced: bool = True,
+    ) -> tuple[Any, int]:
+        query = dict(params or {})
+        timeout = None
+        if index > 0:
+            query["index"] = str(index)
+            if wait is not None:
+                query["wait"] = _go_duration(wait)
+            blocking = wait if wait is not None else 300.0
+            timeout = blocking * (1 + _BLOCKING_JITTER) + self.settings.request_timeout
+        response = await self.request("GET", path, params=query, namespaced=namespaced, http_timeout=timeout)
+        return orjson.loads(response.content), int(response.headers.get("X-Nomad-Index", "0"))
+
+    async def _read_pages(
+        self, path: str, *, params: Mapping[str, str], per_page: int | None, namespaced: bool = True
+    ) -> tuple[list[Any], int]:
+        """Every page of a list endpoint; the index is the first page's, the earliest view."""
+        query = dict(params)
+        if per_page is not None:
+            query["per_page"] = str(per_page)
+        items: list[Any] = []
+        first_index = 0
+        while True:
+            response = await self.request("GET", path, params=query, namespaced=namespaced)
+            items.extend(orjson.loads(response.content) or ())
+            first_index = first_index or int(response.headers.get("X-Nomad-Index", "0"))
+            next_token = response.headers.get("X-Nomad-NextToken", "")
+            if not next_token or per_page is None:
+                return items, first_index
+            query["next_token"] = next_token
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    async def list_jobs(
+        self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
+    ) -> Indexed[list[JobListStub]]:
+        params = {"prefix": prefix} if prefix else {}
+        if meta:
+            params["meta"] = "true"
+        items, index = await self._read_pages("/v1/jobs", params=params, per_page=per_page)
+        return Indexed(structure_list(items, JobListStub), index)
+
+    async def get_job(self, job_id: str, *, index: int = 0, wait: float | None = None) -> Indexed[Job]:
+        data, at = await self._read(f"/v1/job/{_escape(job_id)}", index=index, wait=wait)
+        return Indexed(structure(data, Job), at)
+
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+        """Register (or update) ``job``, an api.Job in Nomad's JSON form."""
+        response = await self.request("POST", "/v1/jobs", body={"Job": job})
+        return structure(orjson.loads(response.content), JobRegisterResponse)
+
+    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+        params = {"purge": "true"} if purge else {}
+        response = await self.request("DELETE", f"/v1/job/{_escape(job_id)}", params=params)
+        return structure(orjson.loads(response.content), JobDeregisterResponse)
+
+    async def job_allocations(
+        self, job_id: str, *, all_versions: bool = False, index: int = 0, wait: float | None = None
+    ) -> Indexed[list[AllocListStub]]:
+        params = {"all": "true"} if all_versions else {}
+        data, at = await self._read(
+            f"/v1/job/{_escape(job_id)}/allocations", params=params, index=index, wait=wait
+        )
+        return Indexed(structure_list(data, AllocListStub), at)
+
+    # -- allocations ----------------------------------------------------------------------------
+
+    async def list_allocations(
+        self,
+        prefix: str = "",
+        *,
+        resources: bool = True,
+        task_states: bool = True,
+        per_page: int | None = None,
+    ) -> Indexed[list[AllocListStub]]:
+        params = {"prefix": prefix} if prefix else {}
+        if resources:
+            params["resources"] = "true"
+        if not task_states:
+            params["task_states"] = "false"
+        items, index = await self._read_pages("/v1/allocations", params=params, per_page=per_page)
+        return Indexed(structure_list(items, AllocListStub), index)
+
+    async def get_allocation(
+        self, alloc_id: str, *, index: int = 0, wait: float | None = None
+    ) -> Indexed[Allocation]:
+        data, at = await self._read(f"/v1/allocation/{_escape(alloc_id)}", index=index, wait=wait)
+        return Indexed(structure(data, Allocation), at)
+
+    async def stop_allocation(self, alloc_id: str) -> AllocStopResponse:
+        """Stop the allocation; Nomad migrates it, so a replacement is placed."""
+        response = await self.request("POST", f"/v1/allocation/{_escape(alloc_id)}/stop")
+        return structure(orjson.loads(response.content), AllocStopResponse)
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    async def list_nodes(
+        self, prefix: str = "", *, index: int = 0, wait: float | None = None
+    ) -> Indexed[list[NodeListStub]]:
+        params = {"prefix": prefix} if prefix else {}
+        data, at = await self._read("/v1/nodes", params=params, index=index, wait=wait, namespaced=False)
+        return Indexed(structure_list(data, NodeListStub), at)
+
+    async def get_node(self, node_id: str, *, index: int = 0, wait: float | None = None) -> Indexed[Node]:
+        data, at = await self._read(f"/v1/node/{_escape(node_id)}", index=index, wait=wait, namespaced=False)
+        return Indexed(structure(data, Node), at)
+
+    async def drain_node(
+        self, node_id: str, *, deadline: float | None, mark_eligible: bool = False, message: str = ""
+    ) -> NodeUpdateResponse:
+        """Start a drain with ``deadline`` seconds (0: none, negative: force), or cancel it with None."""
+        spec = None
+        if deadline is not None:
+            deadline_ns = -1 if deadline < 0 else round(deadline * 1e9)
+            spec = {"Deadline": deadline_ns, "IgnoreSystemJobs": False}
+        body = {
+            "DrainSpec": spec,
+            "MarkEligible": mark_eligible,
+            "Meta": {"message": message} if message else {},
+        }
+        response = await self.request(
+            "POST", f"/v1/node/{_escape(node_id)}/drain", body=body, namespaced=False
+        )
+        return structure(orjson.loads(response.content), NodeUpdateResponse)
+
+    async def set_eligibility(self, node_id: str, *, eligible: bool) -> NodeUpdateResponse:
+        body = {"Eligibility": "eligible" if eligible else "ineligible"}
+        response = await self.request(
+            "POST", f"/v1/node/{_escape(node_id)}/eligibility", body=body, namespaced=False
+        )
+        return structure(orjson.loads(response.content), NodeUpdateResponse)
+
+    # -- evaluations, status --------------------------------------------------------------------
+
+    async def get_evaluation(self, eval_id: str) -> Indexed[Evaluation]:
+        data, at = await self._read(f"/v1/evaluation/{_escape(eval_id)}")
+        return Indexed(structure(data, Evaluation), at)
+
+    async def leader(self) -> str:
+        """The leader's RPC address; "" while the cluster has none."""
+        response = await self.request("GET", "/v1/status/leader", namespaced=False)
+        leader = orjson.loads(response.content)
+        return leader if isinstance(leader, str) else ""
+
+    # -- the event stream -----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def open_event_stream(
+        self, topics: Mapping[str, str | list[str]], *, index: int = 0, **options: Any
+    ) -> AsyncIterator[EventStream]:
+        """Subscribe to ``topics`` (topic -> key or keys, ``*`` for all) from ``index``, inclusive.
+
+        One connection to the current server, no retry: the caller reconnects (and should rotate
+        servers with ``rotate_address``) on EventStreamError.
+        """
+        async with open_event_stream(self, topics, index=index, **options) as stream:
+            yield stream
+
+    # -- exec -----------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[ExecSession]:
+        """Run ``command`` in the allocation's task through the current server; no retry."""
+        async with open_exec(self, alloc_id, task=task, command=command, tty=tty) as session:
+            yield session

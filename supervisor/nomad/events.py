@@ -1,0 +1,222 @@
+"""Reading Nomad's event stream (``GET /v1/event/stream``): NDJSON batches and ``{}`` heartbeats.
+
+A stream never ends quietly: ``receive()`` returns the next EventBatch or raises an
+EventStreamError subclass that says why the stream is over, carrying the last delivered index so the
+caller can resume at ``last_index + 1``. A malformed line in the middle of the stream is logged,
+counted and skipped; the text of a non-JSON line that ends the body (how Nomad <= 1.11.1 reports an
+error after the 200) is kept in StreamServerError.
+
+httpx's read timeout is off for the stream: Nomad sends a heartbeat only every 30 s, so the reader
+enforces its own deadline (``heartbeat_timeout``) on the arrival of complete lines.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final
+
+import httpx
+import trio
+from attrs import define
+from loguru import logger
+
+from ..errors import (
+    StreamConnectionLost,
+    StreamEnded,
+    StreamHeartbeatTimeout,
+    StreamLineTooLong,
+    StreamServerError,
+)
+from .boundary import translate_status, translate_transport_errors
+from .decode import decode_batch
+from .models import EventBatch
+
+if TYPE_CHECKING:
+    from .client import NomadClient
+
+__all__ = ["EventStream", "StreamStatistics", "open_event_stream", "topic_params"]
+
+DEFAULT_HEARTBEAT_TIMEOUT: Final = 45.0
+DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+_CLOSE_TIMEOUT: Final = 2.0
+_ERROR_BODY_LIMIT: Final = 64 * 1024
+
+
+@define
+class StreamStatistics:
+    batches: int = 0
+    heartbeats: int = 0
+    malformed_lines: int = 0
+    last_index: int = 0
+
+
+def topic_params(topics: Mapping[str, str | list[str]]) -> list[tuple[str, str]]:
+    """``{"Job": "*", "Allocation": ["a", "b"]}`` as Nomad's repeated ``topic=Topic:Key`` parameters."""
+    params = []
+    for topic, keys in topics.items():
+        for key in [keys] if isinstance(keys, str) else keys:
+            params.append(("topic", f"{topic}:{key}"))
+    return params
+
+
+class EventStream:
+    """An open subscription; ``async for batch in stream`` or ``await stream.receive()``."""
+
+    def __init__(
+        self,
+        response: httpx.Response,
+        *,
+        heartbeat_timeout: float,
+        max_line_bytes: int,
+        start_index: int,
+    ) -> None:
+        self._chunks = response.aiter_bytes()
+        self._heartbeat_timeout = heartbeat_timeout
+        self._max_line_bytes = max_line_bytes
+        self._lines: deque[bytes] = deque()
+        self._partial = b""
+        self._line_number = 0
+        self._deadline = trio.current_time() + heartbeat_timeout
+        self._finished: Exception | None = None
+        self.statistics = StreamStatistics(last_index=max(0, start_index - 1))
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> EventBatch:
+        return await self.receive()
+
+    async def receive(self) -> EventBatch:
+        """The next batch; heartbeats and malformed lines are consumed on the way."""
+        while True:
+            line = await self._next_line()
+            batch = self._decode(line)
+            if batch is not None:
+                self.statistics.batches += 1
+                self.statistics.last_index = batch.index
+                return batch
+
+    def _decode(self, line: bytes) -> EventBatch | None:
+        self._line_number += 1
+        if not line.strip():
+            return None
+        try:
+            batch = decode_batch(line)
+        except ValueError as exc:
+            self.statistics.malformed_lines += 1
+            logger.warning(
+                "skipped malformed event-stream line {} after index {}: {} ({!r})",
+                self._line_number,
+                self.statistics.last_index,
+                exc,
+                line[:200],
+            )
+            return None
+        if batch is None:
+            self.statistics.heartbeats += 1
+        return batch
+
+    async def _next_line(self) -> bytes:
+        while not self._lines:
+            if self._finished is not None:
+                raise self._finished
+            try:
+                chunk = await self._next_chunk()
+            except (StreamConnectionLost, StreamHeartbeatTimeout) as exc:
+                self._finished = exc
+                raise
+            if chunk is None:
+                self._finish_body()
+            else:
+                self._split(chunk)
+        self._deadline = trio.current_time() + self._heartbeat_timeout
+        return self._lines.popleft()
+
+    async def _next_chunk(self) -> bytes | None:
+        """The next chunk of the body, or None at its clean end."""
+        last_index = self.statistics.last_index
+        with trio.move_on_at(self._deadline):
+            try:
+                return await anext(self._chunks)
+            except StopAsyncIteration:
+                return None
+            except httpx.TransportError as exc:
+                where = "mid-line" if self._partial else "between lines"
+                raise StreamConnectionLost(
+                    f"event stream connection lost {where}: {type(exc).__name__}: {exc}",
+                    last_index=last_index,
+                ) from exc
+        raise StreamHeartbeatTimeout(
+            f"no event or heartbeat within {self._heartbeat_timeout:g}s", last_index=last_index
+        )
+
+    def _split(self, chunk: bytes) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > self._max_line_bytes or any(len(x) > self._max_line_bytes for x in lines):
+            self._finished = StreamLineTooLong(
+                f"an event-stream line exceeded {self._max_line_bytes} bytes",
+                last_index=self.statistics.last_index,
+            )
+            raise self._finished
+        self._lines.extend(lines)
+
+    def _finish_body(self) -> None:
+        """The body ended: a trailing unterminated line is either a last batch or Nomad's error text."""
+        last_index = self.statistics.last_index
+        trailing, self._partial = self._partial.strip(), b""
+        self._finished = StreamEnded("Nomad ended the event stream", last_index=last_index)
+        if not trailing:
+            return
+        try:
+            decode_batch(trailing)
+        except ValueError:
+            text = trailing.decode("utf-8", errors="replace")
+            self._finished = StreamServerError(text, last_index=last_index)
+            return
+        self._lines.append(trailing)
+
+
+@asynccontextmanager
+async def open_event_stream(
+    client: NomadClient,
+    topics: Mapping[str, str | list[str]],
+    *,
+    index: int = 0,
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> AsyncIterator[EventStream]:
+    """Subscribe on the client's current server; the response is closed when the block exits."""
+    params: list[tuple[str, str | int | float | bool | None]] = [("index", str(index)), *topic_params(topics)]
+    params.extend(client.common_params().items())
+    url = client.address + "/v1/event/stream"
+    what = "GET /v1/event/stream"
+    timeout = httpx.Timeout(client.settings.request_timeout, read=None)
+    request = client.http.build_request(
+        "GET", url, params=params, timeout=timeout, extensions=client.request_extensions()
+    )
+    response: httpx.Response | None = None
+    with trio.move_on_after(heartbeat_timeout):
+        with translate_transport_errors(what):
+            response = await client.http.send(request, stream=True)
+    if response is None:
+        raise StreamHeartbeatTimeout(f"no answer to the subscription within {heartbeat_timeout:g}s")
+    try:
+        if response.status_code >= 400:
+            body = b""
+            with translate_transport_errors(what):
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > _ERROR_BODY_LIMIT:
+                        break
+            error = translate_status(response.status_code, body.decode("utf-8", errors="replace"), what)
+            assert error is not None
+            raise error
+        yield EventStream(
+            response, heartbeat_timeout=heartbeat_timeout, max_line_bytes=max_line_bytes, start_index=index
+        )
+    finally:
+        with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+            await response.aclose()

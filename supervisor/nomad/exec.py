@@ -1,0 +1,199 @@
+"""Running a command in an allocation through Nomad's exec WebSocket
+(``/v1/client/allocation/:id/exec``).
+
+Frames, as Nomad writes them: ``{"stdout"|"stderr": {"data": base64}}`` chunks, ``{"...": {"close":
+true}}`` when a stream ends, then ``{"exited": true, "result": {"exit_code": N}}`` where exit code 0
+is encoded as ``"result": {}``. After ``exited`` Nomad drops the TCP connection without a close frame;
+that is the normal end. Failures:
+
+- a close frame (1008 for a 4xx cause, 1011 otherwise) carries Nomad's reason: ExecRejected;
+- an HTTP error instead of the upgrade (Nomad <= 2.0.2 checks the command first): the status's error;
+- a drop before ``exited`` (a server proxying the session restarted): ExecConnectionLost, since the
+  command's outcome cannot be known. Never an exit code.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, Literal
+from urllib.parse import urlencode
+
+import orjson
+import trio
+import trio_websocket
+from attrs import frozen
+
+from ..errors import ExecConnectionLost, ExecRejected
+from .boundary import translate_status
+
+if TYPE_CHECKING:
+    from .client import NomadClient
+
+__all__ = ["ExecExited", "ExecOutput", "ExecSession", "open_exec"]
+
+_REJECTION_CODES: Final = frozenset({1008, 1011})
+_MESSAGE_QUEUE_SIZE: Final = 16
+_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
+_CONNECT_TIMEOUT: Final = 10.0
+_DISCONNECT_TIMEOUT: Final = 2.0
+
+
+@frozen
+class ExecOutput:
+    """A chunk of the command's output, as Nomad sent it (at most 4 KiB)."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+@frozen
+class ExecExited:
+    """The command ended; ``exit_code`` 0 is Nomad's ``"result": {}``."""
+
+    exit_code: int
+    signal: int = 0
+    oom_killed: bool = False
+
+
+class ExecSession:
+    """One exec session; iterate it for ExecOutput chunks, ending with one ExecExited."""
+
+    def __init__(self, connection: trio_websocket.WebSocketConnection, what: str) -> None:
+        self._connection = connection
+        self._what = what
+        self.exited: ExecExited | None = None
+        self.stdout_closed = False
+        self.stderr_closed = False
+
+    async def send_stdin(self, data: bytes) -> None:
+        await self._send({"stdin": {"data": base64.b64encode(data).decode("ascii")}})
+
+    async def close_stdin(self) -> None:
+        await self._send({"stdin": {"close": True}})
+
+    async def resize(self, *, height: int, width: int) -> None:
+        await self._send({"tty_size": {"height": height, "width": width}})
+
+    async def send_heartbeat(self) -> None:
+        await self._send({})
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        try:
+            await self._connection.send_message(orjson.dumps(frame).decode())
+        except trio_websocket.ConnectionClosed as exc:
+            raise self._closed_error(exc) from exc
+
+    def __aiter__(self) -> ExecSession:
+        return self
+
+    async def __anext__(self) -> ExecOutput | ExecExited:
+        if self.exited is not None:
+            raise StopAsyncIteration
+        return await self.receive()
+
+    async def receive(self) -> ExecOutput | ExecExited:
+        """The next output chunk or the exit; unknown and empty frames are skipped."""
+        while True:
+            try:
+                message = await self._connection.get_message()
+            except trio_websocket.ConnectionClosed as exc:
+                if self.exited is not None:
+                    return self.exited
+                raise self._closed_error(exc) from exc
+            frame = self._parse(message)
+            if frame is not None:
+                return frame
+
+    async def wait_exit(self, *, max_output_bytes: int = 1 << 20) -> tuple[ExecExited, bytes, bytes]:
+        """Run to the end, collecting output (each stream up to ``max_output_bytes``)."""
+        out = {"stdout": bytearray(), "stderr": bytearray()}
+        async for frame in self:
+            if isinstance(frame, ExecExited):
+                return frame, bytes(out["stdout"]), bytes(out["stderr"])
+            buffer = out[frame.stream]
+            buffer += frame.data[: max(0, max_output_bytes - len(buffer))]
+        raise AssertionError("an exec session ends with ExecExited or an error")  # pragma: no cover
+
+    def _parse(self, message: str | bytes) -> ExecOutput | ExecExited | None:
+        try:
+            frame = orjson.loads(message)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(frame, dict):
+            return None
+        if frame.get("exited"):
+            result = frame.get("result") or {}
+            self.exited = ExecExited(
+                exit_code=int(result.get("exit_code", 0)),
+                signal=int(result.get("signal", 0)),
+                oom_killed=bool(result.get("oom_killed", False)),
+            )
+            return self.exited
+        for stream in ("stdout", "stderr"):
+            body = frame.get(stream)
+            if not isinstance(body, dict):
+                continue
+            if body.get("close"):
+                setattr(self, f"{stream}_closed", True)
+            if data := body.get("data"):
+                return ExecOutput(stream, base64.b64decode(data))
+        return None
+
+    def _closed_error(self, exc: trio_websocket.ConnectionClosed) -> Exception:
+        close = exc.reason or trio_websocket.CloseReason(1006, None)
+        if close.code in _REJECTION_CODES:
+            return ExecRejected(close.code, close.reason or "")
+        return ExecConnectionLost(
+            f"exec connection lost before the command exited (close {close.code} {close.name}): "
+            f"{self._what}; the outcome is unknown"
+        )
+
+
+def exec_url(client: NomadClient, alloc_id: str, *, task: str, command: Sequence[str], tty: bool) -> str:
+    base = client.address.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    query = {
+        **client.common_params(),
+        "task": task,
+        "command": orjson.dumps(list(command)).decode(),
+        "tty": "true" if tty else "false",
+    }
+    return f"{base}/v1/client/allocation/{alloc_id}/exec?{urlencode(query)}"
+
+
+@asynccontextmanager
+async def open_exec(
+    client: NomadClient,
+    alloc_id: str,
+    *,
+    task: str,
+    command: Sequence[str],
+    tty: bool = False,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+) -> AsyncIterator[ExecSession]:
+    """Start ``command`` in ``task`` of allocation ``alloc_id``, on the client's current server."""
+    url = exec_url(client, alloc_id, task=task, command=command, tty=tty)
+    what = f"exec in allocation {alloc_id} task {task}"
+    headers = [(b"X-Nomad-Token", client.settings.token.encode())] if client.settings.token else []
+    connected = False
+    try:
+        async with trio_websocket.open_websocket_url(
+            url,
+            ssl_context=client.settings.ssl_context(),
+            extra_headers=headers,
+            message_queue_size=_MESSAGE_QUEUE_SIZE,
+            max_message_size=_MAX_MESSAGE_SIZE,
+            connect_timeout=connect_timeout,
+            disconnect_timeout=_DISCONNECT_TIMEOUT,
+        ) as connection:
+            connected = True
+            yield ExecSession(connection, what)
+    except trio_websocket.ConnectionRejected as exc:
+        body = (exc.body or b"").decode("utf-8", errors="replace")
+        error = translate_status(exc.status_code, body, what)
+        raise (error or ExecConnectionLost(f"{what}: unexpected handshake status {exc.status_code}")) from exc
+    except (trio_websocket.HandshakeError, OSError, trio.BrokenResourceError) as exc:
+        if connected:
+            raise
+        raise ExecConnectionLost(f"{what}: could not connect: {exc!r}") from exc

@@ -1,0 +1,396 @@
+"""Typed models of what the supervisor reads from Nomad.
+
+Only the fields we use are modelled; every other key Nomad sends is ignored when decoding. Each
+field has a default because Nomad omits zero-valued fields of Allocation, Evaluation and ports, so a
+missing key means the zero value. Attribute names are Nomad's keys in snake case (``EvalID`` is
+``eval_id``); unit suffixes say how Nomad encodes a number: ``_ns`` for Unix nanoseconds and
+``time.Duration``, ``_s`` for Unix seconds. RFC 3339 times are aware ``datetime`` objects, and Nomad's
+zero time (``0001-01-01T00:00:00Z``) is ``None``.
+
+``decode.py`` turns Nomad's JSON into these classes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Final, TypeAlias
+
+from attrs import field, frozen
+
+__all__ = [
+    "EVENT_TYPES_NODE_ELIGIBILITY",
+    "AllocListStub",
+    "AllocStopResponse",
+    "AllocatedResources",
+    "Allocation",
+    "DesiredTransition",
+    "DrainStrategy",
+    "Evaluation",
+    "Event",
+    "EventBatch",
+    "EventPayload",
+    "Job",
+    "JobDeregisterResponse",
+    "JobListStub",
+    "JobRegisterResponse",
+    "Node",
+    "NodeListStub",
+    "NodeUpdateResponse",
+    "PortMapping",
+    "RescheduleEvent",
+    "RescheduleTracker",
+    "SharedResources",
+    "Task",
+    "TaskEvent",
+    "TaskGroup",
+    "TaskState",
+]
+
+# Changing eligibility is emitted as NodeDrain up to Nomad 2.0.0 and as NodeEligibility from 2.0.1.
+EVENT_TYPES_NODE_ELIGIBILITY: Final = frozenset({"NodeDrain", "NodeEligibility"})
+
+
+def _empty_dict() -> dict[str, Any]:
+    return {}
+
+
+@frozen
+class PortMapping:
+    """An entry of ``AllocatedResources.Shared.Ports``: container port ``to`` is at ``host_ip:value``."""
+
+    label: str = ""
+    value: int = 0
+    to: int = 0
+    host_ip: str = ""
+
+
+@frozen
+class SharedResources:
+    ports: list[PortMapping] = field(factory=list)
+
+
+@frozen
+class AllocatedResources:
+    shared: SharedResources = field(factory=SharedResources)
+
+
+@frozen
+class DesiredTransition:
+    """Each flag is ``*bool`` in Nomad: absent or null reads as False."""
+
+    migrate: bool = False
+    reschedule: bool = False
+    force_reschedule: bool = False
+    no_shutdown_delay: bool = False
+
+
+@frozen
+class TaskEvent:
+    type: str = ""
+    time_ns: int = 0
+    message: str = ""
+    display_message: str = ""
+    details: dict[str, str] = field(factory=_empty_dict)
+    fails_task: bool = False
+    exit_code: int = 0
+    signal: int = 0
+    kill_reason: str = ""
+    driver_error: str = ""
+    restart_reason: str = ""
+
+
+@frozen
+class TaskState:
+    state: str = ""
+    failed: bool = False
+    restarts: int = 0
+    last_restart: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    events: list[TaskEvent] = field(factory=list)
+
+
+@frozen
+class RescheduleEvent:
+    reschedule_time_ns: int = 0
+    prev_alloc_id: str = ""
+    prev_node_id: str = ""
+    delay_ns: int = 0
+
+
+@frozen
+class RescheduleTracker:
+    events: list[RescheduleEvent] = field(factory=list)
+    last_reschedule: str = ""
+
+
+@frozen
+class _AllocationFields:
+    """What the full Allocation and its list stub have in common."""
+
+    id: str = ""
+    namespace: str = ""
+    eval_id: str = ""
+    name: str = ""
+    node_id: str = ""
+    node_name: str = ""
+    job_id: str = ""
+    task_group: str = ""
+    desired_status: str = ""
+    desired_description: str = ""
+    desired_transition: DesiredTransition = field(factory=DesiredTransition)
+    client_status: str = ""
+    client_description: str = ""
+    next_allocation: str = ""
+    followup_eval_id: str = ""
+    # Task states and the reschedule tracker are most of an allocation's bytes and rarely read: they
+    # stay raw JSON until first read.
+    raw_task_states: dict[str, Any] = field(factory=_empty_dict, metadata={"key": "TaskStates"})
+    raw_reschedule_tracker: dict[str, Any] = field(factory=_empty_dict, metadata={"key": "RescheduleTracker"})
+    allocated_resources: AllocatedResources | None = None
+    create_index: int = 0
+    modify_index: int = 0
+    create_time_ns: int = 0
+    modify_time_ns: int = 0
+
+    @cached_property
+    def task_states(self) -> dict[str, TaskState]:
+        from .decode import structure_mapping
+
+        return structure_mapping(self.raw_task_states, TaskState)
+
+    @cached_property
+    def reschedule_tracker(self) -> RescheduleTracker | None:
+        from .decode import structure
+
+        return (
+            structure(self.raw_reschedule_tracker, RescheduleTracker) if self.raw_reschedule_tracker else None
+        )
+
+    @property
+    def client_terminal(self) -> bool:
+        """The tasks have ended: complete, failed or lost."""
+        return self.client_status in ("complete", "failed", "lost")
+
+    @property
+    def server_terminal(self) -> bool:
+        """The scheduler wants the allocation gone: DesiredStatus stop or evict."""
+        return self.desired_status in ("stop", "evict")
+
+    @property
+    def ports(self) -> list[PortMapping]:
+        if self.allocated_resources is None:
+            return []
+        return self.allocated_resources.shared.ports
+
+
+@frozen
+class Allocation(_AllocationFields):
+    """``GET /v1/allocation/:id`` and Allocation event payloads (zero fields omitted by Nomad)."""
+
+    previous_allocation: str = ""
+    alloc_modify_index: int = 0
+
+
+@frozen
+class AllocListStub(_AllocationFields):
+    """An entry of ``GET /v1/allocations`` or ``/v1/job/:id/allocations``; no PreviousAllocation."""
+
+    job_type: str = ""
+    job_version: int = 0
+
+
+@frozen
+class Task:
+    name: str = ""
+    driver: str = ""
+    config: dict[str, Any] = field(factory=_empty_dict)
+    env: dict[str, str] = field(factory=_empty_dict)
+    meta: dict[str, str] = field(factory=_empty_dict)
+
+
+@frozen
+class TaskGroup:
+    name: str = ""
+    count: int = 0
+    meta: dict[str, str] = field(factory=_empty_dict)
+    tasks: list[Task] = field(factory=list)
+
+
+@frozen
+class Job:
+    """``GET /v1/job/:id`` and Job event payloads; ``deleted`` is the event's ``Deleted:true`` (purge, GC)."""
+
+    id: str = ""
+    name: str = ""
+    namespace: str = ""
+    type: str = ""
+    status: str = ""
+    status_description: str = ""
+    stop: bool = False
+    version: int = 0
+    priority: int = 0
+    datacenters: list[str] = field(factory=list)
+    meta: dict[str, str] = field(factory=_empty_dict)
+    task_groups: list[TaskGroup] = field(factory=list)
+    create_index: int = 0
+    modify_index: int = 0
+    job_modify_index: int = 0
+    submit_time_ns: int = 0
+
+    def group(self, name: str) -> TaskGroup | None:
+        return next((g for g in self.task_groups if g.name == name), None)
+
+
+@frozen
+class JobListStub:
+    """An entry of ``GET /v1/jobs``; ``meta`` only with ``meta=true``."""
+
+    id: str = ""
+    parent_id: str = ""
+    name: str = ""
+    namespace: str = ""
+    type: str = ""
+    priority: int = 0
+    stop: bool = False
+    status: str = ""
+    status_description: str = ""
+    datacenters: list[str] = field(factory=list)
+    meta: dict[str, str] = field(factory=_empty_dict)
+    create_index: int = 0
+    modify_index: int = 0
+    job_modify_index: int = 0
+    submit_time_ns: int = 0
+
+
+@frozen
+class DrainStrategy:
+    """``deadline_ns`` > 0: timed drain, 0: no deadline, -1: force; ``force_deadline`` only when timed."""
+
+    deadline_ns: int = 0
+    ignore_system_jobs: bool = False
+    force_deadline: datetime | None = None
+    started_at: datetime | None = None
+
+
+@frozen
+class _NodeFields:
+    id: str = ""
+    name: str = ""
+    datacenter: str = ""
+    node_pool: str = ""
+    node_class: str = ""
+    status: str = ""
+    status_description: str = ""
+    scheduling_eligibility: str = ""
+    drain: bool = False
+    create_index: int = 0
+    modify_index: int = 0
+
+    @property
+    def eligible(self) -> bool:
+        return self.scheduling_eligibility == "eligible"
+
+
+@frozen
+class Node(_NodeFields):
+    """``GET /v1/node/:id`` and Node event payloads; ``drain`` is Nomad's ``DrainStrategy != nil``."""
+
+    http_addr: str = ""
+    status_updated_at_s: int = 0
+    drain_strategy: DrainStrategy | None = None
+    attributes: dict[str, str] = field(factory=_empty_dict)
+    meta: dict[str, str] = field(factory=_empty_dict)
+
+
+@frozen
+class NodeListStub(_NodeFields):
+    """An entry of ``GET /v1/nodes``."""
+
+    address: str = ""
+    version: str = ""
+
+
+@frozen
+class Evaluation:
+    """``GET /v1/evaluation/:id`` and Evaluation event payloads (zero fields omitted by Nomad)."""
+
+    id: str = ""
+    namespace: str = ""
+    priority: int = 0
+    type: str = ""
+    triggered_by: str = ""
+    job_id: str = ""
+    node_id: str = ""
+    deployment_id: str = ""
+    status: str = ""
+    status_description: str = ""
+    next_eval: str = ""
+    previous_eval: str = ""
+    blocked_eval: str = ""
+    failed_tg_allocs: dict[str, Any] = field(factory=_empty_dict)
+    create_index: int = 0
+    modify_index: int = 0
+    create_time_ns: int = 0
+    modify_time_ns: int = 0
+
+
+EventPayload: TypeAlias = Allocation | Job | Node | Evaluation | dict[str, Any]
+
+
+@frozen
+class Event:
+    """One event; ``payload`` is typed for the Allocation, Job, Node and Evaluation topics, raw otherwise."""
+
+    topic: str
+    type: str
+    key: str
+    namespace: str
+    filter_keys: list[str]
+    index: int
+    payload: EventPayload
+    deleted: bool = False
+
+
+@frozen
+class EventBatch:
+    """All events of one Raft index that passed the subscription's filter."""
+
+    index: int
+    events: list[Event]
+
+
+@frozen
+class JobRegisterResponse:
+    eval_id: str = ""
+    eval_create_index: int = 0
+    job_modify_index: int = 0
+    warnings: str = ""
+    index: int = 0
+
+
+@frozen
+class JobDeregisterResponse:
+    """For an unknown job Nomad answers 200 with an empty ``eval_id`` and ``index`` 0."""
+
+    eval_id: str = ""
+    eval_create_index: int = 0
+    job_modify_index: int = 0
+    index: int = 0
+
+
+@frozen
+class NodeUpdateResponse:
+    """The answer to a drain or eligibility change."""
+
+    node_modify_index: int = 0
+    eval_ids: list[str] = field(factory=list)
+    eval_create_index: int = 0
+    index: int = 0
+
+
+@frozen
+class AllocStopResponse:
+    eval_id: str = ""
+    index: int = 0

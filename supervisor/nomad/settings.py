@@ -1,0 +1,103 @@
+"""Where Nomad is and how to talk to it, read the way Nomad's own CLI reads its environment."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping, Sequence
+from typing import Final
+from urllib.parse import urlsplit
+
+from attrs import field, frozen
+
+from ..errors import ConfigError
+
+__all__ = ["DEFAULT_NOMAD_ADDR", "NomadSettings", "RetryPolicy"]
+
+DEFAULT_NOMAD_ADDR: Final = "http://127.0.0.1:4646"
+
+
+def _addresses(value: Sequence[str]) -> tuple[str, ...]:
+    addresses = tuple(a.strip().rstrip("/") for a in value if a.strip())
+    for address in addresses:
+        parts = urlsplit(address)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"nomad.address: {address!r} is not an http:// or https:// URL")
+    return addresses
+
+
+@frozen
+class RetryPolicy:
+    """How the client retries a transient failure: exponential backoff with full jitter.
+
+    ``attempts`` counts every try, the first included; 1 means never retry.
+    """
+
+    attempts: int = 5
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+
+    def delay(self, attempt: int, random_fraction: float) -> float:
+        """The pause before try ``attempt + 1`` (``attempt`` >= 1), given a uniform number in [0, 1)."""
+        return float(random_fraction * min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1)))
+
+
+@frozen
+class NomadSettings:
+    """Connection settings; ``addresses`` lists every server, tried in turn when one fails."""
+
+    addresses: tuple[str, ...] = field(default=(DEFAULT_NOMAD_ADDR,), converter=_addresses)
+    token: str = ""
+    namespace: str = "default"
+    region: str = ""
+    ca_cert: str = ""
+    client_cert: str = ""
+    client_key: str = ""
+    tls_server_name: str = ""
+    skip_verify: bool = False
+    request_timeout: float = 10.0
+    retry: RetryPolicy = field(factory=RetryPolicy)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: object) -> NomadSettings:
+        """Settings from ``NOMAD_ADDR``, ``NOMAD_TOKEN``, ``NOMAD_NAMESPACE``, ``NOMAD_REGION``,
+        ``NOMAD_CACERT``, ``NOMAD_CLIENT_CERT``, ``NOMAD_CLIENT_KEY``, ``NOMAD_TLS_SERVER_NAME`` and
+        ``NOMAD_SKIP_VERIFY``; ``overrides`` (non-empty values only) win over the environment."""
+        values: dict[str, object] = {}
+        if addr := environ.get("NOMAD_ADDR", ""):
+            values["addresses"] = addr.split(",")
+        for key, name in (
+            ("token", "NOMAD_TOKEN"),
+            ("namespace", "NOMAD_NAMESPACE"),
+            ("region", "NOMAD_REGION"),
+            ("ca_cert", "NOMAD_CACERT"),
+            ("client_cert", "NOMAD_CLIENT_CERT"),
+            ("client_key", "NOMAD_CLIENT_KEY"),
+            ("tls_server_name", "NOMAD_TLS_SERVER_NAME"),
+        ):
+            if environ.get(name):
+                values[key] = environ[name]
+        if environ.get("NOMAD_SKIP_VERIFY", "").lower() in ("1", "true", "yes"):
+            values["skip_verify"] = True
+        values.update({k: v for k, v in overrides.items() if v not in (None, "", ())})
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def uses_tls(self) -> bool:
+        return any(a.startswith("https://") for a in self.addresses)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for https addresses (CA, client certificate), or None for plain http."""
+        if not self.uses_tls:
+            return None
+        if bool(self.client_cert) != bool(self.client_key):
+            raise ConfigError("nomad.client_cert and nomad.client_key must be given together")
+        try:
+            context = ssl.create_default_context(cafile=self.ca_cert or None)
+            if self.client_cert:
+                context.load_cert_chain(self.client_cert, self.client_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"nomad TLS files could not be loaded: {exc}") from exc
+        if self.skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context

@@ -1,0 +1,154 @@
+"""The exec client against a WebSocket server on 127.0.0.1 that ends sessions the ways Nomad does."""
+
+from __future__ import annotations
+
+import base64
+import json
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import trio
+import trio.lowlevel
+
+from supervisor.errors import (
+    ExecConnectionLost,
+    ExecRejected,
+    NomadUnavailableError,
+    TerminalError,
+    TransientError,
+)
+from supervisor.nomad import ExecExited, ExecOutput, NomadClient, NomadSettings
+
+from .fakes import WsPeer, start_exec_server
+
+ALLOC = "9a8b7c6d-5e4f-3a2b-1c0d-e9f8a7b6c5d4"
+
+
+def client_for(base_url: str, **settings: object) -> NomadClient:
+    return NomadClient(NomadSettings(addresses=(base_url,), **settings))  # type: ignore[arg-type]
+
+
+async def test_session_streams_stdin_and_output_and_exit_zero_as_empty_result() -> None:
+    peers: list[WsPeer] = []
+
+    async def handler(peer: WsPeer) -> None:
+        peers.append(peer)
+        stdin = await peer.receive_json()
+        await peer.receive_json()  # stdin close
+        await peer.send_output("stdout", base64.b64decode(stdin["stdin"]["data"]).upper())
+        await peer.send_output("stderr", b"warning\n")
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, handler)
+        async with (
+            client_for(url, token="s3cret", namespace="poseidon") as client,
+            client.open_exec(ALLOC, task="runner", command=["/bin/sh", "-c", "tr a-z A-Z"]) as session,
+        ):
+            await session.send_stdin(b"echo hi\n")
+            await session.close_stdin()
+            frames = [frame async for frame in session]
+        nursery.cancel_scope.cancel("test over")
+
+    assert frames == [
+        ExecOutput("stdout", b"ECHO HI\n"),
+        ExecOutput("stderr", b"warning\n"),
+        ExecExited(exit_code=0),
+    ], "the drop without a close frame after exited is the normal end"
+    assert session.stdout_closed
+    assert session.stderr_closed
+    peer = peers[0]
+    assert peer.received[1] == {"stdin": {"close": True}}
+    target = urlsplit(peer.target)
+    assert target.path == f"/v1/client/allocation/{ALLOC}/exec"
+    query = parse_qs(target.query)
+    assert json.loads(query["command"][0]) == ["/bin/sh", "-c", "tr a-z A-Z"]
+    assert query["task"] == ["runner"]
+    assert query["tty"] == ["false"]
+    assert query["namespace"] == ["poseidon"]
+
+
+async def test_non_zero_exit_and_collected_output() -> None:
+    async def handler(peer: WsPeer) -> None:
+        await peer.send_output("stdout", b"partial")
+        await peer.send_json({})  # unknown or empty frames are ignored
+        await peer.send_output("stdout", b" line\n")
+        await peer.send_exit(2)
+
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, handler)
+        async with (
+            client_for(url) as client,
+            client.open_exec(ALLOC, task="runner", command=["false"]) as session,
+        ):
+            exited, stdout, stderr = await session.wait_exit()
+        nursery.cancel_scope.cancel("test over")
+
+    assert exited.exit_code == 2
+    assert stdout == b"partial line\n"
+    assert stderr == b""
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [(1011, 'task "runner" is not running.'), (1008, 'unknown task name "web"')],
+)
+async def test_close_frames_become_exec_rejected_with_the_reason(code: int, reason: str) -> None:
+    async def handler(peer: WsPeer) -> None:
+        await peer.close(code, reason)
+
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, handler)
+        async with client_for(url) as client:
+            with pytest.raises(ExecRejected) as caught:
+                async with client.open_exec(ALLOC, task="web", command=["true"]) as session:
+                    await session.receive()
+        nursery.cancel_scope.cancel("test over")
+
+    assert isinstance(caught.value, TerminalError)
+    assert caught.value.code == code
+    assert caught.value.reason == reason
+
+
+async def test_drop_before_exit_is_connection_lost_never_an_exit_code() -> None:
+    async def handler(peer: WsPeer) -> None:
+        await peer.send_output("stdout", b"working...\n")
+        await peer.drop()  # the server proxying the session restarted
+
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, handler)
+        async with client_for(url) as client:
+            received = []
+            with pytest.raises(ExecConnectionLost, match="outcome is unknown") as caught:
+                async with client.open_exec(ALLOC, task="runner", command=["sleep", "60"]) as session:
+                    async for frame in session:
+                        received.append(frame)
+        nursery.cancel_scope.cancel("test over")
+
+    assert received == [ExecOutput("stdout", b"working...\n")], "output sent before the drop arrives"
+    assert isinstance(caught.value, TransientError)
+    assert session.exited is None
+
+
+async def never_called(peer: WsPeer) -> None:
+    raise AssertionError("the upgrade was refused")  # pragma: no cover
+
+
+async def test_upgrade_refused_with_http_status_is_translated() -> None:
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, never_called, reject_status=500)
+        async with client_for(url) as client:
+            with pytest.raises(NomadUnavailableError, match="command is not present"):
+                async with client.open_exec(ALLOC, task="runner", command=[]):
+                    pass  # pragma: no cover - the upgrade is refused
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_nothing_listening_is_connection_lost() -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()
+    async with client_for(f"http://127.0.0.1:{port}") as client:
+        with pytest.raises(ExecConnectionLost, match="could not connect"):
+            async with client.open_exec(ALLOC, task="runner", command=["true"]):
+                pass  # pragma: no cover - nothing to connect to

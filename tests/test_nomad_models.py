@@ -1,0 +1,202 @@
+"""Decoding Nomad's JSON, in Nomad's exact shapes (fixtures from nomad-api.md and Nomad's encoder)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import orjson
+import pytest
+
+from supervisor.nomad import (
+    EVENT_TYPES_NODE_ELIGIBILITY,
+    Allocation,
+    AllocListStub,
+    Evaluation,
+    Job,
+    JobListStub,
+    Node,
+    NodeListStub,
+    decode_batch,
+    structure,
+    structure_list,
+)
+from supervisor.nomad.decode import nomad_key
+
+from .conftest import FIXTURES, load_fixture
+
+
+def test_keys_follow_nomads_spelling() -> None:
+    assert nomad_key("eval_id") == "EvalID"
+    assert nomad_key("failed_tg_allocs") == "FailedTGAllocs"
+    assert nomad_key("host_ip") == "HostIP"
+    assert nomad_key("http_addr") == "HTTPAddr"
+    assert nomad_key("modify_time_ns") == "ModifyTime"
+    assert nomad_key("status_updated_at_s") == "StatusUpdatedAt"
+    assert nomad_key("eval_ids") == "EvalIDs"
+
+
+def test_full_allocation_with_task_states_and_reschedule_tracker() -> None:
+    alloc = structure(load_fixture("allocation_running_replacement.json"), Allocation)
+    assert alloc.id == "9a8b7c6d-5e4f-3a2b-1c0d-e9f8a7b6c5d4"
+    assert alloc.client_status == "running"
+    assert alloc.desired_status == "run"
+    assert alloc.previous_allocation == "5e1c6f0a-2b8d-4c3e-9f71-0a9d3c2e7b11"
+    assert alloc.create_time_ns == 1787401000000000000
+    assert [(p.label, p.host_ip, p.value, p.to) for p in alloc.ports] == [("ssh", "10.0.1.14", 28113, 22)]
+    state = alloc.task_states["runner"]
+    assert state.state == "running"
+    assert state.started_at == datetime(2026, 8, 22, 10, 16, 49, 400000, tzinfo=UTC)
+    assert state.finished_at is None, "Nomad's zero time means 'never'"
+    assert state.last_restart is None
+    assert [e.type for e in state.events] == ["Received", "Started"]
+    assert state.events[1].time_ns == 1787401009400000000
+    tracker = alloc.reschedule_tracker
+    assert tracker is not None
+    assert tracker.last_reschedule == "ok"
+    assert tracker.events[0].delay_ns == 5_000_000_000
+    assert tracker.events[0].prev_node_id == "c0d1f2e3-4a5b-6c7d-8e9f-0a1b2c3d4e5f"
+
+
+def test_omitted_allocation_fields_read_as_zero_values() -> None:
+    # The PlanResult payload omits NextAllocation, DesiredTransition, TaskStates, RescheduleTracker...
+    batch = decode_batch((FIXTURES / "event_stream_example.ndjson").read_bytes().splitlines()[1])
+    assert batch is not None
+    alloc = batch.events[0].payload
+    assert isinstance(alloc, Allocation)
+    assert alloc.next_allocation == ""
+    assert alloc.previous_allocation == ""
+    assert alloc.task_states == {}
+    assert alloc.reschedule_tracker is None
+    assert not alloc.desired_transition.migrate
+    assert alloc.client_description == ""
+    assert not alloc.client_terminal
+    assert not alloc.server_terminal
+
+
+def test_allocation_list_stubs_with_nulls_and_local_offsets() -> None:
+    stubs = structure_list(load_fixture("allocations_list_resources.json"), AllocListStub)
+    running, lost = stubs
+    assert running.job_type == "batch"
+    assert running.job_version == 3
+    assert running.ports[0].value == 24011
+    started = running.task_states["default-task"].started_at
+    assert started == datetime(2026, 8, 22, 10, 16, 49, 400000, tzinfo=timezone(timedelta(hours=-4)))
+    assert running.task_states["default-task"].events == [], "null Events is an empty list"
+    assert lost.allocated_resources is None
+    assert lost.ports == []
+    assert lost.task_states == {}, "null TaskStates is an empty map"
+    assert lost.desired_transition.migrate
+    assert not lost.desired_transition.reschedule, "null *bool reads as False"
+    assert lost.client_terminal
+    assert lost.server_terminal
+    assert lost.next_allocation == running.id
+
+
+def test_job_list_stubs_and_meta() -> None:
+    template, runner = structure_list(load_fixture("jobs_list.json"), JobListStub)
+    assert template.status == "dead"
+    assert not template.stop, "dead but existing: not stopped"
+    assert template.meta == {}, "Meta is only sent with meta=true"
+    assert runner.meta == {"used": "true", "timeout": "60"}
+    assert runner.submit_time_ns == 1787399999876543210
+
+
+def test_full_job() -> None:
+    job = structure(load_fixture("job_runner.json"), Job)
+    assert job.id == "runner-7f3a"
+    assert job.type == "batch"
+    assert job.status == "running"
+    assert job.meta == {"pool": "ci-linux"}
+    group = job.group("runner")
+    assert group is not None
+    assert group.meta == {}, "null Meta is an empty map"
+    assert group.tasks[0].driver == "docker"
+    assert job.group("nope") is None
+
+
+def test_draining_node() -> None:
+    node = structure(load_fixture("node_draining.json"), Node)
+    assert node.drain
+    assert not node.eligible
+    assert node.status_updated_at_s == 1787392931
+    strategy = node.drain_strategy
+    assert strategy is not None
+    assert strategy.deadline_ns == 3_600_000_000_000
+    assert strategy.force_deadline == datetime(2026, 8, 22, 11, 2, 11, 482913, tzinfo=UTC)
+    assert node.meta == {"pool": "ci-linux"}
+
+
+def test_node_list_stubs() -> None:
+    draining, ready = structure_list(load_fixture("nodes_list.json"), NodeListStub)
+    assert draining.drain
+    assert draining.scheduling_eligibility == "ineligible"
+    assert draining.version == "1.10.5"
+    assert ready.eligible
+    assert not ready.drain
+
+
+def test_evaluation_with_omitted_fields() -> None:
+    evaluation = structure(load_fixture("evaluation_blocked.json"), Evaluation)
+    assert evaluation.blocked_eval.startswith("a1b2c3d4")
+    assert "default-group" in evaluation.failed_tg_allocs
+    assert evaluation.node_id == "", "omitted NodeID reads as empty"
+    assert evaluation.next_eval == ""
+
+
+def test_event_types_as_nomad_sends_them() -> None:
+    lines = (FIXTURES / "event_types.ndjson").read_bytes().splitlines()
+    batches = [decode_batch(line) for line in lines]
+    assert all(b is not None for b in batches)
+    drain, eligibility, deregistered, deployment = batches
+    assert drain is not None
+    assert eligibility is not None
+    assert deregistered is not None
+    assert deployment is not None
+    assert drain.events[0].type in EVENT_TYPES_NODE_ELIGIBILITY
+    assert eligibility.events[0].type in EVENT_TYPES_NODE_ELIGIBILITY
+    node = drain.events[0].payload
+    assert isinstance(node, Node)
+    assert node.drain_strategy is not None
+    assert node.drain_strategy.deadline_ns == 15_000_000_000
+    job_event, eval_event = deregistered.events
+    assert job_event.type == eval_event.type == "JobDeregistered", "one Raft message, one Type"
+    assert job_event.deleted
+    assert isinstance(job_event.payload, Job)
+    assert job_event.payload.task_groups == []
+    assert isinstance(eval_event.payload, Evaluation)
+    assert eval_event.filter_keys == ["runner-7f3a", ""]
+    assert deployment.events[0].payload == {"Deployment": {"ID": "d-1", "Status": "running"}}, (
+        "unknown topics stay raw"
+    )
+
+
+def test_node_event_has_empty_namespace_and_null_filter_keys() -> None:
+    batch = decode_batch((FIXTURES / "event_stream_example.ndjson").read_bytes().splitlines()[2])
+    assert batch is not None
+    event = batch.events[0]
+    assert event.type == "NodeStreamEvent"
+    assert event.namespace == ""
+    assert event.filter_keys == []
+    assert isinstance(event.payload, Node)
+    assert event.payload.status == "down"
+
+
+def test_heartbeat_is_none_and_unknown_keys_are_ignored() -> None:
+    assert decode_batch(b"{}") is None
+    alloc = structure({"ID": "a", "SomethingNew": {"x": 1}, "ClientStatus": "running"}, Allocation)
+    assert alloc.id == "a"
+    assert alloc.client_status == "running"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"not json", b"[1, 2]", b'{"Index": 5, "Events": "nope"}', b'{"Index": 5, "Events": [{"Type": "x"}]}'],
+)
+def test_malformed_batches_raise_value_error(line: bytes) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - orjson's error and ours are both ValueErrors
+        decode_batch(line)
+
+
+def test_decoded_models_are_values() -> None:
+    raw = load_fixture("allocation_running_replacement.json")
+    assert structure(raw, Allocation) == structure(orjson.loads(orjson.dumps(raw)), Allocation)
