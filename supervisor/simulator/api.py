@@ -1,0 +1,475 @@
+"""Nomad's HTTP API on one simulated server: the routes, their parameters and Nomad's answers.
+
+Errors are ``text/plain`` with Nomad's status codes and texts (nomad-api.md §6): 400 for bad input,
+403 for ACL, 404 for unknown objects, 405 ``Invalid method``, and the 500s Nomad uses for server-side
+validation and while the cluster has no leader.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
+
+import orjson
+import trio
+
+from .broker import TopicFilter
+from .encode import (
+    alloc_full,
+    alloc_stub,
+    empty_summary,
+    eval_full,
+    job_full,
+    job_stub,
+    node_full,
+    node_stub,
+    summary_state,
+)
+from .http import Request, Response, StreamReply, WebSocketReply, json_response, text_response
+from .jobs import NomadError
+from .objects import SimAlloc
+
+if TYPE_CHECKING:
+    from .cluster import SimServer, SimulatedCluster
+
+__all__ = ["NomadAPI", "parse_go_duration"]
+
+Handler = Callable[[Request, dict[str, str]], Awaitable[Response | StreamReply | WebSocketReply]]
+
+_MAX_WAIT: Final = 300.0
+_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_go_duration(text: str) -> float:
+    """Go's ``time.ParseDuration`` for the forms Nomad clients send ("10s", "5m", "1m30s", "250ms")."""
+    position, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != position:
+            raise ValueError(text)
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position = match.end()
+    if position != len(text) or not text:
+        raise ValueError(text)
+    return total
+
+
+class _Router:
+    def __init__(self) -> None:
+        self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = []
+
+    def add(self, pattern: str, methods: str, handler: Handler) -> None:
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+        for existing, table in self._routes:
+            if existing.pattern == regex.pattern:
+                table.update(dict.fromkeys(methods.split(), handler))
+                return
+        self._routes.append((regex, dict.fromkeys(methods.split(), handler)))
+
+    def match(self, method: str, path: str) -> tuple[Handler | None, dict[str, str], bool]:
+        """The handler, its path parameters, and whether the path exists at all."""
+        for regex, table in self._routes:
+            found = regex.match(path)
+            if found:
+                params = {k: unquote(v) for k, v in found.groupdict().items()}
+                return table.get(method), params, True
+        return None, {}, False
+
+
+class NomadAPI:
+    """The request handler of one server."""
+
+    def __init__(self, cluster: SimulatedCluster, server: SimServer) -> None:
+        self.cluster = cluster
+        self.server = server
+        self.state = cluster.state
+        self.router = _Router()
+        add = self.router.add
+        add("/v1/jobs", "GET", self.list_jobs)
+        add("/v1/jobs", "PUT POST", self.register_job)
+        add("/v1/job/{job_id}", "GET", self.get_job)
+        add("/v1/job/{job_id}", "PUT POST", self.register_job)
+        add("/v1/job/{job_id}", "DELETE", self.deregister_job)
+        add("/v1/job/{job_id}/allocations", "GET", self.job_allocations)
+        add("/v1/allocations", "GET", self.list_allocations)
+        add("/v1/allocation/{alloc_id}", "GET", self.get_allocation)
+        add("/v1/allocation/{alloc_id}/stop", "PUT POST", self.stop_allocation)
+        add("/v1/nodes", "GET", self.list_nodes)
+        add("/v1/node/{node_id}", "GET", self.get_node)
+        add("/v1/node/{node_id}/allocations", "GET", self.node_allocations)
+        add("/v1/node/{node_id}/drain", "PUT POST", self.drain_node)
+        add("/v1/node/{node_id}/eligibility", "PUT POST", self.node_eligibility)
+        add("/v1/evaluation/{eval_id}", "GET", self.get_evaluation)
+        add("/v1/status/leader", "GET", self.status_leader)
+        add("/v1/event/stream", "GET", self.event_stream)
+        add("/v1/client/allocation/{alloc_id}/exec", "GET", self.exec)
+        cluster.control.add_routes(add)
+
+    async def __call__(self, request: Request) -> Response | StreamReply | WebSocketReply:
+        handler, params, exists = self.router.match(request.method, request.path)
+        if not exists:
+            return text_response(404, "404 page not found")
+        if handler is None:
+            return text_response(405, "Invalid method")
+        if (denied := self._check_token(request)) is not None:
+            return denied
+        try:
+            return await handler(request, params)
+        except NomadError as error:
+            return text_response(error.status, error.text)
+
+    def _check_token(self, request: Request) -> Response | None:
+        expected = self.cluster.config.acl_token
+        if not expected or request.path == "/v1/status/leader":
+            return None
+        token = request.headers.get("x-nomad-token", "")
+        authorization = request.headers.get("authorization", "")
+        if not token and authorization.lower().startswith("bearer "):
+            token = authorization[7:].strip()
+        if not token:
+            return text_response(403, "Permission denied")
+        if token != expected:
+            return text_response(403, "ACL token not found")
+        return None
+
+    # -- shared helpers -------------------------------------------------------------------------
+
+    def _require_leader(self, request: Request) -> None:
+        if self.cluster.leader is None and not request.has_arg("stale"):
+            raise NomadError(500, "No cluster leader")
+
+    def _headers(self, index: int) -> tuple[tuple[str, str], ...]:
+        return (
+            ("X-Nomad-Index", str(index)),
+            ("X-Nomad-KnownLeader", "true" if self.cluster.leader else "false"),
+            ("X-Nomad-LastContact", "0"),
+        )
+
+    async def _blocking(self, request: Request, current_index: Callable[[], int]) -> int:
+        """Wait as a blocking query asks (``index`` > 0, ``wait``); returns the index to answer with."""
+        self._require_leader(request)
+        raw_index = request.arg("index", "0")
+        try:
+            index = int(raw_index)
+        except ValueError:
+            raise NomadError(400, "Invalid index") from None
+        wait = _MAX_WAIT
+        if request.has_arg("wait"):
+            try:
+                wait = min(parse_go_duration(request.arg("wait")), _MAX_WAIT)
+            except ValueError:
+                raise NomadError(400, "Invalid wait time") from None
+        if index > 0:
+            wait += self.state.rng.uniform(0, wait / 16)
+            with trio.move_on_after(wait):
+                while current_index() <= index:
+                    await self.cluster.wait_for_write()
+        return max(current_index(), 1)
+
+    def _namespace(self, request: Request) -> str:
+        return request.arg("namespace") or "default"
+
+    @staticmethod
+    def _paginate(request: Request, items: list[Any], key: Callable[[Any], str]) -> tuple[list[Any], str]:
+        raw = request.arg("per_page")
+        if not raw:
+            return items, ""
+        try:
+            per_page = int(raw)
+        except ValueError:
+            raise NomadError(400, f"Failed to parse per_page: {raw}") from None
+        token = request.arg("next_token")
+        if token:
+            items = [item for item in items if key(item) >= token]
+        if per_page <= 0 or len(items) <= per_page:
+            return items, ""
+        return items[:per_page], key(items[per_page])
+
+    @staticmethod
+    def _reject_filter(request: Request) -> None:
+        if request.arg("filter"):
+            raise NomadError(400, "filter expressions are not supported by the simulated cluster")
+
+    @staticmethod
+    def _body(request: Request) -> Any:
+        if not request.body.strip():
+            raise NomadError(400, "Request body is empty")
+        try:
+            return orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            raise NomadError(400, f"Failed to decode request body: {exc}") from None
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    async def list_jobs(self, request: Request, params: dict[str, str]) -> Response:
+        self._reject_filter(request)
+        index = await self._blocking(request, lambda: self.state.table_index["jobs"])
+        namespace, prefix = self._namespace(request), request.arg("prefix")
+        jobs = sorted(
+            (
+                j
+                for (ns, job_id), j in self.state.jobs.items()
+                if (namespace == "*" or ns == namespace) and job_id.startswith(prefix)
+            ),
+            key=lambda j: (j.namespace, j.id),
+        )
+        page, next_token = self._paginate(request, jobs, lambda j: j.id)
+        meta = request.arg("meta") in ("true", "1")
+        body = [job_stub(j, self._summary(j), meta=meta) for j in page]
+        headers = self._headers(index) + ((("X-Nomad-NextToken", next_token),) if next_token else ())
+        return json_response(body, headers=headers)
+
+    def _summary(self, job: Any) -> dict[str, dict[str, int]]:
+        summary = empty_summary([g.get("Name", "") for g in job.task_groups])
+        for alloc in self.state.allocs_by_job.get((job.namespace, job.id), {}).values():
+            group = summary.setdefault(alloc.task_group, empty_summary([alloc.task_group])[alloc.task_group])
+            group[summary_state(alloc)] += 1
+        return summary
+
+    async def get_job(self, request: Request, params: dict[str, str]) -> Response:
+        key = (self._namespace(request), params["job_id"])
+        index = await self._blocking(
+            request,
+            lambda: j.modify_index if (j := self.state.jobs.get(key)) else self.state.table_index["jobs"],
+        )
+        job = self.state.jobs.get(key)
+        if job is None:
+            raise NomadError(404, "job not found")
+        return json_response(job_full(job, self.cluster.config.region), headers=self._headers(index))
+
+    async def register_job(self, request: Request, params: dict[str, str]) -> Response:
+        self._require_leader(request)
+        body = self._body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("Job"), dict):
+            raise NomadError(400, "Job must be specified")
+        spec = body["Job"]
+        if not spec.get("ID"):
+            raise NomadError(400, "Job ID hasn't been provided")
+        if "job_id" in params and spec["ID"] != params["job_id"]:
+            raise NomadError(400, "Job ID does not match name")
+        namespace = spec.get("Namespace") or self._namespace(request)
+        result = self.cluster.jobs.register(spec, namespace)
+        return json_response(result, headers=self._headers(result["Index"]))
+
+    async def deregister_job(self, request: Request, params: dict[str, str]) -> Response:
+        self._require_leader(request)
+        purge = request.arg("purge").lower() in ("true", "1", "t")
+        result = self.cluster.jobs.deregister(self._namespace(request), params["job_id"], purge=purge)
+        return json_response(result, headers=self._headers(result["Index"] or self.state.index))
+
+    async def job_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._blocking(request, lambda: self.state.table_index["allocs"])
+        key = (self._namespace(request), params["job_id"])
+        job = self.state.jobs.get(key)
+        allocs = list(self.state.allocs_by_job.get(key, {}).values())
+        if request.arg("all") not in ("true", "1") and job is not None:
+            allocs = [a for a in allocs if a.create_index >= job.create_index]
+        body = [alloc_stub(a, resources=False) for a in sorted(allocs, key=lambda a: a.create_index)]
+        return json_response(body, headers=self._headers(index))
+
+    # -- allocations ----------------------------------------------------------------------------
+
+    async def list_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        self._reject_filter(request)
+        index = await self._blocking(request, lambda: self.state.table_index["allocs"])
+        namespace, prefix = self._namespace(request), request.arg("prefix")
+        allocs = sorted(
+            (
+                a
+                for a in self.state.allocs.values()
+                if (namespace == "*" or a.namespace == namespace) and a.id.startswith(prefix)
+            ),
+            key=lambda a: a.id,
+        )
+        page, next_token = self._paginate(request, allocs, lambda a: a.id)
+        resources = request.arg("resources") in ("true", "1")
+        task_states = request.arg("task_states") not in ("false", "0")
+        body = [alloc_stub(a, resources=resources, task_states=task_states) for a in page]
+        headers = self._headers(index) + ((("X-Nomad-NextToken", next_token),) if next_token else ())
+        return json_response(body, headers=headers)
+
+    def _alloc(self, alloc_id: str) -> SimAlloc:
+        alloc = self.state.allocs.get(alloc_id)
+        if alloc is None:
+            raise NomadError(404, "alloc not found")
+        return alloc
+
+    async def get_allocation(self, request: Request, params: dict[str, str]) -> Response:
+        alloc_id = params["alloc_id"]
+        index = await self._blocking(
+            request,
+            lambda: (
+                a.modify_index if (a := self.state.allocs.get(alloc_id)) else self.state.table_index["allocs"]
+            ),
+        )
+        return json_response(alloc_full(self._alloc(alloc_id), with_job=True), headers=self._headers(index))
+
+    async def stop_allocation(self, request: Request, params: dict[str, str]) -> Response:
+        self._require_leader(request)
+        result = self.cluster.jobs.stop_allocation(self._alloc(params["alloc_id"]))
+        return json_response(result, headers=self._headers(result["Index"]))
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    async def list_nodes(self, request: Request, params: dict[str, str]) -> Response:
+        self._reject_filter(request)
+        index = await self._blocking(request, lambda: self.state.table_index["nodes"])
+        prefix = request.arg("prefix")
+        nodes = sorted((n for n in self.state.nodes.values() if n.id.startswith(prefix)), key=lambda n: n.id)
+        body = [node_stub(n, self.cluster.config.nomad_version) for n in nodes]
+        return json_response(body, headers=self._headers(index))
+
+    def _node(self, node_id: str, *, status: int = 404) -> Any:
+        node = self.state.nodes.get(node_id)
+        if node is None:
+            raise NomadError(status, "node not found")
+        return node
+
+    async def get_node(self, request: Request, params: dict[str, str]) -> Response:
+        node_id = params["node_id"]
+        index = await self._blocking(
+            request,
+            lambda: (
+                n.modify_index if (n := self.state.nodes.get(node_id)) else self.state.table_index["nodes"]
+            ),
+        )
+        return json_response(node_full(self._node(node_id)), headers=self._headers(index))
+
+    async def node_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._blocking(request, lambda: self.state.table_index["allocs"])
+        node = self._node(params["node_id"])
+        allocs = sorted(
+            (a for a in self.state.allocs.values() if a.node_id == node.id), key=lambda a: a.create_index
+        )
+        return json_response([alloc_full(a, with_job=True) for a in allocs], headers=self._headers(index))
+
+    async def drain_node(self, request: Request, params: dict[str, str]) -> Response:
+        self._require_leader(request)
+        body = self._body(request)
+        if not isinstance(body, dict):
+            raise NomadError(400, "Request body is empty")
+        node = self._node(params["node_id"], status=500)
+        spec = body.get("DrainSpec")
+        deadline = None
+        if spec is not None:
+            if not isinstance(spec, dict) or not isinstance(spec.get("Deadline", 0), int):
+                raise NomadError(400, "DrainSpec must be an object with an integer Deadline")
+            deadline = int(spec.get("Deadline", 0))
+        meta = body.get("Meta") or {}
+        self.cluster.agents.drain(
+            node,
+            deadline_ns=deadline,
+            mark_eligible=bool(body.get("MarkEligible")),
+            meta=meta,
+            accessor="token:anonymous",
+        )
+        return json_response(self._node_update(node.modify_index), headers=self._headers(node.modify_index))
+
+    async def node_eligibility(self, request: Request, params: dict[str, str]) -> Response:
+        self._require_leader(request)
+        body = self._body(request)
+        node = self._node(params["node_id"], status=500)
+        eligibility = body.get("Eligibility") if isinstance(body, dict) else None
+        if eligibility not in ("eligible", "ineligible"):
+            raise NomadError(500, f'invalid scheduling eligibility "{eligibility}"')
+        if eligibility == "eligible" and node.drain_strategy is not None:
+            raise NomadError(
+                500, "can not set node's scheduling eligibility to eligible while it is draining"
+            )
+        self.cluster.agents.set_eligibility(node, eligibility == "eligible")
+        return json_response(self._node_update(node.modify_index), headers=self._headers(node.modify_index))
+
+    @staticmethod
+    def _node_update(index: int) -> dict[str, Any]:
+        return {"EvalCreateIndex": 0, "EvalIDs": None, "Index": index, "NodeModifyIndex": index}
+
+    # -- evaluations and status -----------------------------------------------------------------
+
+    async def get_evaluation(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._blocking(request, lambda: self.state.table_index["evals"])
+        evaluation = self.state.evals.get(params["eval_id"])
+        if evaluation is None:
+            raise NomadError(404, "eval not found")
+        return json_response(eval_full(evaluation), headers=self._headers(index))
+
+    async def status_leader(self, request: Request, params: dict[str, str]) -> Response:
+        self._require_leader(request)
+        leader = self.cluster.server(self.cluster.leader or "")
+        return json_response(leader.rpc_address if leader else "")
+
+    # -- the event stream -----------------------------------------------------------------------
+
+    async def event_stream(self, request: Request, params: dict[str, str]) -> Response | StreamReply:
+        raw_index = request.arg("index", "0")
+        try:
+            index = int(raw_index)
+        except ValueError:
+            raise NomadError(
+                400, f'Unable to parse index: strconv.Atoi: parsing "{raw_index}": invalid syntax'
+            ) from None
+        topics: dict[str, set[str]] = {}
+        for value in request.args("topic"):
+            parts = value.split(":")
+            if len(parts) > 2:
+                raise NomadError(400, f"Invalid topic query: {value}")
+            topics.setdefault(parts[0], set()).add(parts[1] if len(parts) == 2 and parts[1] else "*")
+        if not topics:
+            topics = {"*": {"*"}}
+        namespace = request.arg("namespace") or "default"
+        topic_filter = TopicFilter({k: frozenset(v) for k, v in topics.items()}, frozenset({namespace}))
+        subscription = self.server.broker.subscribe(topic_filter, index)
+        source = self.cluster.stream_source(self.server, subscription)
+        return StreamReply(source, hijack=self.cluster.config.hijacks_event_stream)
+
+    # -- exec -----------------------------------------------------------------------------------
+
+    async def exec(self, request: Request, params: dict[str, str]) -> Response | WebSocketReply:
+        config = self.cluster.config
+        command_text, task = request.arg("command"), request.arg("task")
+        command_error = ""
+        try:
+            command = orjson.loads(command_text) if command_text else None
+        except orjson.JSONDecodeError:
+            command = None
+        if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+            command_error = "command is not present"
+        tty = request.arg("tty", "false")
+        if tty not in ("true", "false", "1", "0", "t", "f"):
+            command_error = f"tty value is not a boolean: {tty}"
+        if command_error and config.checks_exec_before_upgrade:
+            raise NomadError(500, command_error)
+
+        async def session(websocket: Any) -> None:
+            if command_error:
+                await websocket.close(1008, command_error)
+                return
+            error = self._exec_refusal(params["alloc_id"], task)
+            if error is not None:
+                await websocket.close(*error)
+                return
+            alloc = self.state.allocs[params["alloc_id"]]
+            assert isinstance(command, list)
+            await self.cluster.execs.run(websocket, alloc, task, command, self.server.name)
+
+        return WebSocketReply(session, kind="exec")
+
+    def _exec_refusal(self, alloc_id: str, task: str) -> tuple[int, str] | None:
+        """Nomad's close frame for an exec that cannot start: 1008 for coded 4xx errors, 1011 otherwise."""
+        alloc = self.state.allocs.get(alloc_id)
+        if alloc is None:
+            return 1008, f'Unknown allocation "{alloc_id}"'
+        if task not in alloc.tasks:
+            return 1008, f'unknown task name "{task}"'
+        if alloc.client_terminal:
+            return 1008, f"exec not possible, client status of allocation {alloc.id} is {alloc.client_status}"
+        node = self.state.nodes.get(alloc.node_id)
+        if node is None or not node.agent_up:
+            return 1011, f"failed to connect to client {alloc.node_id}: no path to node"
+        state = alloc.task_states.get(task, {}).get("State", "pending")
+        if state == "pending":
+            return 1008, f'task "{task}" not started yet.'
+        if state != "running":
+            return 1008, f'task "{task}" is not running.'
+        return None

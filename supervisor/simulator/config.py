@@ -1,0 +1,81 @@
+"""Settings of the simulated cluster: its size, the Nomad version it imitates, and its timings.
+
+Every delay is in seconds on trio's clock, so tests run the whole cluster on virtual time.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from attrs import field, frozen
+
+__all__ = ["ENVIRONMENT_JOB_PREFIX", "SimConfig", "parse_version"]
+
+# The field's failure modes tell environment (template) jobs from runner jobs by this prefix.
+ENVIRONMENT_JOB_PREFIX: Final = "template-"
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(part) for part in version.split("-")[0].split("."))
+    return major, minor, patch
+
+
+@frozen
+class SimConfig:
+    servers: int = 3
+    nodes: int = 3
+    seed: int = 0
+    # Behaviour that changed between releases follows this version (1.10.5 is what Poseidon runs).
+    nomad_version: str = "1.10.5"
+    region: str = "global"
+    datacenter: str = "dc1"
+    # With a token set, every request must carry it (X-Nomad-Token or Authorization: Bearer).
+    acl_token: str = ""
+
+    # Scheduler and client timings.
+    eval_delay: float = 0.005
+    alloc_start_delay: float = 0.05
+    task_kill_delay: float = 0.02
+    # Multiplies the delays of restart and reschedule policies (a job's "15s" becomes 15 s * scale).
+    policy_delay_scale: float = 1.0
+    # Missed heartbeats: a node whose agent is gone turns down after TTL + grace.
+    heartbeat_grace: float = 20.0
+    election_timeout: float = 1.5
+
+    # Garbage collection of dead jobs and of terminal allocations.
+    gc_interval: float = 60.0
+    job_gc_threshold: float = 4 * 3600.0
+    alloc_gc_threshold: float = 3600.0
+
+    # The event broker and the stream.
+    event_buffer_size: int = 100
+    heartbeat_interval: float = 30.0
+
+    # The reschedule flood: a node that gets more than flood_limit placements within flood_window
+    # after coming back crashes again for flood_downtime. 0 turns it off.
+    flood_limit: int = 0
+    flood_window: float = 10.0
+    flood_downtime: float = 5.0
+
+    # Placement capacity of one node (allocations that are not client-terminal).
+    node_capacity: int = 100_000
+    dynamic_port_range: tuple[int, int] = field(default=(20000, 32000))
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        return parse_version(self.nomad_version)
+
+    @property
+    def eligibility_event_type(self) -> str:
+        """NodeDrain up to Nomad 2.0.0, NodeEligibility from 2.0.1 (PR #27858)."""
+        return "NodeEligibility" if self.version >= (2, 0, 1) else "NodeDrain"
+
+    @property
+    def hijacks_event_stream(self) -> bool:
+        """From 1.11.2 the stream is raw NDJSON on a hijacked connection, not a chunked body."""
+        return self.version >= (1, 11, 2)
+
+    @property
+    def checks_exec_before_upgrade(self) -> bool:
+        """Up to 2.0.2 a bad ``command`` fails as HTTP 500 before the WebSocket upgrade."""
+        return self.version <= (2, 0, 2)

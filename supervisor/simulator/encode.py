@@ -1,0 +1,319 @@
+"""The simulated cluster's records as Nomad's JSON (nomad-api.md §0): PascalCase keys, zero-valued
+fields omitted on Allocation, Evaluation and ports (their ``_struct omitempty``), every field present on
+Job, Node and the list stubs, times in Unix nanoseconds or RFC 3339, ``Drain`` computed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from .objects import SimAlloc, SimEval, SimJob, SimNode
+
+__all__ = [
+    "ZERO_TIME",
+    "alloc_full",
+    "alloc_stub",
+    "eval_full",
+    "job_full",
+    "job_stub",
+    "node_full",
+    "node_stub",
+    "omit_zero",
+    "rfc3339",
+]
+
+ZERO_TIME: Final = "0001-01-01T00:00:00Z"
+_DESIRED_TRANSITION_KEYS: Final = (
+    "ForceReschedule",
+    "Migrate",
+    "MigrateDisablePlacement",
+    "NoShutdownDelay",
+    "Reschedule",
+)
+_SUMMARY_STATES: Final = ("Queued", "Complete", "Failed", "Running", "Starting", "Lost", "Unknown")
+
+
+def omit_zero(data: dict[str, Any]) -> dict[str, Any]:
+    """Drop zero-valued keys, as go-msgpack's omitempty does: "", 0, false, null, empty maps and lists."""
+    return {key: value for key, value in data.items() if value or value is True}
+
+
+def rfc3339(ns: int) -> str:
+    if ns <= 0:
+        return ZERO_TIME
+    seconds, nanos = divmod(ns, 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    fraction = f".{nanos:09d}".rstrip("0") if nanos else ""
+    return f"{stamp}{fraction}Z"
+
+
+def _desired_transition(alloc: SimAlloc) -> dict[str, Any]:
+    return {key: (True if alloc.desired_transition.get(key) else None) for key in _DESIRED_TRANSITION_KEYS}
+
+
+def _allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
+    dynamic = [
+        omit_zero({"HostNetwork": "default", "Label": p["Label"], "To": p.get("To", 0), "Value": p["Value"]})
+        for p in alloc.ports
+    ]
+    networks = (
+        [omit_zero({"DynamicPorts": dynamic, "IP": alloc.host_ip, "Mode": "host"})] if alloc.ports else []
+    )
+    return {
+        "Shared": {
+            "DiskMB": 300,
+            "Networks": networks or None,
+            "Ports": [omit_zero({"HostIP": alloc.host_ip, **p}) for p in alloc.ports] or None,
+        },
+        "TaskLifecycles": {task: None for task in alloc.tasks},
+        "Tasks": {
+            task: {
+                "Cpu": {"CpuShares": alloc.cpu, "ReservedCores": None},
+                "Devices": None,
+                "Memory": {"MemoryMB": alloc.memory_mb, "MemoryMaxMB": alloc.memory_max_mb},
+                "Networks": None,
+            }
+            for task in alloc.tasks
+        },
+    }
+
+
+def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
+    """``GET /v1/allocation/:id`` (with the Job) and the event payload (without it), zeros omitted."""
+    desired_transition = _desired_transition(alloc) if any(alloc.desired_transition.values()) else None
+    data = {
+        "AllocModifyIndex": alloc.alloc_modify_index,
+        "AllocatedResources": _allocated_resources(alloc),
+        "ClientDescription": alloc.client_description,
+        "ClientStatus": alloc.client_status,
+        "CreateIndex": alloc.create_index,
+        "CreateTime": alloc.create_time,
+        "DesiredDescription": alloc.desired_description,
+        "DesiredStatus": alloc.desired_status,
+        "DesiredTransition": desired_transition,
+        "EvalID": alloc.eval_id,
+        "FollowupEvalID": alloc.followup_eval_id,
+        "ID": alloc.id,
+        "Job": alloc.job if with_job else None,
+        "JobID": alloc.job_id,
+        "ModifyIndex": alloc.modify_index,
+        "ModifyTime": alloc.modify_time,
+        "Name": alloc.name,
+        "Namespace": alloc.namespace,
+        "NextAllocation": alloc.next_allocation,
+        "NodeID": alloc.node_id,
+        "NodeName": alloc.node_name,
+        "PreviousAllocation": alloc.previous_allocation,
+        "RescheduleTracker": alloc.reschedule_tracker,
+        "TaskGroup": alloc.task_group,
+        "TaskStates": alloc.task_states or None,
+    }
+    return omit_zero(data)
+
+
+def alloc_stub(alloc: SimAlloc, *, resources: bool, task_states: bool = True) -> dict[str, Any]:
+    """An AllocListStub: every field present."""
+    return {
+        "AllocatedResources": _allocated_resources(alloc) if resources else None,
+        "ClientDescription": alloc.client_description,
+        "ClientStatus": alloc.client_status,
+        "CreateIndex": alloc.create_index,
+        "CreateTime": alloc.create_time,
+        "DeploymentStatus": None,
+        "DesiredDescription": alloc.desired_description,
+        "DesiredStatus": alloc.desired_status,
+        "DesiredTransition": _desired_transition(alloc),
+        "EvalID": alloc.eval_id,
+        "FollowupEvalID": alloc.followup_eval_id,
+        "ID": alloc.id,
+        "JobID": alloc.job_id,
+        "JobType": alloc.job.get("Type", ""),
+        "JobVersion": alloc.job_version,
+        "ModifyIndex": alloc.modify_index,
+        "ModifyTime": alloc.modify_time,
+        "Name": alloc.name,
+        "Namespace": alloc.namespace,
+        "NextAllocation": alloc.next_allocation,
+        "NodeID": alloc.node_id,
+        "NodeName": alloc.node_name,
+        "PreemptedAllocations": None,
+        "PreemptedByAllocation": "",
+        "RescheduleTracker": alloc.reschedule_tracker,
+        "TaskGroup": alloc.task_group,
+        "TaskStates": (alloc.task_states or None) if task_states else None,
+    }
+
+
+def job_full(job: SimJob, region: str) -> dict[str, Any]:
+    """The full Job: no omitempty, so every field is present."""
+    spec = job.spec
+    return {
+        "Affinities": spec.get("Affinities"),
+        "AllAtOnce": bool(spec.get("AllAtOnce", False)),
+        "Constraints": spec.get("Constraints"),
+        "CreateIndex": job.create_index,
+        "Datacenters": spec.get("Datacenters") or ["dc1"],
+        "DispatchIdempotencyToken": "",
+        "Dispatched": False,
+        "ID": job.id,
+        "JobModifyIndex": job.job_modify_index,
+        "Meta": spec.get("Meta"),
+        "ModifyIndex": job.modify_index,
+        "Multiregion": None,
+        "Name": spec.get("Name") or job.id,
+        "Namespace": job.namespace,
+        "NodePool": spec.get("NodePool") or "default",
+        "ParameterizedJob": None,
+        "ParentID": spec.get("ParentID", ""),
+        "Payload": None,
+        "Periodic": None,
+        "Priority": spec.get("Priority") or 50,
+        "Region": spec.get("Region") or region,
+        "Spreads": spec.get("Spreads"),
+        "Stable": False,
+        "Status": job.status,
+        "StatusDescription": job.status_description,
+        "Stop": job.stop,
+        "SubmitTime": job.submit_time,
+        "TaskGroups": spec.get("TaskGroups"),
+        "Type": job.type,
+        "Update": spec.get("Update"),
+        "Version": job.version,
+    }
+
+
+def job_stub(job: SimJob, summary: dict[str, dict[str, int]], *, meta: bool) -> dict[str, Any]:
+    """A JobListStub; ``Meta`` only when asked for (``meta=true``) and not empty."""
+    spec = job.spec
+    stub = {
+        "CreateIndex": job.create_index,
+        "Datacenters": spec.get("Datacenters") or ["dc1"],
+        "ID": job.id,
+        "JobModifyIndex": job.job_modify_index,
+        "JobSummary": {
+            "Children": {"Dead": 0, "Pending": 0, "Running": 0},
+            "CreateIndex": job.create_index,
+            "JobID": job.id,
+            "ModifyIndex": job.modify_index,
+            "Namespace": job.namespace,
+            "Summary": summary,
+        },
+        "ModifyIndex": job.modify_index,
+        "Multiregion": None,
+        "Name": spec.get("Name") or job.id,
+        "Namespace": job.namespace,
+        "NodePool": spec.get("NodePool") or "default",
+        "ParameterizedJob": False,
+        "ParentID": spec.get("ParentID", ""),
+        "Periodic": False,
+        "Priority": spec.get("Priority") or 50,
+        "Status": job.status,
+        "StatusDescription": job.status_description,
+        "Stop": job.stop,
+        "SubmitTime": job.submit_time,
+        "Type": job.type,
+    }
+    if meta and spec.get("Meta"):
+        stub["Meta"] = spec["Meta"]
+    return stub
+
+
+def empty_summary(groups: list[str]) -> dict[str, dict[str, int]]:
+    return {group: dict.fromkeys(_SUMMARY_STATES, 0) for group in groups}
+
+
+def summary_state(alloc: SimAlloc) -> str:
+    return {
+        "pending": "Starting",
+        "running": "Running",
+        "complete": "Complete",
+        "failed": "Failed",
+        "lost": "Lost",
+        "unknown": "Unknown",
+    }[alloc.client_status]
+
+
+def _drivers() -> dict[str, Any]:
+    return {
+        "docker": {
+            "Attributes": {"driver.docker": "true"},
+            "Detected": True,
+            "HealthDescription": "Healthy",
+            "Healthy": True,
+            "UpdateTime": ZERO_TIME,
+        }
+    }
+
+
+def node_full(node: SimNode) -> dict[str, Any]:
+    """The full Node, sanitized (no SecretID), with the computed ``Drain``."""
+    return {
+        "Attributes": node.attributes,
+        "CreateIndex": node.create_index,
+        "Datacenter": node.datacenter,
+        "Drain": node.drain_strategy is not None,
+        "DrainStrategy": node.drain_strategy,
+        "Drivers": _drivers(),
+        "Events": node.events,
+        "HTTPAddr": node.http_addr,
+        "ID": node.id,
+        "LastDrain": node.last_drain,
+        "Meta": {},
+        "ModifyIndex": node.modify_index,
+        "Name": node.name,
+        "NodeClass": "",
+        "NodePool": "default",
+        "SchedulingEligibility": node.eligibility,
+        "Status": node.status,
+        "StatusDescription": node.status_description,
+        "StatusUpdatedAt": node.status_updated_at,
+    }
+
+
+def node_stub(node: SimNode, version: str) -> dict[str, Any]:
+    return {
+        "Address": node.address,
+        "CreateIndex": node.create_index,
+        "Datacenter": node.datacenter,
+        "Drain": node.drain_strategy is not None,
+        "Drivers": _drivers(),
+        "HostNetworks": None,
+        "HostVolumes": None,
+        "ID": node.id,
+        "LastDrain": node.last_drain,
+        "ModifyIndex": node.modify_index,
+        "Name": node.name,
+        "NodeClass": "",
+        "NodePool": "default",
+        "SchedulingEligibility": node.eligibility,
+        "Status": node.status,
+        "StatusDescription": node.status_description,
+        "Version": version,
+    }
+
+
+def eval_full(evaluation: SimEval) -> dict[str, Any]:
+    return omit_zero(
+        {
+            "BlockedEval": evaluation.blocked_eval,
+            "CreateIndex": evaluation.create_index,
+            "CreateTime": evaluation.create_time,
+            "FailedTGAllocs": evaluation.failed_tg_allocs,
+            "ID": evaluation.id,
+            "JobID": evaluation.job_id,
+            "JobModifyIndex": evaluation.job_modify_index,
+            "ModifyIndex": evaluation.modify_index,
+            "ModifyTime": evaluation.modify_time,
+            "Namespace": evaluation.namespace,
+            "NextEval": evaluation.next_eval,
+            "NodeID": evaluation.node_id,
+            "PreviousEval": evaluation.previous_eval,
+            "Priority": evaluation.priority,
+            "Status": evaluation.status,
+            "StatusDescription": evaluation.status_description,
+            "TriggeredBy": evaluation.triggered_by,
+            "Type": evaluation.type,
+            "WaitUntil": evaluation.wait_until,
+        }
+    )

@@ -1,0 +1,193 @@
+"""Exec sessions of the simulated cluster: each runs the command as a local process.
+
+This is a development driver, not an isolation boundary. The process runs in the allocation's own
+directory (its workspace, wiped when the task restarts) with an environment that carries nothing of
+the host's but PATH, plus the ``NOMAD_*`` variables Nomad gives every task. It is killed when its
+allocation stops. Frames follow Nomad's (nomad-api.md §5): base64 output chunks of at most 4 KiB,
+stream closes, ``exited`` with ``"result": {}`` for exit 0, then the TCP connection is dropped
+without a close frame. A session cut by a server restart or an agent going away gets no ``exited``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+import trio
+from attrs import define, field
+from loguru import logger
+
+from .http import ServerWebSocket
+from .objects import SimAlloc
+from .state import ClusterState
+
+__all__ = ["ExecSessions"]
+
+_CHUNK: Final = 4096
+
+
+@define(eq=False)
+class _Session:
+    alloc_id: str
+    node_id: str
+    server: str
+    scope: trio.CancelScope = field(factory=trio.CancelScope)
+    process: trio.Process | None = None
+    killed: bool = False
+
+    def kill(self) -> None:
+        self.killed = True
+        _kill_group(self.process)
+
+
+def _kill_group(process: trio.Process | None) -> None:
+    if process is None or process.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+class ExecSessions:
+    """Every open exec session; the agents' ExecHooks."""
+
+    def __init__(self, state: ClusterState, root: Path) -> None:
+        self.state = state
+        self.root = root
+        self._sessions: set[_Session] = set()
+
+    @property
+    def count(self) -> int:
+        return len(self._sessions)
+
+    def workspace(self, alloc: SimAlloc, task: str) -> Path:
+        path = self.root / alloc.id / task
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def environment(self, alloc: SimAlloc, task: str) -> dict[str, str]:
+        directory = str(self.workspace(alloc, task))
+        return {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": directory,
+            "NOMAD_ALLOC_ID": alloc.id,
+            "NOMAD_ALLOC_NAME": alloc.name,
+            "NOMAD_ALLOC_DIR": str(self.root / alloc.id),
+            "NOMAD_TASK_DIR": directory,
+            "NOMAD_TASK_NAME": task,
+            "NOMAD_GROUP_NAME": alloc.task_group,
+            "NOMAD_JOB_ID": alloc.job_id,
+            "NOMAD_JOB_NAME": alloc.job_id,
+            "NOMAD_NAMESPACE": alloc.namespace,
+            "NOMAD_DC": self.state.config.datacenter,
+            "NOMAD_REGION": self.state.config.region,
+        }
+
+    # -- ExecHooks ------------------------------------------------------------------------------
+
+    def kill_alloc(self, alloc_id: str) -> None:
+        for session in list(self._sessions):
+            if session.alloc_id == alloc_id:
+                session.kill()
+
+    def reset_workspace(self, alloc: SimAlloc) -> None:
+        shutil.rmtree(self.root / alloc.id, ignore_errors=True)
+
+    def drop_node(self, node_id: str) -> None:
+        self._drop(lambda s: s.node_id == node_id)
+
+    def drop_server(self, server: str) -> None:
+        self._drop(lambda s: s.server == server)
+
+    def drop_all(self) -> None:
+        self._drop(lambda s: True)
+
+    def _drop(self, selected: Any) -> None:
+        for session in list(self._sessions):
+            if selected(session):
+                session.scope.cancel("exec session dropped")
+
+    def remove_all_workspaces(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- one session ----------------------------------------------------------------------------
+
+    async def run(
+        self, websocket: ServerWebSocket, alloc: SimAlloc, task: str, command: list[str], server: str
+    ) -> None:
+        session = _Session(alloc.id, alloc.node_id, server)
+        self._sessions.add(session)
+        try:
+            with session.scope:
+                await self._run(websocket, session, alloc, task, command)
+        finally:
+            self._sessions.discard(session)
+            session.kill()
+            with trio.move_on_after(1, shield=True):
+                await websocket.abort()
+
+    async def _run(
+        self, websocket: ServerWebSocket, session: _Session, alloc: SimAlloc, task: str, command: list[str]
+    ) -> None:
+        try:
+            process = await trio.lowlevel.open_process(
+                command,
+                cwd=self.workspace(alloc, task),
+                env=self.environment(alloc, task),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            await websocket.close(1011, f"failed to exec into task: {exc.strerror or exc}")
+            return
+        session.process = process
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._forward_stdin, websocket, session)
+            async with trio.open_nursery() as outputs:
+                outputs.start_soon(self._pump, websocket, process.stdout, "stdout")
+                outputs.start_soon(self._pump, websocket, process.stderr, "stderr")
+            code = await process.wait()
+            nursery.cancel_scope.cancel("the command exited")
+        exit_code = 128 - code if code < 0 else code
+        result = {"exit_code": exit_code} if exit_code else {}
+        await websocket.send_text(orjson.dumps({"exited": True, "result": result}).decode())
+
+    @staticmethod
+    async def _pump(websocket: ServerWebSocket, pipe: trio.abc.ReceiveStream | None, name: str) -> None:
+        assert pipe is not None
+        while data := await pipe.receive_some(_CHUNK):
+            frame = {name: {"data": base64.b64encode(data).decode("ascii")}}
+            await websocket.send_text(orjson.dumps(frame).decode())
+        await websocket.send_text(orjson.dumps({name: {"close": True}}).decode())
+
+    @staticmethod
+    async def _forward_stdin(websocket: ServerWebSocket, session: _Session) -> None:
+        assert session.process is not None
+        stdin = session.process.stdin
+        assert stdin is not None
+        while (text := await websocket.receive_text()) is not None:
+            try:
+                frame = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                logger.debug("exec: ignored a frame that is not JSON")
+                continue
+            body = frame.get("stdin") if isinstance(frame, dict) else None
+            if not isinstance(body, dict):
+                continue  # tty_size, heartbeats and unknown frames
+            try:
+                if data := body.get("data"):
+                    await stdin.send_all(base64.b64decode(data))
+                if body.get("close"):
+                    await stdin.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        # The client went away: nobody can read the output any more.
+        session.kill()

@@ -1,0 +1,161 @@
+"""The simulated cluster's records: mutable, owned by ``ClusterState``, encoded by ``encode.py``.
+
+Field names follow Nomad's structs; dicts hold the nested structures exactly as Nomad encodes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrs import define, field
+
+__all__ = ["TASK_EVENT_LIMIT", "SimAlloc", "SimEval", "SimJob", "SimNode"]
+
+# Nomad keeps the last 10 task events and the last 10 node events.
+TASK_EVENT_LIMIT = 10
+
+
+@define(eq=False)
+class SimNode:
+    id: str
+    name: str
+    datacenter: str
+    address: str
+    http_addr: str
+    status: str = "initializing"
+    status_description: str = ""
+    status_updated_at: int = 0
+    eligibility: str = "eligible"
+    drain_strategy: dict[str, Any] | None = None
+    last_drain: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(factory=list)
+    attributes: dict[str, str] = field(factory=dict)
+    create_index: int = 0
+    modify_index: int = 0
+    # The agent process: down while it restarts or after it crashed.
+    agent_up: bool = True
+    agent_down_since: float = 0.0
+    # Placements since the node last came back, for the reschedule flood.
+    back_since: float = -1e18
+    placements_since_back: int = 0
+    # The drain was started by the agent itself (drain_on_shutdown).
+    self_drain: bool = False
+
+    def add_event(
+        self, message: str, subsystem: str, timestamp: str, index: int, details: dict[str, str] | None = None
+    ) -> None:
+        self.events.append(
+            {
+                "CreateIndex": index,
+                "Details": details,
+                "Message": message,
+                "Subsystem": subsystem,
+                "Timestamp": timestamp,
+            }
+        )
+        del self.events[:-TASK_EVENT_LIMIT]
+
+
+@define(eq=False)
+class SimJob:
+    namespace: str
+    id: str
+    spec: dict[str, Any]
+    version: int = 0
+    status: str = "pending"
+    status_description: str = ""
+    stop: bool = False
+    submit_time: int = 0
+    create_index: int = 0
+    modify_index: int = 0
+    job_modify_index: int = 0
+    # Set once the job has had an evaluation: a job with evals is dead, not pending, when idle.
+    has_evals: bool = False
+
+    @property
+    def type(self) -> str:
+        return str(self.spec.get("Type") or "service")
+
+    @property
+    def task_groups(self) -> list[dict[str, Any]]:
+        return list(self.spec.get("TaskGroups") or [])
+
+    def group(self, name: str) -> dict[str, Any] | None:
+        return next((g for g in self.task_groups if g.get("Name") == name), None)
+
+
+@define(eq=False)
+class SimAlloc:
+    id: str
+    namespace: str
+    eval_id: str
+    name: str
+    node_id: str
+    node_name: str
+    job_id: str
+    job: dict[str, Any]
+    job_version: int
+    task_group: str
+    tasks: list[str]
+    host_ip: str
+    ports: list[dict[str, Any]] = field(factory=list)
+    cpu: int = 100
+    memory_mb: int = 300
+    memory_max_mb: int = 0
+    desired_status: str = "run"
+    desired_description: str = ""
+    desired_transition: dict[str, bool] = field(factory=dict)
+    client_status: str = "pending"
+    client_description: str = ""
+    previous_allocation: str = ""
+    next_allocation: str = ""
+    followup_eval_id: str = ""
+    reschedule_tracker: dict[str, Any] | None = None
+    task_states: dict[str, dict[str, Any]] = field(factory=dict)
+    create_index: int = 0
+    modify_index: int = 0
+    alloc_modify_index: int = 0
+    create_time: int = 0
+    modify_time: int = 0
+    # Restarts within the restart policy's interval: (trio time of each restart).
+    restart_times: list[float] = field(factory=list)
+    terminal_since: float = 0.0
+
+    @property
+    def client_terminal(self) -> bool:
+        return self.client_status in ("complete", "failed", "lost")
+
+    @property
+    def server_terminal(self) -> bool:
+        return self.desired_status in ("stop", "evict")
+
+    @property
+    def terminal(self) -> bool:
+        return self.client_terminal or self.server_terminal
+
+
+@define(eq=False)
+class SimEval:
+    id: str
+    namespace: str
+    job_id: str
+    type: str
+    triggered_by: str
+    priority: int = 50
+    node_id: str = ""
+    status: str = "pending"
+    status_description: str = ""
+    job_modify_index: int = 0
+    previous_eval: str = ""
+    next_eval: str = ""
+    blocked_eval: str = ""
+    wait_until: str = ""
+    failed_tg_allocs: dict[str, Any] = field(factory=dict)
+    create_index: int = 0
+    modify_index: int = 0
+    create_time: int = 0
+    modify_time: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in ("complete", "failed", "canceled")

@@ -1,0 +1,385 @@
+"""The leader's scheduler: evaluations in, plans out.
+
+A plan is one ``PlanResult`` write: new allocations (pending/run), stopped ones (DesiredStatus stop
+with Nomad's description), replacements linked both ways in the same write (PreviousAllocation on the
+new one, NextAllocation on the old one), in-place updates. Placement picks ready, eligible,
+non-draining nodes and spreads a job over them; when nothing fits, the evaluation records
+FailedTGAllocs and a blocked evaluation waits for capacity.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from .config import ENVIRONMENT_JOB_PREFIX
+from .encode import job_full, rfc3339
+from .objects import SimAlloc, SimEval, SimJob, SimNode
+from .state import ClusterState, JobKey, Write
+
+__all__ = ["Scheduler", "reschedule_policy", "restart_policy"]
+
+_BATCH_RESTART: Final = {"Attempts": 3, "Interval": 24 * 3600 * 10**9, "Delay": 15 * 10**9, "Mode": "fail"}
+_SERVICE_RESTART: Final = {"Attempts": 2, "Interval": 30 * 60 * 10**9, "Delay": 15 * 10**9, "Mode": "fail"}
+_BATCH_RESCHEDULE: Final = {
+    "Attempts": 1,
+    "Interval": 24 * 3600 * 10**9,
+    "Delay": 5 * 10**9,
+    "DelayFunction": "constant",
+    "MaxDelay": 0,
+    "Unlimited": False,
+}
+_SERVICE_RESCHEDULE: Final = {
+    "Attempts": 0,
+    "Interval": 0,
+    "Delay": 30 * 10**9,
+    "DelayFunction": "exponential",
+    "MaxDelay": 3600 * 10**9,
+    "Unlimited": True,
+}
+_INDEX_IN_NAME: Final = re.compile(r"\[(\d+)\]$")
+
+
+def restart_policy(job: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
+    defaults = _BATCH_RESTART if job.get("Type") == "batch" else _SERVICE_RESTART
+    return {**defaults, **{k: v for k, v in (group.get("RestartPolicy") or {}).items() if v is not None}}
+
+
+def reschedule_policy(job: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
+    defaults = _BATCH_RESCHEDULE if job.get("Type") == "batch" else _SERVICE_RESCHEDULE
+    return {**defaults, **{k: v for k, v in (group.get("ReschedulePolicy") or {}).items() if v is not None}}
+
+
+def _task_signature(group: dict[str, Any]) -> Any:
+    """What an update must change to replace allocations instead of updating them in place."""
+    return [
+        (t.get("Name"), t.get("Driver"), t.get("Config"), t.get("Env"), t.get("Resources"))
+        for t in group.get("Tasks") or []
+    ], group.get("Networks")
+
+
+class Scheduler:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.blocked: dict[JobKey, SimEval] = {}
+        self._port_cursor: dict[str, int] = {}
+        self._used_ports: dict[str, set[int]] = {}
+        # Nodes that received placements in the last plan, for the reschedule flood.
+        self.on_placed: list[Any] = []
+
+    # -- evaluations ----------------------------------------------------------------------------
+
+    def enqueue(self, evaluation: SimEval) -> None:
+        self.state.timers.call_later(self.state.config.eval_delay, lambda: self.process(evaluation.id))
+
+    def process(self, eval_id: str) -> None:
+        evaluation = self.state.evals.get(eval_id)
+        if evaluation is None or evaluation.terminal or evaluation.status == "blocked":
+            return
+        key = (evaluation.namespace, evaluation.job_id)
+        failed: dict[str, Any] = {}
+        placed_on: list[SimNode] = []
+        with self.state.write("PlanResult") as tx:
+            for name, count in self._groups(key):
+                failed_count = self._reconcile_group(tx, key, name, count, evaluation, placed_on)
+                if failed_count:
+                    failed[name] = {
+                        "CoalescedFailures": failed_count - 1,
+                        "NodesEvaluated": len(self.state.nodes),
+                    }
+            tx.touch(evaluation)
+        with self.state.write("EvaluationUpdated") as tx:
+            fields: dict[str, Any] = {"status": "complete"}
+            if failed:
+                blocked = self.state.new_eval(
+                    tx, key, "queued-allocs", status="blocked", previous_eval=evaluation.id
+                )
+                self.blocked[key] = blocked
+                fields.update(failed_tg_allocs=failed, blocked_eval=blocked.id)
+            self.state.eval_changed(tx, evaluation, **fields)
+        for node in placed_on:
+            for hook in self.on_placed:
+                hook(node)
+
+    def unblock(self) -> None:
+        """Capacity changed: blocked evaluations are queued again."""
+        if not self.blocked:
+            return
+        blocked, self.blocked = self.blocked, {}
+        with self.state.write("EvaluationUpdated") as tx:
+            for evaluation in blocked.values():
+                self.state.eval_changed(tx, evaluation, status="pending")
+        for evaluation in blocked.values():
+            self.enqueue(evaluation)
+
+    def _groups(self, key: JobKey) -> list[tuple[str, int]]:
+        job = self.state.jobs.get(key)
+        names = {a.task_group for a in self.state.allocs_by_job.get(key, {}).values()}
+        if job is None or job.stop:
+            return [(name, 0) for name in sorted(names)]
+        counts = {
+            g["Name"]: int(g.get("Count", 1) if g.get("Count") is not None else 1) for g in job.task_groups
+        }
+        return [(name, counts.get(name, 0)) for name in sorted(names | set(counts))]
+
+    # -- reconciling one task group -------------------------------------------------------------
+
+    def _reconcile_group(
+        self, tx: Write, key: JobKey, group: str, count: int, evaluation: SimEval, placed_on: list[SimNode]
+    ) -> int:
+        """Stop, update and place allocations of one group; returns how many could not be placed."""
+        state = self.state
+        job = state.jobs.get(key)
+        allocs = [a for a in state.allocs_by_job.get(key, {}).values() if a.task_group == group]
+        batch = job is not None and job.type == "batch"
+        description = "alloc not needed due to job update"
+        if job is None or job.stop or count == 0:
+            for alloc in allocs:
+                if not alloc.server_terminal:
+                    state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
+            return 0
+        spec = job.group(group) or {}
+        lost = "alloc is lost since its node is down"
+        for alloc in allocs:
+            node = state.nodes.get(alloc.node_id)
+            if node is not None and node.status == "down" and not alloc.client_terminal:
+                state.alloc_changed(
+                    tx,
+                    alloc,
+                    client_status="lost",
+                    client_description=lost,
+                    desired_status="stop",
+                    desired_description=lost,
+                )
+        kept: list[SimAlloc] = []
+        replace: list[SimAlloc] = []
+        for alloc in sorted(allocs, key=lambda a: a.create_index):
+            if alloc.next_allocation:
+                continue
+            if alloc.client_status == "lost":
+                replace.append(alloc)
+            elif alloc.server_terminal:
+                continue
+            elif alloc.desired_transition.get("Migrate"):
+                state.alloc_changed(
+                    tx, alloc, desired_status="stop", desired_description="alloc is being migrated"
+                )
+                replace.append(alloc)
+            elif alloc.client_status == "complete" and not batch:
+                replace.append(alloc)
+            elif alloc.job_version != job.version:
+                old_groups: list[dict[str, Any]] = alloc.job.get("TaskGroups") or []
+                old_group = next((g for g in old_groups if g.get("Name") == group), {})
+                if _task_signature(old_group) == _task_signature(spec):
+                    alloc.job, alloc.job_version = job_full(job, state.config.region), job.version
+                    alloc.alloc_modify_index = state.index + 1
+                    state.alloc_changed(tx, alloc)
+                    kept.append(alloc)
+                else:
+                    state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
+            else:
+                kept.append(alloc)
+        # A failed allocation keeps its slot: its reschedule policy replaces it, or it stays failed.
+        for alloc in kept[count:]:
+            state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
+        missing = count - min(count, len(kept))
+        unplaced = 0
+        used_indexes = {self._name_index(a.name) for a in kept[:count]}
+        for i in range(missing):
+            previous = replace[i] if i < len(replace) else None
+            index = self._free_index(used_indexes)
+            used_indexes.add(index)
+            node = self._choose_node(key, previous)
+            if node is None:
+                unplaced += 1
+                continue
+            self.place(tx, job, spec, node, index, evaluation, previous=previous)
+            placed_on.append(node)
+        return unplaced
+
+    @staticmethod
+    def _name_index(name: str) -> int:
+        match = _INDEX_IN_NAME.search(name)
+        return int(match.group(1)) if match else 0
+
+    @staticmethod
+    def _free_index(used: set[int]) -> int:
+        index = 0
+        while index in used:
+            index += 1
+        return index
+
+    # -- placement ------------------------------------------------------------------------------
+
+    def feasible_nodes(self) -> list[SimNode]:
+        return [
+            n
+            for n in self.state.nodes.values()
+            if n.status == "ready"
+            and n.eligibility == "eligible"
+            and n.drain_strategy is None
+            and len(self.state.live_allocs_by_node.get(n.id, ())) < self.state.config.node_capacity
+        ]
+
+    def _choose_node(self, key: JobKey, previous: SimAlloc | None) -> SimNode | None:
+        candidates = self.feasible_nodes()
+        if previous is not None and len(candidates) > 1:
+            candidates = [n for n in candidates if n.id != previous.node_id] or candidates
+        if not candidates:
+            return None
+        job_allocs = self.state.allocs_by_job.get(key, {})
+        per_node: dict[str, int] = {}
+        for alloc in job_allocs.values():
+            if not alloc.terminal:
+                per_node[alloc.node_id] = per_node.get(alloc.node_id, 0) + 1
+        rng = self.state.rng
+        return min(
+            candidates,
+            key=lambda n: (
+                per_node.get(n.id, 0),
+                len(self.state.live_allocs_by_node.get(n.id, ())),
+                rng.random(),
+            ),
+        )
+
+    def place(
+        self,
+        tx: Write,
+        job: SimJob,
+        group: dict[str, Any],
+        node: SimNode,
+        index: int,
+        evaluation: SimEval,
+        *,
+        previous: SimAlloc | None = None,
+        tracker: dict[str, Any] | None = None,
+    ) -> SimAlloc:
+        state = self.state
+        tasks = group.get("Tasks") or [{"Name": group.get("Name", "task")}]
+        resources = tasks[0].get("Resources") or {}
+        alloc = SimAlloc(
+            id=state.new_id(),
+            namespace=job.namespace,
+            eval_id=evaluation.id,
+            name=f"{job.id}.{group.get('Name')}[{index}]",
+            node_id=node.id,
+            node_name=node.name,
+            job_id=job.id,
+            job=job_full(job, state.config.region),
+            job_version=job.version,
+            task_group=str(group.get("Name")),
+            tasks=[str(t.get("Name")) for t in tasks],
+            host_ip=node.address,
+            ports=self._allocate_ports(node, group),
+            cpu=int(resources.get("CPU") or 100),
+            memory_mb=int(resources.get("MemoryMB") or 300),
+            memory_max_mb=int(resources.get("MemoryMaxMB") or 0),
+            previous_allocation=previous.id if previous else "",
+            reschedule_tracker=tracker,
+        )
+        alloc.alloc_modify_index = state.index + 1
+        state.add_alloc(tx, alloc)
+        if previous is not None:
+            state.alloc_changed(tx, previous, next_allocation=alloc.id)
+        node.placements_since_back += 1
+        return alloc
+
+    def _allocate_ports(self, node: SimNode, group: dict[str, Any]) -> list[dict[str, Any]]:
+        low, high = self.state.config.dynamic_port_range
+        used = self._used_ports.setdefault(node.id, set())
+        ports = []
+        for network in group.get("Networks") or []:
+            for reserved in network.get("ReservedPorts") or []:
+                ports.append(
+                    {"Label": reserved["Label"], "To": reserved.get("To", 0), "Value": reserved["Value"]}
+                )
+            for dynamic in network.get("DynamicPorts") or []:
+                value = self._port_cursor.get(node.id, low)
+                while value in used:
+                    value = low if value >= high else value + 1
+                used.add(value)
+                self._port_cursor[node.id] = value + 1
+                ports.append({"Label": dynamic["Label"], "To": dynamic.get("To", 0), "Value": value})
+        return ports
+
+    # -- replacements outside an evaluation -----------------------------------------------------
+
+    def reschedule_failed(self, alloc: SimAlloc) -> None:
+        """Place the replacement of a failed allocation, after its reschedule delay."""
+        state = self.state
+        key = (alloc.namespace, alloc.job_id)
+        job = state.jobs.get(key)
+        followup = state.evals.get(alloc.followup_eval_id)
+        if job is None or job.stop or alloc.next_allocation or alloc.server_terminal:
+            return
+        node = self._choose_node(key, alloc)
+        evaluation = followup or SimEval(
+            id="", namespace=job.namespace, job_id=job.id, type=job.type, triggered_by="alloc-failure"
+        )
+        if node is None:
+            with state.write("EvaluationUpdated") as tx:
+                if followup is not None:
+                    state.eval_changed(tx, followup, status="complete")
+                self.blocked[key] = state.new_eval(tx, key, "queued-allocs", status="blocked")
+            return
+        events = list((alloc.reschedule_tracker or {}).get("Events") or [])
+        events.append(
+            {
+                "Delay": self.reschedule_delay(job, alloc),
+                "PrevAllocID": alloc.id,
+                "PrevNodeID": alloc.node_id,
+                "RescheduleTime": state.now_ns(),
+            }
+        )
+        with state.write("PlanResult") as tx:
+            state.alloc_changed(
+                tx,
+                alloc,
+                desired_status="stop",
+                desired_description="alloc was rescheduled because it failed",
+            )
+            self.place(
+                tx,
+                job,
+                job.group(alloc.task_group) or {},
+                node,
+                self._name_index(alloc.name),
+                evaluation,
+                previous=alloc,
+                tracker={"Events": events, "LastReschedule": "ok"},
+            )
+            if followup is not None:
+                state.eval_changed(tx, followup, status="complete")
+        for hook in self.on_placed:
+            hook(node)
+
+    def reschedule_delay(self, job: SimJob, alloc: SimAlloc) -> int:
+        """The delay before the next reschedule, in ns, by the policy's delay function."""
+        policy = reschedule_policy(job.spec, job.group(alloc.task_group) or {})
+        delay = int(policy.get("Delay") or 0)
+        attempts = len((alloc.reschedule_tracker or {}).get("Events") or [])
+        if policy.get("DelayFunction") == "exponential":
+            delay *= 2**attempts
+        elif policy.get("DelayFunction") == "fibonacci":
+            a, b = delay, delay
+            for _ in range(attempts):
+                a, b = b, a + b
+            delay = a
+        max_delay = int(policy.get("MaxDelay") or 0)
+        return min(delay, max_delay) if max_delay else delay
+
+    def may_reschedule(self, job: SimJob, alloc: SimAlloc) -> bool:
+        policy = reschedule_policy(job.spec, job.group(alloc.task_group) or {})
+        if policy.get("Unlimited"):
+            return True
+        interval_ns = int(policy.get("Interval") or 0)
+        now = self.state.now_ns()
+        events = (alloc.reschedule_tracker or {}).get("Events") or []
+        recent = [e for e in events if not interval_ns or now - e["RescheduleTime"] <= interval_ns]
+        return len(recent) < int(policy.get("Attempts") or 0)
+
+    def is_environment_job(self, key: JobKey) -> bool:
+        return key[1].startswith(ENVIRONMENT_JOB_PREFIX)
+
+    def wait_until(self, delay_ns: int) -> str:
+        return rfc3339(self.state.now_ns() + delay_ns)

@@ -1,0 +1,335 @@
+"""The simulated cluster's replicated state: tables, the Raft index, and the events each write emits.
+
+Every change happens inside ``write(message_type)``: the objects touched in it get the next Raft
+index, job statuses are recomputed by Nomad's rules (``getJobStatus``), and one batch of events is
+published, every event carrying the write's message type whatever its topic (nomad-api.md §1.5).
+Objects touched twice in one write yield one event (go-memdb coalesces them). Deleting allocations
+and evaluations (GC) emits nothing, as in Nomad.
+
+Code here is synchronous and does no I/O; time comes from ``clock`` and delayed work is handed to
+``timers``, so the trio layer decides how time passes.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import orjson
+from attrs import define, field, frozen
+
+from .config import SimConfig
+from .encode import alloc_full, eval_full, job_full, node_full, rfc3339
+from .objects import SimAlloc, SimEval, SimJob, SimNode
+
+__all__ = ["ClusterState", "PublishedBatch", "PublishedEvent", "Timers", "Write"]
+
+JobKey = tuple[str, str]
+
+
+class Timers(Protocol):
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` after ``delay`` seconds; returns a function that cancels it."""
+        ...
+
+
+@frozen
+class PublishedEvent:
+    topic: str
+    key: str
+    namespace: str
+    filter_keys: tuple[str, ...]
+    data: bytes
+
+
+@frozen
+class PublishedBatch:
+    index: int
+    events: tuple[PublishedEvent, ...]
+
+
+@define
+class Write:
+    """The objects one Raft message changes."""
+
+    message_type: str
+    touched: dict[int, tuple[str, Any]] = field(factory=dict)
+    deleted_jobs: list[SimJob] = field(factory=list)
+
+    def touch(self, obj: SimAlloc | SimJob | SimEval | SimNode) -> None:
+        self.touched[id(obj)] = (_TOPICS[type(obj)], obj)
+
+    def delete_job(self, job: SimJob) -> None:
+        self.deleted_jobs.append(job)
+        self.touched.pop(id(job), None)
+
+
+_TOPICS: dict[type, str] = {SimAlloc: "Allocation", SimJob: "Job", SimEval: "Evaluation", SimNode: "Node"}
+_TABLES = {"Allocation": "allocs", "Job": "jobs", "Evaluation": "evals", "Node": "nodes"}
+
+
+class ClusterState:
+    """One owner of every table; the API, scheduler and agents call its methods."""
+
+    def __init__(self, config: SimConfig, timers: Timers, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.timers = timers
+        self.clock = clock
+        self.rng = random.Random(config.seed)
+        self._epoch_ns = time.time_ns()
+        self._clock_start = clock()
+        self.index = 1
+        self.table_index = {"jobs": 1, "allocs": 1, "evals": 1, "nodes": 1}
+        self.jobs: dict[JobKey, SimJob] = {}
+        self.allocs: dict[str, SimAlloc] = {}
+        self.evals: dict[str, SimEval] = {}
+        self.nodes: dict[str, SimNode] = {}
+        self.allocs_by_job: dict[JobKey, dict[str, SimAlloc]] = {}
+        self.live_allocs_by_node: dict[str, set[str]] = {}
+        self.open_evals_by_job: dict[JobKey, set[str]] = {}
+        self.job_dead_since: dict[JobKey, float] = {}
+        self.registrations: list[dict[str, Any]] = []
+        self.subscribers: list[Callable[[PublishedBatch], None]] = []
+        # Called after each write with the write, for the agents and the exec layer.
+        self.after_write: list[Callable[[Write], None]] = []
+        self.version_counter = 0
+
+    # -- time and identity ----------------------------------------------------------------------
+
+    def now(self) -> float:
+        return self.clock() - self._clock_start
+
+    def now_ns(self) -> int:
+        return self._epoch_ns + round(self.now() * 1e9)
+
+    def new_id(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self, message_type: str) -> Iterator[Write]:
+        tx = Write(message_type)
+        yield tx
+        if tx.touched or tx.deleted_jobs:
+            self._commit(tx)
+
+    def _commit(self, tx: Write) -> None:
+        self.index += 1
+        index, now_ns = self.index, self.now_ns()
+        self._update_job_statuses(tx)
+        events = []
+        for topic, obj in tx.touched.values():
+            if obj.create_index == 0:
+                obj.create_index = index
+            obj.modify_index = index
+            if isinstance(obj, SimAlloc | SimEval):
+                obj.modify_time = now_ns
+                if obj.create_time == 0:
+                    obj.create_time = now_ns
+            self.table_index[_TABLES[topic]] = index
+            events.append(self._event(tx.message_type, topic, obj, index))
+        for job in tx.deleted_jobs:
+            job.modify_index = index
+            self.table_index["jobs"] = index
+            events.append(self._job_event(tx.message_type, job, index, deleted=True))
+        batch = PublishedBatch(index, tuple(events))
+        for subscriber in list(self.subscribers):
+            subscriber(batch)
+        for hook in list(self.after_write):
+            hook(tx)
+
+    def _event(self, message_type: str, topic: str, obj: Any, index: int) -> PublishedEvent:
+        if isinstance(obj, SimJob):
+            return self._job_event(message_type, obj, index, deleted=False)
+        if isinstance(obj, SimAlloc):
+            return self._encode(
+                message_type,
+                topic,
+                obj.id,
+                obj.namespace,
+                (obj.job_id, ""),
+                index,
+                {"Allocation": alloc_full(obj, with_job=False)},
+            )
+        if isinstance(obj, SimEval):
+            return self._encode(
+                message_type,
+                topic,
+                obj.id,
+                obj.namespace,
+                (obj.job_id, ""),
+                index,
+                {"Evaluation": eval_full(obj)},
+            )
+        return self._encode(message_type, topic, obj.id, "", (), index, {"Node": node_full(obj)})
+
+    def _job_event(self, message_type: str, job: SimJob, index: int, *, deleted: bool) -> PublishedEvent:
+        payload: dict[str, Any] = {"Job": job_full(job, self.config.region)}
+        if deleted:
+            payload["Deleted"] = True
+        return self._encode(message_type, "Job", job.id, job.namespace, (), index, payload)
+
+    @staticmethod
+    def _encode(
+        message_type: str,
+        topic: str,
+        key: str,
+        namespace: str,
+        filter_keys: tuple[str, ...],
+        index: int,
+        payload: dict[str, Any],
+    ) -> PublishedEvent:
+        event = {
+            "Topic": topic,
+            "Type": message_type,
+            "Key": key,
+            "Namespace": namespace,
+            "FilterKeys": list(filter_keys) or None,
+            "Index": index,
+            "Payload": payload,
+        }
+        return PublishedEvent(topic, key, namespace, filter_keys, orjson.dumps(event))
+
+    # -- job status (getJobStatus) --------------------------------------------------------------
+
+    def job_status(self, job: SimJob) -> str:
+        key = (job.namespace, job.id)
+        if job.type == "system":
+            return "dead" if job.stop else "running"
+        if any(not a.terminal for a in self.allocs_by_job.get(key, {}).values()):
+            return "running"
+        if self.open_evals_by_job.get(key):
+            return "pending"
+        return "dead" if job.has_evals or job.stop else "pending"
+
+    def _update_job_statuses(self, tx: Write) -> None:
+        keys = set()
+        for _, obj in list(tx.touched.values()):
+            if isinstance(obj, SimAlloc | SimEval):
+                keys.add((obj.namespace, obj.job_id))
+            elif isinstance(obj, SimJob):
+                keys.add((obj.namespace, obj.id))
+        for key in keys:
+            job = self.jobs.get(key)
+            if job is None:
+                continue
+            status = self.job_status(job)
+            if status != job.status:
+                job.status = status
+                tx.touch(job)
+            if status == "dead":
+                self.job_dead_since.setdefault(key, self.now())
+            else:
+                self.job_dead_since.pop(key, None)
+
+    # -- table maintenance ----------------------------------------------------------------------
+
+    def add_alloc(self, tx: Write, alloc: SimAlloc) -> None:
+        self.allocs[alloc.id] = alloc
+        self.allocs_by_job.setdefault((alloc.namespace, alloc.job_id), {})[alloc.id] = alloc
+        self.live_allocs_by_node.setdefault(alloc.node_id, set()).add(alloc.id)
+        tx.touch(alloc)
+
+    def alloc_changed(self, tx: Write, alloc: SimAlloc, **changes: Any) -> None:
+        """Apply ``changes`` to ``alloc`` in ``tx``, keeping the per-node live sets right."""
+        for name, value in changes.items():
+            setattr(alloc, name, value)
+        if (alloc.client_terminal or alloc.server_terminal) and alloc.terminal_since == 0.0:
+            alloc.terminal_since = self.now() or 1e-9
+        if alloc.client_terminal:
+            self.live_allocs_by_node.get(alloc.node_id, set()).discard(alloc.id)
+        tx.touch(alloc)
+
+    def add_eval(self, tx: Write, evaluation: SimEval) -> None:
+        self.evals[evaluation.id] = evaluation
+        key = (evaluation.namespace, evaluation.job_id)
+        if not evaluation.terminal:
+            self.open_evals_by_job.setdefault(key, set()).add(evaluation.id)
+        job = self.jobs.get(key)
+        if job is not None:
+            job.has_evals = True
+        tx.touch(evaluation)
+
+    def eval_changed(self, tx: Write, evaluation: SimEval, **changes: Any) -> None:
+        for name, value in changes.items():
+            setattr(evaluation, name, value)
+        if evaluation.terminal:
+            self.open_evals_by_job.get((evaluation.namespace, evaluation.job_id), set()).discard(
+                evaluation.id
+            )
+        tx.touch(evaluation)
+
+    def new_eval(self, tx: Write, job_key: JobKey, triggered_by: str, **fields: Any) -> SimEval:
+        job = self.jobs.get(job_key)
+        evaluation = SimEval(
+            id=self.new_id(),
+            namespace=job_key[0],
+            job_id=job_key[1],
+            type=job.type if job else "batch",
+            triggered_by=triggered_by,
+            priority=int(job.spec.get("Priority") or 50) if job else 50,
+            job_modify_index=job.job_modify_index if job else 0,
+            **fields,
+        )
+        self.add_eval(tx, evaluation)
+        return evaluation
+
+    def forget_job_silently(self, key: JobKey) -> None:
+        """Remove a job with its allocations and evaluations, emitting nothing (the field's lost jobs)."""
+        self.jobs.pop(key, None)
+        self.job_dead_since.pop(key, None)
+        for alloc in self.allocs_by_job.pop(key, {}).values():
+            self.allocs.pop(alloc.id, None)
+            self.live_allocs_by_node.get(alloc.node_id, set()).discard(alloc.id)
+        for eval_id in self.open_evals_by_job.pop(key, set()):
+            self.evals.pop(eval_id, None)
+        self.index += 1
+        self.table_index["jobs"] = self.table_index["allocs"] = self.index
+
+    def collect_garbage(self) -> None:
+        """Job GC (JobBatchDeregistered, Deleted:true) and silent allocation and evaluation GC."""
+        now = self.now()
+        expired = [
+            key
+            for key, since in self.job_dead_since.items()
+            if now - since >= self.config.job_gc_threshold
+            and (job := self.jobs.get(key)) is not None
+            and (job.stop or job.type in ("batch", "sysbatch"))
+        ]
+        if expired:
+            with self.write("JobBatchDeregistered") as tx:
+                for key in expired:
+                    tx.delete_job(self.jobs.pop(key))
+                    self.job_dead_since.pop(key, None)
+        for key in expired:
+            for alloc in self.allocs_by_job.pop(key, {}).values():
+                self.allocs.pop(alloc.id, None)
+        old = [
+            a
+            for a in self.allocs.values()
+            if a.client_terminal
+            and a.terminal_since
+            and now - a.terminal_since >= self.config.alloc_gc_threshold
+        ]
+        for alloc in old:
+            self.allocs.pop(alloc.id, None)
+            self.allocs_by_job.get((alloc.namespace, alloc.job_id), {}).pop(alloc.id, None)
+        stale_evals = [
+            e.id for e in self.evals.values() if e.terminal and (e.namespace, e.job_id) not in self.jobs
+        ]
+        for eval_id in stale_evals:
+            self.evals.pop(eval_id, None)
+
+    def record_registration(self, job_id: str) -> None:
+        self.registrations.append({"t": round(self.now(), 6), "job_id": job_id})
+
+    def node_by_name(self, name: str) -> SimNode | None:
+        return next((n for n in self.nodes.values() if n.name == name), None)
+
+    def time_string(self) -> str:
+        return rfc3339(self.now_ns())
