@@ -203,3 +203,20 @@ async def test_cancelling_the_reader_leaves_the_client_usable(autojump_clock: tr
                         await stream.receive()
                 assert scope.cancelled_caught
         nursery.cancel_scope.cancel("test over")
+
+
+async def test_a_slow_consumer_is_not_a_silent_server(autojump_clock: trio.abc.Clock) -> None:
+    async def handler(request: RawRequest, stream: trio.SocketStream) -> None:
+        await stream.send_all(CHUNKED_200 + chunk(b"{}\n" + batch_line(90) + batch_line(91)))
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        url = await start_raw_http_server(nursery, handler)
+        async with (
+            client_for(url) as client,
+            client.open_event_stream({"Job": "*"}, heartbeat_timeout=45) as stream,
+        ):
+            assert (await stream.receive()).index == 90
+            await trio.sleep(100)  # busy elsewhere, far past the heartbeat deadline
+            assert (await stream.receive()).index == 91, "bytes already received are read, not timed out"
+        nursery.cancel_scope.cancel("test over")

@@ -7,7 +7,7 @@ counted and skipped; the text of a non-JSON line that ends the body (how Nomad <
 error after the 200) is kept in StreamServerError.
 
 httpx's read timeout is off for the stream: Nomad sends a heartbeat only every 30 s, so the reader
-enforces its own deadline (``heartbeat_timeout``) on the arrival of complete lines.
+enforces its own deadline (``heartbeat_timeout``) on the silence of the server while it waits.
 """
 
 from __future__ import annotations
@@ -78,7 +78,6 @@ class EventStream:
         self._lines: deque[bytes] = deque()
         self._partial = b""
         self._line_number = 0
-        self._deadline = trio.current_time() + heartbeat_timeout
         self._finished: Exception | None = None
         self.statistics = StreamStatistics(last_index=max(0, start_index - 1))
 
@@ -131,13 +130,16 @@ class EventStream:
                 self._finish_body()
             else:
                 self._split(chunk)
-        self._deadline = trio.current_time() + self._heartbeat_timeout
         return self._lines.popleft()
 
     async def _next_chunk(self) -> bytes | None:
-        """The next chunk of the body, or None at its clean end."""
+        """The next chunk of the body, or None at its clean end.
+
+        The deadline runs while we wait, so a consumer that reads slowly never mistakes the bytes
+        waiting in its socket for a silent server.
+        """
         last_index = self.statistics.last_index
-        with trio.move_on_at(self._deadline):
+        with trio.move_on_after(self._heartbeat_timeout):
             try:
                 return await anext(self._chunks)
             except StopAsyncIteration:

@@ -54,6 +54,16 @@ def _kill_group(process: trio.Process | None) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+async def _reap(process: trio.Process | None) -> None:
+    """Close the pipes of a killed process and wait for it, so nothing is left to the GC."""
+    if process is None:
+        return
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            await pipe.aclose()
+    await process.wait()
+
+
 class ExecSessions:
     """Every open exec session; the agents' ExecHooks."""
 
@@ -129,7 +139,8 @@ class ExecSessions:
         finally:
             self._sessions.discard(session)
             session.kill()
-            with trio.move_on_after(1, shield=True):
+            with trio.move_on_after(2, shield=True):
+                await _reap(session.process)
                 await websocket.abort()
 
     async def _run(

@@ -1,0 +1,214 @@
+"""Faults as the field saw them, through the control API, on virtual time."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+
+from supervisor.errors import NomadUnavailableError
+from supervisor.nomad import NomadClient, RetryPolicy
+from supervisor.simulator import SimConfig, SimulatedCluster
+
+from .conftest import batch_job, make_client, settle
+
+
+def allocs_of(cluster: SimulatedCluster, job_id: str) -> list:  # type: ignore[type-arg]
+    return sorted(
+        cluster.state.allocs_by_job.get(("default", job_id), {}).values(), key=lambda a: a.create_index
+    )
+
+
+def all_running(cluster: SimulatedCluster, job_ids: list[str]) -> bool:
+    return all(any(a.client_status == "running" for a in allocs_of(cluster, j)) for j in job_ids)
+
+
+async def control(cluster: SimulatedCluster, path: str, body: dict | None = None) -> httpx.Response:  # type: ignore[type-arg]
+    async with httpx.AsyncClient(base_url=cluster.addresses[-1]) as http:
+        return await http.post(path, json=body or {})
+
+
+async def place(client: NomadClient, cluster: SimulatedCluster, count: int, prefix: str = "r") -> list[str]:
+    ids = [f"{prefix}-{i}" for i in range(count)]
+    for job_id in ids:
+        await client.register_job(batch_job(job_id))
+    await settle(cluster, lambda: all_running(cluster, ids))
+    return ids
+
+
+async def test_agent_restart_shorter_than_the_grace_changes_nothing(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    ids = await place(client, cluster, 3)
+    node = cluster.state.nodes[allocs_of(cluster, ids[0])[0].node_id]
+    before = {a.id for a in cluster.state.allocs.values()}
+    response = await control(cluster, f"/sim/v1/nodes/{node.name}/restart", {"downtime_s": 5})
+    assert response.status_code == 200
+    assert not node.agent_up
+    await trio.sleep(30)
+    assert node.agent_up
+    assert node.status == "ready"
+    assert {a.id for a in cluster.state.allocs.values()} == before
+    assert all(a.client_status == "running" for a in cluster.state.allocs.values())
+
+
+async def test_agent_down_past_the_grace_loses_and_replaces_allocations(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    ids = await place(client, cluster, 3)
+    node = cluster.state.nodes[allocs_of(cluster, ids[0])[0].node_id]
+    victims = [a for a in cluster.state.allocs.values() if a.node_id == node.id]
+    start = trio.current_time()
+    await control(cluster, f"/sim/v1/nodes/{node.name}/restart", {"downtime_s": 60})
+    await settle(cluster, lambda: node.status == "down")
+    assert trio.current_time() - start == pytest.approx(cluster.config.heartbeat_grace, abs=0.1)
+    await settle(cluster, lambda: all(v.next_allocation for v in victims))
+    for victim in victims:
+        assert victim.client_status == "lost"
+        assert victim.desired_description == "alloc is lost since its node is down"
+        replacement = cluster.state.allocs[victim.next_allocation]
+        assert replacement.previous_allocation == victim.id
+        assert replacement.node_id != node.id
+    await settle(cluster, lambda: node.status == "ready")
+    assert node.events[-1]["Message"] == "Node reregistered by heartbeat"
+
+
+async def test_drain_on_shutdown_migrates_batch_allocations_at_the_deadline(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    ids = await place(client, cluster, 3)
+    node = cluster.state.nodes[allocs_of(cluster, ids[0])[0].node_id]
+    victim = next(a for a in cluster.state.allocs.values() if a.node_id == node.id)
+    start = trio.current_time()
+    body = {"downtime_s": 10, "drain_on_shutdown": True, "drain_deadline_s": 15}
+    await control(cluster, f"/sim/v1/nodes/{node.name}/restart", body)
+    await settle(cluster, lambda: node.drain_strategy is not None)
+    assert node.eligibility == "ineligible"
+    assert node.last_drain["Meta"] == {"message": "shutting down"}
+    assert victim.client_status == "running", "batch allocations run on until the deadline"
+    await settle(cluster, lambda: bool(victim.next_allocation))
+    assert trio.current_time() - start == pytest.approx(15, abs=0.2)
+    assert victim.desired_description == "alloc is being migrated"
+    await settle(cluster, lambda: node.drain_strategy is None and not node.agent_up)
+    assert node.last_drain["Status"] == "complete"
+    assert node.events[-1]["Details"] == {"deadline_reached": "true"}
+    await settle(cluster, lambda: node.agent_up)
+    assert node.eligibility == "ineligible", "a drained node stays ineligible"
+
+
+async def test_recreated_containers_restart_their_tasks(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    ids = await place(client, cluster, 1)
+    alloc = allocs_of(cluster, ids[0])[0]
+    node = cluster.state.nodes[alloc.node_id]
+    body = {"downtime_s": 3, "recreate_containers": True}
+    await control(cluster, f"/sim/v1/nodes/{node.name}/restart", body)
+    await settle(cluster, lambda: alloc.task_states["default-task"].get("Restarts") == 1)
+    assert alloc.client_status == "running"
+    assert alloc.next_allocation == "", "same allocation, fresh container"
+
+
+async def test_all_agents_at_once_lose_runners_silently_and_kill_environments(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    runners = await place(client, cluster, 10, prefix="29")
+    await client.register_job(batch_job("template-29"))
+    await settle(cluster, lambda: all_running(cluster, ["template-29"]))
+    async with client.open_event_stream({"Job": "*"}, index=cluster.state.index + 1) as stream:
+        await control(cluster, "/sim/v1/nodes/restart-all", {"downtime_s": 5, "lose_fraction": 0.3})
+        await settle(cluster, lambda: all(n.agent_up for n in cluster.state.nodes.values()))
+        await settle(cluster, lambda: cluster.state.jobs[("default", "template-29")].status == "dead")
+        job_events = []
+        with trio.move_on_after(1):
+            async for batch in stream:
+                job_events.extend(batch.events)
+    remaining = [r for r in runners if ("default", r) in cluster.state.jobs]
+    assert len(remaining) == 7, "30 % of the runner jobs vanished"
+    assert not any(e.type in ("JobDeregistered", "JobBatchDeregistered") for e in job_events), (
+        "without a word"
+    )
+    environment = (await client.get_job("template-29")).value
+    assert environment.status == "dead"
+    assert not environment.stop, "dead but still existing"
+    assert all_running(cluster, remaining)
+
+
+async def test_leader_restart_answers_no_cluster_leader_then_elects(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    old_leader = cluster.leader
+    assert old_leader == "server-1"
+    response = await control(cluster, f"/sim/v1/servers/{old_leader}/restart", {"downtime_s": 10})
+    assert response.json() == {"server": old_leader, "was_leader": True}
+    await trio.sleep(0.1)
+    follower = make_client(cluster)
+    follower._current = 1
+    async with follower:
+        with pytest.raises(NomadUnavailableError, match="No cluster leader"):
+            await follower.register_job(batch_job("during-election"))
+        await trio.sleep(cluster.config.election_timeout)
+        assert cluster.leader not in (None, old_leader)
+        await follower.register_job(batch_job("after-election"))
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.get(cluster.addresses[0] + "/v1/jobs")
+        await trio.sleep(10)
+        assert (await http.get(cluster.addresses[0] + "/v1/jobs")).status_code == 200, "same address again"
+    assert cluster.server(old_leader).restarts == 1  # type: ignore[union-attr]
+
+
+async def test_client_fails_over_to_the_next_server(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster
+) -> None:
+    await control(cluster, "/sim/v1/servers/server-2/restart", {"downtime_s": 30})
+    await trio.sleep(0.1)
+    async with make_client(cluster, retry=RetryPolicy(attempts=3)) as c:
+        c._current = 1
+        jobs = await c.list_jobs()
+        assert jobs.value == []
+        assert c.address == cluster.addresses[2]
+
+
+async def test_reschedule_flood_crashes_a_node_that_comes_back(
+    autojump_clock: trio.abc.Clock, nursery: trio.Nursery
+) -> None:
+    config = SimConfig(seed=3, nodes=2, flood_limit=5, flood_window=30, flood_downtime=5, heartbeat_grace=10)
+    cluster = await nursery.start(SimulatedCluster(config).run)
+    async with make_client(cluster) as client:
+        ids = await place(client, cluster, 20)
+        first = cluster.state.node_by_name("worker-01")
+        assert first is not None
+        await control(cluster, "/sim/v1/nodes/worker-01/restart", {"downtime_s": 15})
+        await settle(cluster, lambda: first.status == "down")
+        # Its allocations land on worker-02, which has no room to spare: drain it after they start.
+        await settle(cluster, lambda: all_running(cluster, ids))
+        second = cluster.state.node_by_name("worker-02")
+        assert second is not None
+        await client.drain_node(second.id, deadline=-1)
+        await settle(cluster, lambda: first.agent_up and first.status == "ready")
+        came_back_at = first.back_since
+        await settle(cluster, lambda: first.agent_down_since > came_back_at)
+        assert first.placements_since_back > config.flood_limit, "flooded with placements..."
+        assert first.agent_down_since - came_back_at <= config.flood_window, "...it went down again at once"
+
+
+async def test_control_api_rejects_bad_input(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster
+) -> None:
+    assert (await control(cluster, "/sim/v1/nodes/nope/restart")).status_code == 404
+    assert (await control(cluster, "/sim/v1/servers/nope/restart")).status_code == 404
+    assert (await control(cluster, "/sim/v1/allocations/nope/fail", {"reason": "oom"})).status_code == 404
+    bad = await control(cluster, "/sim/v1/nodes/worker-01/restart", {"downtime_s": "long"})
+    assert bad.status_code == 400
+    assert "downtime_s" in bad.text
+    fraction = await control(cluster, "/sim/v1/nodes/restart-all", {"lose_fraction": 2})
+    assert fraction.status_code == 400
+    async with httpx.AsyncClient(base_url=cluster.addresses[0]) as http:
+        state = (await http.get("/sim/v1/state")).json()
+        assert (await http.get("/sim/v1/streams/cut")).status_code == 405
+    assert state["leader"] == "server-1"
+    assert [s["up"] for s in state["servers"]] == [True, True, True]
+    assert {n["status"] for n in state["nodes"]} == {"ready"}
+    assert set(state["nodes"][0]) >= {"id", "name", "status", "eligibility"}
+    assert state["registrations"] == []
