@@ -3,11 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import signal
+import sys
 from collections.abc import Sequence
+
+import trio
+from loguru import logger
 
 from . import __version__
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "parse_listen"]
+
+
+class UsageError(Exception):
+    """A command-line value is wrong; the message says which and why."""
+
+
+def parse_listen(value: str, *, default_port: int) -> tuple[str, int]:
+    """``HOST:PORT``, ``HOST`` or ``:PORT`` (IPv6 as ``[::1]:PORT``)."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or "]" in port_text:
+        host, port_text = value, ""
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        port = int(port_text) if port_text else default_port
+    except ValueError:
+        raise UsageError(f"--listen: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--listen: port {port} is outside 0-65535")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,8 +50,74 @@ def build_parser() -> argparse.ArgumentParser:
         description="Supervisor of prewarmed code-execution runners on HashiCorp Nomad.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="serve a simulated Nomad cluster (for development and tests)",
+        description="Serve a simulated Nomad cluster on loopback: Nomad's HTTP API on one port per "
+        "server, plus the fault-injection API under /sim/v1. Its exec runs local processes: it is a "
+        "development driver, not isolation.",
+    )
+    simulate.add_argument(
+        "--listen",
+        default="127.0.0.1:4646",
+        metavar="HOST:PORT",
+        help="address of the first server; the others take the next ports (port 0: any free "
+        "ports) [%(default)s]",
+    )
+    simulate.add_argument("--nodes", type=int, default=3, help="client nodes [%(default)s]")
+    simulate.add_argument("--servers", type=int, default=3, help="servers [%(default)s]")
+    simulate.add_argument("--seed", type=int, default=0, help="seed of every random choice [%(default)s]")
+    simulate.add_argument("--nomad-version", default="1.10.5", help="Nomad version to imitate [%(default)s]")
+    simulate.add_argument(
+        "--token", default="", help="ACL token every request must carry (required off loopback)"
+    )
     return parser
+
+
+async def _serve_until_signalled(cluster: object) -> None:
+    from .simulator import SimulatedCluster
+
+    assert isinstance(cluster, SimulatedCluster)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(cluster.run)
+            print("Simulated Nomad cluster ready.", flush=True)
+            for server in cluster.servers:
+                print(f"  {server.name}: {server.address}", flush=True)
+            print(f"export NOMAD_ADDR={','.join(cluster.addresses)}", flush=True)
+            async for received in signals:
+                logger.info("received {}, stopping", signal.Signals(received).name)
+                nursery.cancel_scope.cancel("signalled")
+                break
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from .simulator import SimConfig, SimulatedCluster
+
+    host, port = parse_listen(args.listen, default_port=4646)
+    if args.nodes < 1 or args.servers < 1:
+        raise UsageError("--nodes and --servers must be at least 1")
+    if not is_loopback(host) and not args.token:
+        raise UsageError(
+            f"--listen {host}: the simulated cluster runs commands as local processes; serving it off "
+            "loopback needs --token"
+        )
+    ports = [port + i if port else 0 for i in range(args.servers)]
+    config = SimConfig(
+        servers=args.servers,
+        nodes=args.nodes,
+        seed=args.seed,
+        nomad_version=args.nomad_version,
+        acl_token=args.token,
+    )
+    try:
+        trio.run(_serve_until_signalled, SimulatedCluster(config, host=host, ports=ports))
+    except OSError as exc:
+        print(f"supervisor simulate: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,4 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return 0
+    try:
+        if args.command == "simulate":
+            return _simulate(args)
+    except UsageError as error:
+        print(f"supervisor {args.command}: {error}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse rejects it first

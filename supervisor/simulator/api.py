@@ -29,7 +29,7 @@ from .encode import (
 )
 from .http import Request, Response, StreamReply, WebSocketReply, json_response, text_response
 from .jobs import NomadError
-from .objects import SimAlloc
+from .objects import SimAlloc, SimJob
 
 if TYPE_CHECKING:
     from .cluster import SimServer, SimulatedCluster
@@ -54,6 +54,22 @@ def parse_go_duration(text: str) -> float:
     if position != len(text) or not text:
         raise ValueError(text)
     return total
+
+
+def _encoded_alloc_stub(alloc: SimAlloc, resources: bool, task_states: bool) -> bytes:
+    """The stub's JSON, encoded once per change of the allocation: lists of 10,000 stay cheap."""
+    cached = alloc.stub_cache.get((resources, task_states))
+    if cached is None or cached[0] != alloc.modify_index:
+        cached = (
+            alloc.modify_index,
+            orjson.dumps(alloc_stub(alloc, resources=resources, task_states=task_states)),
+        )
+        alloc.stub_cache[(resources, task_states)] = cached
+    return cached[1]
+
+
+def _json_list(items: list[bytes], headers: tuple[tuple[str, str], ...]) -> Response:
+    return Response(200, b"".join((b"[", b",".join(items), b"]")), "application/json", headers)
 
 
 class _Router:
@@ -217,9 +233,18 @@ class NomadAPI:
         )
         page, next_token = self._paginate(request, jobs, lambda j: j.id)
         meta = request.arg("meta") in ("true", "1")
-        body = [job_stub(j, self._summary(j), meta=meta) for j in page]
+        body = [self._encoded_job_stub(j, meta) for j in page]
         headers = self._headers(index) + ((("X-Nomad-NextToken", next_token),) if next_token else ())
-        return json_response(body, headers=headers)
+        return _json_list(body, headers)
+
+    def _encoded_job_stub(self, job: SimJob, meta: bool) -> bytes:
+        allocs = self.state.allocs_by_job.get((job.namespace, job.id), {})
+        version = (job.modify_index, max((a.modify_index for a in allocs.values()), default=0))
+        cached = job.stub_cache.get(meta)
+        if cached is None or cached[0] != version:
+            cached = (version, orjson.dumps(job_stub(job, self._summary(job), meta=meta)))
+            job.stub_cache[meta] = cached
+        return cached[1]
 
     def _summary(self, job: Any) -> dict[str, dict[str, int]]:
         summary = empty_summary([g.get("Name", "") for g in job.task_groups])
@@ -286,9 +311,9 @@ class NomadAPI:
         page, next_token = self._paginate(request, allocs, lambda a: a.id)
         resources = request.arg("resources") in ("true", "1")
         task_states = request.arg("task_states") not in ("false", "0")
-        body = [alloc_stub(a, resources=resources, task_states=task_states) for a in page]
+        body = [_encoded_alloc_stub(a, resources, task_states) for a in page]
         headers = self._headers(index) + ((("X-Nomad-NextToken", next_token),) if next_token else ())
-        return json_response(body, headers=headers)
+        return _json_list(body, headers)
 
     def _alloc(self, alloc_id: str) -> SimAlloc:
         alloc = self.state.allocs.get(alloc_id)

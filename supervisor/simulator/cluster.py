@@ -151,6 +151,7 @@ class SimulatedCluster:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._timers.nursery = nursery
+                self.state.start_clock()
                 self.stats.started_at = trio.current_time()
                 for server in self.servers:
                     await nursery.start(self._serve, server)

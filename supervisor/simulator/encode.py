@@ -53,6 +53,13 @@ def _desired_transition(alloc: SimAlloc) -> dict[str, Any]:
 
 
 def _allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
+    """Fixed at placement, so built once per allocation."""
+    if alloc.allocated_resources is None:
+        alloc.allocated_resources = _build_allocated_resources(alloc)
+    return alloc.allocated_resources
+
+
+def _build_allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
     dynamic = [
         omit_zero({"HostNetwork": "default", "Label": p["Label"], "To": p.get("To", 0), "Value": p["Value"]})
         for p in alloc.ports

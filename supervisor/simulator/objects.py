@@ -71,6 +71,8 @@ class SimJob:
     job_modify_index: int = 0
     # Set once the job has had an evaluation: a job with evals is dead, not pending, when idle.
     has_evals: bool = False
+    # The encoded list stub by meta flag, valid for (job modify index, newest allocation modify index).
+    stub_cache: dict[bool, tuple[tuple[int, int], bytes]] = field(factory=dict)
 
     @property
     def type(self) -> str:
@@ -120,6 +122,9 @@ class SimAlloc:
     # Restarts within the restart policy's interval: (trio time of each restart).
     restart_times: list[float] = field(factory=list)
     terminal_since: float = 0.0
+    allocated_resources: dict[str, Any] | None = None
+    # Encoded list stubs by (resources, task_states), valid while modify_index is unchanged.
+    stub_cache: dict[tuple[bool, bool], tuple[int, bytes]] = field(factory=dict)
 
     @property
     def client_terminal(self) -> bool:

@@ -81,7 +81,7 @@ class ClusterState:
         self.clock = clock
         self.rng = random.Random(config.seed)
         self._epoch_ns = time.time_ns()
-        self._clock_start = clock()
+        self._clock_start = 0.0
         self.index = 1
         self.table_index = {"jobs": 1, "allocs": 1, "evals": 1, "nodes": 1}
         self.jobs: dict[JobKey, SimJob] = {}
@@ -99,6 +99,11 @@ class ClusterState:
         self.version_counter = 0
 
     # -- time and identity ----------------------------------------------------------------------
+
+    def start_clock(self) -> None:
+        """Time 0 of the cluster: called once it runs (trio's clock exists only inside a run)."""
+        self._epoch_ns = time.time_ns()
+        self._clock_start = self.clock()
 
     def now(self) -> float:
         return self.clock() - self._clock_start

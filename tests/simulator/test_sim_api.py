@@ -316,3 +316,26 @@ async def test_garbage_collection_is_silent_for_allocations(
         assert batch.events[0].deleted
         with pytest.raises(NomadNotFound):
             await client.get_job("collected")
+
+
+async def test_evaluation_json_omits_zero_fields(cluster: SimulatedCluster, client: NomadClient) -> None:
+    registered = await client.register_job(batch_job("evaluated"))
+    await settle(cluster, lambda: cluster.state.evals[registered.eval_id].status == "complete")
+    data = (await raw(cluster, "GET", f"/v1/evaluation/{registered.eval_id}")).json()
+    assert data["Status"] == "complete"
+    assert data["TriggeredBy"] == "job-register"
+    for omitted in ("NodeID", "BlockedEval", "NextEval", "PreviousEval", "FailedTGAllocs", "WaitUntil"):
+        assert omitted not in data, omitted
+    assert (await client.get_evaluation(registered.eval_id)).value.node_id == ""
+
+
+async def test_a_job_is_dead_once_its_allocations_are_desired_stop(nursery: trio.Nursery) -> None:
+    cluster = await nursery.start(SimulatedCluster(SimConfig(task_kill_delay=30)).run)
+    async with make_client(cluster) as client:
+        await client.register_job(batch_job("stopping"))
+        await settle(cluster, lambda: running(cluster, "stopping"))
+        alloc = next(iter(cluster.state.allocs.values()))
+        await client.deregister_job("stopping")
+        await settle(cluster, lambda: cluster.state.jobs[("default", "stopping")].status == "dead", within=5)
+        assert alloc.desired_status == "stop"
+        assert alloc.client_status == "running", "the task is still shutting down"

@@ -211,3 +211,18 @@ async def test_allocation_event_payload_omits_zero_fields(
     assert isinstance(alloc["CreateTime"], int)
     typed = Allocation(id=alloc["ID"])
     assert typed.next_allocation == ""
+
+
+async def test_node_status_changes_are_node_stream_events(
+    cluster: SimulatedCluster, client: NomadClient, autojump_clock: trio.abc.Clock
+) -> None:
+    node = next(iter(cluster.state.nodes.values()))
+    async with client.open_event_stream({"Node": node.id}, index=cluster.state.index + 1) as stream:
+        cluster.agents.restart_agent(node, downtime=60)
+        statuses = []
+        while statuses[-1:] != ["ready"] or len(statuses) < 2:
+            for event in (await stream.receive()).events:
+                assert isinstance(event.payload, Node)
+                statuses.append(event.payload.status)
+                assert event.type == "NodeStreamEvent", "the docs' NodeEvent is never sent"
+    assert statuses[-2:] == ["down", "ready"]

@@ -1,0 +1,83 @@
+"""The command line: argument checks, and ``supervisor simulate`` as a user starts it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from supervisor.cli import main, parse_listen
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("127.0.0.1:7200", ("127.0.0.1", 7200)),
+        (":0", ("127.0.0.1", 0)),
+        ("[::1]:80", ("::1", 80)),
+        ("localhost", ("localhost", 9)),
+    ],
+)
+def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(value, default_port=9) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--listen", "0.0.0.0:4646"], "serving it off loopback needs --token"),
+        (["simulate", "--listen", "127.0.0.1:http"], "port 'http' is not a number"),
+        (["simulate", "--listen", "127.0.0.1:70000"], "outside 0-65535"),
+        (["simulate", "--nodes", "0"], "at least 1"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "simulate" in capsys.readouterr().out
+
+
+def test_simulate_serves_until_sigterm() -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "supervisor",
+            "simulate",
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "2",
+            "--seed",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        while not lines or not lines[-1].startswith("export NOMAD_ADDR="):
+            line = process.stdout.readline()
+            assert line, "simulate exited before it was ready"
+            lines.append(line.strip())
+        addresses = lines[-1].removeprefix("export NOMAD_ADDR=").split(",")
+        assert len(addresses) == 3
+        nodes = httpx.get(addresses[0] + "/v1/nodes", timeout=5).json()
+        assert sorted(n["Name"] for n in nodes) == ["worker-01", "worker-02"]
+        assert [n["Status"] for n in nodes] == ["ready", "ready"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.communicate()
