@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeVar
 
 from attrs import field, frozen
 
@@ -47,12 +47,21 @@ __all__ = [
     "TaskState",
 ]
 
+_T = TypeVar("_T")
+
 # Changing eligibility is emitted as NodeDrain up to Nomad 2.0.0 and as NodeEligibility from 2.0.1.
 EVENT_TYPES_NODE_ELIGIBILITY: Final = frozenset({"NodeDrain", "NodeEligibility"})
 
 
 def _empty_dict() -> dict[str, Any]:
     return {}
+
+
+def _structure(data: dict[str, Any], model: type[_T]) -> _T:
+    """Decode a lazily kept part of a model on first read."""
+    from .decode import structure  # decode.py imports this module, so not at the top
+
+    return structure(data, model)
 
 
 @frozen
@@ -144,11 +153,13 @@ class _AllocationFields:
     client_description: str = ""
     next_allocation: str = ""
     followup_eval_id: str = ""
-    # Task states and the reschedule tracker are most of an allocation's bytes and rarely read: they
-    # stay raw JSON until first read.
+    # Task states, resources and the reschedule tracker are most of an allocation's bytes and are
+    # rarely read: they stay raw JSON until first read.
     raw_task_states: dict[str, Any] = field(factory=_empty_dict, metadata={"key": "TaskStates"})
     raw_reschedule_tracker: dict[str, Any] = field(factory=_empty_dict, metadata={"key": "RescheduleTracker"})
-    allocated_resources: AllocatedResources | None = None
+    raw_allocated_resources: dict[str, Any] = field(
+        factory=_empty_dict, metadata={"key": "AllocatedResources"}
+    )
     create_index: int = 0
     modify_index: int = 0
     create_time_ns: int = 0
@@ -156,16 +167,22 @@ class _AllocationFields:
 
     @cached_property
     def task_states(self) -> dict[str, TaskState]:
-        from .decode import structure_mapping
-
-        return structure_mapping(self.raw_task_states, TaskState)
+        return {task: _structure(state, TaskState) for task, state in self.raw_task_states.items()}
 
     @cached_property
     def reschedule_tracker(self) -> RescheduleTracker | None:
-        from .decode import structure
-
         return (
-            structure(self.raw_reschedule_tracker, RescheduleTracker) if self.raw_reschedule_tracker else None
+            _structure(self.raw_reschedule_tracker, RescheduleTracker)
+            if self.raw_reschedule_tracker
+            else None
+        )
+
+    @cached_property
+    def allocated_resources(self) -> AllocatedResources | None:
+        return (
+            _structure(self.raw_allocated_resources, AllocatedResources)
+            if self.raw_allocated_resources
+            else None
         )
 
     @property
