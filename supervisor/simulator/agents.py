@@ -379,8 +379,8 @@ class Agents:
             self._starting.add(alloc.id)
             self.state.timers.call_later(config.alloc_start_delay, lambda: self._start(alloc.id))
 
-    def _start(self, alloc_id: str) -> None:
-        self._starting.discard(alloc_id)
+    def _pending_to_run(self, alloc_id: str) -> SimAlloc | None:
+        """The allocation, if it still waits for its tasks to start on a live agent."""
         alloc = self.state.allocs.get(alloc_id)
         if (
             alloc is None
@@ -388,6 +388,13 @@ class Agents:
             or alloc.client_status != "pending"
             or not self._agent_up(alloc)
         ):
+            return None
+        return alloc
+
+    def _start(self, alloc_id: str) -> None:
+        self._starting.discard(alloc_id)
+        alloc = self._pending_to_run(alloc_id)
+        if alloc is None:
             return
         now_ns = self.state.now_ns()
         started = rfc3339(now_ns)
@@ -548,13 +555,8 @@ class Agents:
         state.timers.call_later(delay, lambda: self._restarted(alloc.id))
 
     def _restarted(self, alloc_id: str) -> None:
-        alloc = self.state.allocs.get(alloc_id)
-        if (
-            alloc is None
-            or alloc.server_terminal
-            or alloc.client_status != "pending"
-            or not self._agent_up(alloc)
-        ):
+        alloc = self._pending_to_run(alloc_id)
+        if alloc is None:
             return
         now_ns = self.state.now_ns()
         for task in alloc.tasks:

@@ -67,6 +67,20 @@ def validate(spec: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _deregister_response(eval_id: str, index: int, job_modify_index: int) -> dict[str, Any]:
+    return {
+        "EvalCreateIndex": index,
+        "EvalID": eval_id,
+        "Index": index,
+        "JobModifyIndex": job_modify_index,
+        "KnownLeader": False,
+        "LastContact": 0,
+        "NextToken": "",
+        "VolumeEvalID": "",
+        "VolumeEvalIndex": 0,
+    }
+
+
 class JobService:
     def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
         self.state = state
@@ -116,17 +130,7 @@ class JobService:
         job = state.jobs.get(key)
         if job is None:
             # Nomad >= 1.6: an unknown job is a no-op that creates no evaluation.
-            return {
-                "EvalCreateIndex": 0,
-                "EvalID": "",
-                "Index": 0,
-                "JobModifyIndex": 0,
-                "KnownLeader": False,
-                "LastContact": 0,
-                "NextToken": "",
-                "VolumeEvalID": "",
-                "VolumeEvalIndex": 0,
-            }
+            return _deregister_response("", 0, 0)
         with state.write("JobDeregistered") as tx:
             if purge:
                 del state.jobs[key]
@@ -138,17 +142,7 @@ class JobService:
                 tx.touch(job)
             evaluation = state.new_eval(tx, key, "job-deregister")
         self.scheduler.enqueue(evaluation)
-        return {
-            "EvalCreateIndex": evaluation.create_index,
-            "EvalID": evaluation.id,
-            "Index": evaluation.create_index,
-            "JobModifyIndex": job.job_modify_index,
-            "KnownLeader": False,
-            "LastContact": 0,
-            "NextToken": "",
-            "VolumeEvalID": "",
-            "VolumeEvalIndex": 0,
-        }
+        return _deregister_response(evaluation.id, evaluation.create_index, job.job_modify_index)
 
     def stop_allocation(self, alloc: SimAlloc) -> dict[str, Any]:
         """``POST /v1/allocation/:id/stop``: the allocation is migrated, so a replacement is placed."""
