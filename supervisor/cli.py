@@ -52,6 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    run = commands.add_parser(
+        "run",
+        help="run the daemon",
+        description="Run the daemon: Poseidon's API on --listen, runners on Nomad. Without a Nomad address "
+        "(nomad.address in the config file, or NOMAD_ADDR) it starts the embedded simulated cluster.",
+    )
+    run.add_argument("--config", metavar="FILE", help="TOML configuration file (default: $SUPERVISOR_CONFIG)")
+    run.add_argument("--listen", metavar="HOST:PORT", help="overrides server.address and server.port")
+
     simulate = commands.add_parser(
         "simulate",
         help="serve a simulated Nomad cluster (for development and tests)",
@@ -120,6 +129,49 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _run_until_signalled(daemon: object) -> None:
+    from .daemon import Daemon
+
+    assert isinstance(daemon, Daemon)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.run)
+            async for received in signals:
+                logger.info("received {}, stopping gracefully", signal.Signals(received).name)
+                daemon.stop()
+                break
+
+
+def _run(args: argparse.Namespace) -> int:
+    import os
+
+    import attrs
+
+    from .config import load_settings
+    from .daemon import Daemon
+    from .errors import ConfigError
+
+    try:
+        settings = load_settings(args.config, os.environ)
+    except ConfigError as error:
+        raise UsageError(f"configuration: {error}") from None
+    if args.listen:
+        host, port = parse_listen(args.listen, default_port=settings.server.port)
+        settings = attrs.evolve(settings, server=attrs.evolve(settings.server, address=host, port=port))
+    embedded = settings.nomad_settings(os.environ) is None
+    if embedded and not is_loopback(settings.server.address) and not settings.server.token:
+        raise UsageError(
+            f"serving on {settings.server.address} with the embedded simulated cluster, whose exec runs "
+            "local processes, needs server.token (SUPERVISOR_SERVER_TOKEN)"
+        )
+    try:
+        trio.run(_run_until_signalled, Daemon(settings))
+    except OSError as exc:
+        print(f"supervisor run: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -129,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "run":
+            return _run(args)
     except UsageError as error:
         print(f"supervisor {args.command}: {error}", file=sys.stderr)
         return 2

@@ -18,7 +18,8 @@ most specific class here, with the original chained as ``__cause__``.
         │   ├── NomadPermissionDenied  403
         │   └── NomadNotFound          404
         ├── ExecRejected               Nomad closed the exec WebSocket with 1008/1011 and a reason
-        └── ConfigError                a setting is missing or invalid
+        ├── ConfigError                a setting is missing or invalid
+        └── InvalidRequest             a client's request body or parameters are invalid (HTTP 400)
 
 Programming errors (a bug here, not a condition of the world) are ``RuntimeError`` subclasses and
 never part of this tree.
@@ -31,6 +32,7 @@ __all__ = [
     "EventStreamError",
     "ExecConnectionLost",
     "ExecRejected",
+    "InvalidRequest",
     "NomadNotFound",
     "NomadPermissionDenied",
     "NomadRequestError",
@@ -141,3 +143,7 @@ class ExecRejected(TerminalError):
 
 class ConfigError(TerminalError):
     """A setting is missing or invalid; the message names the key."""
+
+
+class InvalidRequest(TerminalError):
+    """A client's request is invalid; the message says which field and why."""

@@ -2,7 +2,8 @@
 
 This is a development driver, not an isolation boundary. The process runs in the allocation's own
 directory (its workspace, wiped when the task restarts) with an environment that carries nothing of
-the host's but PATH, plus the ``NOMAD_*`` variables Nomad gives every task. It is killed when its
+the host's but PATH, plus HOME and TMPDIR in the allocation's directory and the ``NOMAD_*``
+variables Nomad gives every task. It is killed when its
 allocation stops. Frames follow Nomad's (nomad-api.md §5): base64 output chunks of at most 4 KiB,
 stream closes, ``exited`` with ``"result": {}`` for exit 0, then the TCP connection is dropped
 without a close frame. A session cut by a server restart or an agent going away gets no ``exited``.
@@ -83,9 +84,12 @@ class ExecSessions:
 
     def environment(self, alloc: SimAlloc, task: str) -> dict[str, str]:
         directory = str(self.workspace(alloc, task))
+        scratch = self.root / alloc.id / "tmp"
+        scratch.mkdir(parents=True, exist_ok=True)
         return {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": directory,
+            "TMPDIR": str(scratch),
             "NOMAD_ALLOC_ID": alloc.id,
             "NOMAD_ALLOC_NAME": alloc.name,
             "NOMAD_ALLOC_DIR": str(self.root / alloc.id),

@@ -1,0 +1,357 @@
+"""Poseidon's HTTP/WebSocket API (``/api/v1``, swagger.yaml and websocket.schema.json), on starlette.
+
+Every refusal a client should recover from uses Poseidon's codes, because the real client acts on
+them: a gone runner is 410; no idle runner is 500 ``NOMAD_OVERLOAD``; the event stream down past the
+admission wait is 500 ``NOMAD_UNREACHABLE`` with ``Retry-After``. Client errors are ``{"message"}``,
+server errors ``{"message", "errorCode"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import posixpath
+from typing import Any, Final
+from urllib.parse import quote
+
+import orjson
+import trio
+from loguru import logger
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from . import __version__
+from .commands import validate_environment
+from .config import Settings
+from .environments import environment_from_dict
+from .errors import InvalidRequest, SupervisorError
+from .executions import ExecutionRequest
+from .files import FileNotAvailable, parse_patch
+from .levels import StreamState
+from .pool import NoIdleRunner, Runner, UnknownEnvironment
+from .service import NomadUnreachable, RunnerService
+
+__all__ = ["create_app"]
+
+PREFIX: Final = "/api/v1"
+_UNAUTHENTICATED: Final = frozenset({f"{PREFIX}/health", f"{PREFIX}/version"})
+_RUNNER_GONE: Final = "no runner found with this id"
+
+
+def client_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"message": message}, status_code=status)
+
+
+def server_error(message: str, code: str, *, retry_after: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse({"message": message, "errorCode": code}, status_code=500, headers=headers)
+
+
+def _bool(request: Request, name: str, default: bool) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise InvalidRequest(f"query parameter {name} must be true or false, got {raw!r}")
+
+
+async def _json_body(request: Request) -> Any:
+    body = await request.body()
+    if not body.strip():
+        raise InvalidRequest("the request body is empty")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not JSON: {exc}") from None
+
+
+def _fields(body: Any, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidRequest(f"unknown field {unknown[0]!r}")
+    return body
+
+
+def _non_negative_int(body: dict[str, Any], name: str) -> int:
+    value = body.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequest(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+class _Auth:
+    """``Poseidon-Token`` on every route but health and version; a wrong or missing token is a 401."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.token or scope["type"] not in ("http", "websocket") or scope["path"] in _UNAUTHENTICATED:
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or ()).get(b"poseidon-token", b"")
+        if hmac.compare_digest(given, self.token):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            websocket = WebSocket(scope, receive, send)
+            await websocket.send_denial_response(Response(status_code=401))
+            return
+        await Response(status_code=401)(scope, receive, send)
+
+
+class _ClientSocket:
+    """The execution's view of the client's WebSocket."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self._websocket = websocket
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        try:
+            await self._websocket.send_text(orjson.dumps(message).decode())
+        except (WebSocketDisconnect, RuntimeError) as exc:
+            raise trio.BrokenResourceError("the client is gone") from exc
+
+    async def receive_text(self) -> str | None:
+        while True:
+            try:
+                message = await self._websocket.receive()
+            except RuntimeError:
+                return None
+            if message["type"] == "websocket.disconnect":
+                return None
+            if message.get("text") is not None:
+                return str(message["text"])
+
+
+class _Routes:
+    def __init__(self, service: RunnerService, settings: Settings) -> None:
+        self.service = service
+        self.settings = settings
+
+    # -- miscellaneous --------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        state = self.service.stream.value
+        if state is not StreamState.UP:
+            return server_error(f"the Nomad event stream is {state.value}", "NOMAD_UNREACHABLE")
+        threshold = self.settings.alert.prewarming_pool_threshold
+        depleting = [
+            environment_id
+            for environment_id, stats in self.service.pool.statistics().items()
+            if stats["prewarmingPoolSize"] > 0
+            and stats["idleRunners"] / stats["prewarmingPoolSize"] < threshold
+        ]
+        if depleting:
+            message = f"the prewarming pool is depleting: environments {', '.join(depleting)}"
+            return JSONResponse(
+                {"message": message, "errorCode": "PREWARMING_POOL_DEPLETING"}, status_code=503
+            )
+        return Response(status_code=204)
+
+    async def version(self, request: Request) -> Response:
+        version = self.settings.server.version or __version__
+        return JSONResponse(version) if version else Response(status_code=404)
+
+    async def statistics(self, request: Request) -> Response:
+        return JSONResponse(self.service.pool.statistics())
+
+    # -- environments ---------------------------------------------------------------------------
+
+    def _environment_id(self, request: Request) -> int:
+        raw = request.path_params["environment_id"]
+        if not raw.isdigit():
+            raise InvalidRequest(f"executionEnvironmentId must be a non-negative integer, got {raw!r}")
+        return int(raw)
+
+    async def list_environments(self, request: Request) -> Response:
+        if _bool(request, "fetch", False):
+            await self.service.load_environments()
+        environments = [e.to_api() for _, e in sorted(self.service.pool.environments.items())]
+        return JSONResponse({"executionEnvironments": environments})
+
+    async def get_environment(self, request: Request) -> Response:
+        environment_id = self._environment_id(request)
+        fetch = _bool(request, "fetch", False)
+        environment = (
+            await self.service.fetch_environment(environment_id)
+            if fetch
+            else self.service.pool.environments.get(environment_id)
+        )
+        if environment is None:
+            return client_error(404, f"execution environment {environment_id} does not exist")
+        return JSONResponse(environment.to_api())
+
+    async def put_environment(self, request: Request) -> Response:
+        environment_id = self._environment_id(request)
+        environment = environment_from_dict(await _json_body(request), environment_id=environment_id)
+        created = await self.service.put_environment(environment)
+        return Response(status_code=201 if created else 204)
+
+    async def delete_environment(self, request: Request) -> Response:
+        environment_id = self._environment_id(request)
+        try:
+            await self.service.delete_environment(environment_id)
+        except UnknownEnvironment:
+            return client_error(404, f"execution environment {environment_id} does not exist")
+        return Response(status_code=204)
+
+    # -- runners --------------------------------------------------------------------------------
+
+    async def provide_runner(self, request: Request) -> Response:
+        body = _fields(await _json_body(request), {"executionEnvironmentId", "inactivityTimeout"})
+        environment_id = body.get("executionEnvironmentId")
+        if isinstance(environment_id, bool) or not isinstance(environment_id, int):
+            raise InvalidRequest("executionEnvironmentId is required and must be an integer")
+        timeout = _non_negative_int(body, "inactivityTimeout")
+        if environment_id not in self.service.pool.environments:
+            return client_error(404, f"execution environment {environment_id} does not exist")
+        await self.service.admit()
+        try:
+            runner = self.service.claim(environment_id, timeout)
+        except NoIdleRunner:
+            return server_error("no runners available", "NOMAD_OVERLOAD")
+        except UnknownEnvironment:
+            return client_error(404, f"execution environment {environment_id} does not exist")
+        return JSONResponse({"runnerId": runner.id, "mappedPorts": runner.mapped_ports()})
+
+    def _runner(self, request: Request) -> Runner:
+        runner = self.service.pool.used_runner(request.path_params["runner_id"])
+        if runner is None:
+            raise _Gone
+        self.service.touch(runner.id)
+        return runner
+
+    async def delete_runner(self, request: Request) -> Response:
+        try:
+            self.service.release(request.path_params["runner_id"])
+        except KeyError:
+            return client_error(410, _RUNNER_GONE)
+        return Response(status_code=204)
+
+    async def list_files(self, request: Request) -> Response:
+        runner = self._runner(request)
+        recursive = _bool(request, "recursive", True)
+        _bool(request, "privilegedExecution", False)
+        path = request.query_params.get("path") or "./"
+        files = await self.service.files.list(runner.alloc_id, path, recursive=recursive)
+        return JSONResponse({"files": files})
+
+    async def update_files(self, request: Request) -> Response:
+        runner = self._runner(request)
+        deletions, copies = parse_patch(await _json_body(request), self.service.files.workspace)
+        await self.service.files.update(runner.alloc_id, deletions, copies)
+        return Response(status_code=204)
+
+    async def download_file(self, request: Request) -> Response:
+        runner = self._runner(request)
+        path = request.query_params.get("path")
+        if not path:
+            raise InvalidRequest("query parameter path is required")
+        _bool(request, "privilegedExecution", False)
+        content = await self.service.files.read(runner.alloc_id, path)
+        name = quote(posixpath.basename(path.rstrip("/")) or "file")
+        headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{name}"}
+        return Response(content, media_type="application/octet-stream", headers=headers)
+
+    async def execute(self, request: Request) -> Response:
+        runner = self._runner(request)
+        body = _fields(
+            await _json_body(request), {"command", "privilegedExecution", "environment", "timeLimit"}
+        )
+        command = body.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise InvalidRequest("command is required and must be a non-empty string")
+        if "'" in command:
+            raise InvalidRequest("command must not contain a single quotation mark (')")
+        environment = body.get("environment") or {}
+        if not isinstance(environment, dict) or not all(isinstance(v, str) for v in environment.values()):
+            raise InvalidRequest("environment must be an object of string values")
+        privileged = body.get("privilegedExecution", False)
+        if not isinstance(privileged, bool):
+            raise InvalidRequest("privilegedExecution must be true or false")
+        execution = ExecutionRequest(
+            runner_id=runner.id,
+            command=command,
+            environment=environment,
+            time_limit=_non_negative_int(body, "timeLimit"),
+            privileged=privileged,
+        )
+        validate_environment(environment)
+        await self.service.admit()
+        execution_id = self.service.executions.prepare(execution)
+        scheme = "wss" if request.url.scheme == "https" else "ws"
+        host = request.headers.get("host", f"{self.settings.server.address}:{self.settings.server.port}")
+        url = f"{scheme}://{host}{PREFIX}/runners/{runner.id}/websocket?executionID={execution_id}"
+        return JSONResponse({"websocketUrl": url})
+
+    async def websocket(self, websocket: WebSocket) -> None:
+        runner_id = websocket.path_params["runner_id"]
+        execution_id = websocket.query_params.get("executionID", "")
+        request = self.service.executions.take(execution_id)
+        if request is None or request.runner_id != runner_id:
+            await websocket.send_denial_response(client_error(404, "no execution found with this id"))
+            return
+        if self.service.pool.used_runner(runner_id) is None:
+            await websocket.send_denial_response(client_error(410, _RUNNER_GONE))
+            return
+        await websocket.accept()
+        await self.service.executions.serve(_ClientSocket(websocket), execution_id, request)
+        with contextlib.suppress(RuntimeError):  # the client may have closed first
+            await websocket.close(code=1000)
+
+
+class _Gone(Exception):
+    """The runner of the request is not (or no longer) handed out."""
+
+
+def _error_response(status: int, code: str = "") -> Any:
+    async def handle(request: Request, exc: Exception) -> Response:
+        if status == 500:
+            logger.warning("{} {} failed: {}", request.method, request.url.path, exc)
+            return server_error(str(exc), code, retry_after=5 if code == "NOMAD_UNREACHABLE" else None)
+        return client_error(status, _RUNNER_GONE if isinstance(exc, _Gone) else str(exc))
+
+    return handle
+
+
+def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
+    routes = _Routes(service, settings)
+    runner = f"{PREFIX}/runners/{{runner_id}}"
+    environment = f"{PREFIX}/execution-environments/{{environment_id}}"
+    app = Starlette(
+        routes=[
+            Route(f"{PREFIX}/health", routes.health, methods=["GET"]),
+            Route(f"{PREFIX}/version", routes.version, methods=["GET"]),
+            Route(f"{PREFIX}/statistics/execution-environments", routes.statistics, methods=["GET"]),
+            Route(f"{PREFIX}/runners", routes.provide_runner, methods=["POST"]),
+            Route(runner, routes.delete_runner, methods=["DELETE"]),
+            Route(f"{runner}/files", routes.list_files, methods=["GET"]),
+            Route(f"{runner}/files", routes.update_files, methods=["PATCH"]),
+            Route(f"{runner}/files/raw", routes.download_file, methods=["GET"]),
+            Route(f"{runner}/execute", routes.execute, methods=["POST"]),
+            WebSocketRoute(f"{runner}/websocket", routes.websocket),
+            Route(f"{PREFIX}/execution-environments", routes.list_environments, methods=["GET"]),
+            Route(environment, routes.get_environment, methods=["GET"]),
+            Route(environment, routes.put_environment, methods=["PUT"]),
+            Route(environment, routes.delete_environment, methods=["DELETE"]),
+        ],
+        exception_handlers={
+            _Gone: _error_response(410),
+            InvalidRequest: _error_response(400),
+            FileNotAvailable: _error_response(424),
+            NomadUnreachable: _error_response(500, "NOMAD_UNREACHABLE"),
+            SupervisorError: _error_response(500, "NOMAD_INTERNAL_SERVER_ERROR"),
+        },
+    )
+    return _Auth(app, settings.server.token)

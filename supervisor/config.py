@@ -1,0 +1,211 @@
+"""The daemon's settings: a TOML file, every key overridable by ``SUPERVISOR_<SECTION>_<KEY>``, and
+Nomad's own variables (``NOMAD_ADDR``, ``NOMAD_TOKEN``, ...) for the Nomad connection.
+
+An invalid file or value stops startup with a ConfigError that names the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from attrs import field, frozen
+
+from .environments import ExecutionEnvironment, environment_from_dict
+from .errors import ConfigError
+from .nomad import NomadSettings
+
+__all__ = [
+    "AdmissionSettings",
+    "AlertSettings",
+    "ExecutionSettings",
+    "FactorySettings",
+    "ServerSettings",
+    "Settings",
+    "load_settings",
+]
+
+
+@frozen
+class ServerSettings:
+    address: str = "127.0.0.1"
+    port: int = 7200
+    # Empty: no authentication. Otherwise every route but health and version needs Poseidon-Token.
+    token: str = ""
+    version: str = ""
+    graceful_timeout: float = 15.0
+
+
+@frozen
+class AdmissionSettings:
+    # How long a claim or a new execution waits for the event stream before 500 NOMAD_UNREACHABLE.
+    wait_timeout: float = 5.0
+
+
+@frozen
+class AlertSettings:
+    prewarming_pool_threshold: float = 0.5
+    reload_timeout: float = 300.0
+
+
+@frozen
+class FactorySettings:
+    registrations_per_second: float = 20.0
+    max_backoff: float = 30.0
+
+
+@frozen
+class ExecutionSettings:
+    # After timeLimit, the command gets this long to stop before its runner is replaced.
+    stop_grace: float = 3.0
+    # An execution URL not connected within this long is forgotten.
+    connect_timeout: float = 60.0
+    # Workspace path inside a runner; absolute paths outside it are refused.
+    workspace: str = "/workspace"
+    # Prefix of unprivileged commands (for example "/sbin/setuser user"); empty runs them as is.
+    unprivileged_wrapper: str = ""
+    task: str = "default-task"
+
+
+@frozen
+class NomadSection:
+    address: tuple[str, ...] = ()
+    token: str = ""
+    namespace: str = ""
+    ca_cert: str = ""
+    client_cert: str = ""
+    client_key: str = ""
+
+
+@frozen
+class Settings:
+    server: ServerSettings = field(factory=ServerSettings)
+    nomad: NomadSection = field(factory=NomadSection)
+    admission: AdmissionSettings = field(factory=AdmissionSettings)
+    alert: AlertSettings = field(factory=AlertSettings)
+    factory: FactorySettings = field(factory=FactorySettings)
+    execution: ExecutionSettings = field(factory=ExecutionSettings)
+    environments: tuple[ExecutionEnvironment, ...] = ()
+
+    def nomad_settings(self, environ: Mapping[str, str]) -> NomadSettings | None:
+        """The Nomad connection, or None for the embedded simulated cluster (no address anywhere)."""
+        overrides: dict[str, object] = {
+            "token": self.nomad.token,
+            "namespace": self.nomad.namespace,
+            "ca_cert": self.nomad.ca_cert,
+            "client_cert": self.nomad.client_cert,
+            "client_key": self.nomad.client_key,
+        }
+        if self.nomad.address:
+            overrides["addresses"] = self.nomad.address
+        elif not environ.get("NOMAD_ADDR"):
+            return None
+        return NomadSettings.from_env(environ, **overrides)
+
+
+_SECTIONS: Final[dict[str, type[Any]]] = {
+    "server": ServerSettings,
+    "nomad": NomadSection,
+    "admission": AdmissionSettings,
+    "alert": AlertSettings,
+    "factory": FactorySettings,
+    "execution": ExecutionSettings,
+}
+
+
+def _convert(key: str, value: Any, default: Any) -> Any:
+    """``value`` (from TOML or an environment string) as the type of ``default``."""
+    from_env = isinstance(value, str)
+    try:
+        if isinstance(default, bool):
+            if from_env:
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(value)
+                return value.lower() in ("1", "true", "yes")
+            if not isinstance(value, bool):
+                raise TypeError(value)
+            return value
+        if isinstance(default, int) and not isinstance(default, bool):
+            if isinstance(value, bool) or (not from_env and not isinstance(value, int)):
+                raise TypeError(value)
+            return int(value)
+        if isinstance(default, float):
+            if isinstance(value, bool) or (not from_env and not isinstance(value, int | float)):
+                raise TypeError(value)
+            return float(value)
+        if isinstance(default, tuple):
+            items = value.split(",") if from_env else ([value] if isinstance(value, str) else value)
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise TypeError(value)
+            return tuple(i.strip() for i in items if i.strip())
+        if not isinstance(value, str):
+            raise TypeError(value)
+        return value
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: {value!r} is not a valid {type(default).__name__}") from None
+
+
+def _section(name: str, cls: type[Any], table: Mapping[str, Any], environ: Mapping[str, str]) -> Any:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"[{name}] must be a table")
+    defaults = cls()
+    known = {a.name for a in cls.__attrs_attrs__}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{name}.{unknown[0]}: unknown key (known: {', '.join(sorted(known))})")
+    values = {}
+    for attribute in known:
+        env_name = f"SUPERVISOR_{name}_{attribute}".upper()
+        raw = environ[env_name] if env_name in environ else table.get(attribute)
+        if raw is not None:
+            where = env_name if env_name in environ else f"{name}.{attribute}"
+            values[attribute] = _convert(where, raw, getattr(defaults, attribute))
+    settings = cls(**values)
+    return settings
+
+
+def load_settings(path: str | Path | None, environ: Mapping[str, str]) -> Settings:
+    """Settings from ``path`` (or ``SUPERVISOR_CONFIG``; none: defaults) and the environment."""
+    path = path or environ.get("SUPERVISOR_CONFIG") or None
+    document: dict[str, Any] = {}
+    if path is not None:
+        try:
+            document = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from exc
+    unknown = sorted(set(document) - set(_SECTIONS) - {"environments"})
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown section")
+    sections = {name: _section(name, cls, document.get(name, {}), environ) for name, cls in _SECTIONS.items()}
+    raw_environments = document.get("environments", [])
+    if not isinstance(raw_environments, list):
+        raise ConfigError("environments: must be an array of tables ([[environments]])")
+    environments = tuple(
+        environment_from_dict(entry, where=f"environments[{i}]", snake_case=True)
+        for i, entry in enumerate(raw_environments)
+    )
+    settings = Settings(**sections, environments=environments)
+    _validate(settings)
+    return settings
+
+
+def _validate(settings: Settings) -> None:
+    if not 0 <= settings.server.port <= 65535:
+        raise ConfigError(f"server.port: {settings.server.port} is outside 0-65535")
+    if not 0 <= settings.alert.prewarming_pool_threshold <= 1:
+        raise ConfigError("alert.prewarming_pool_threshold: must be between 0 and 1")
+    if settings.factory.registrations_per_second <= 0:
+        raise ConfigError("factory.registrations_per_second: must be positive")
+    for name in ("admission.wait_timeout", "execution.stop_grace", "execution.connect_timeout"):
+        section, key = name.split(".")
+        if getattr(getattr(settings, section), key) < 0:
+            raise ConfigError(f"{name}: must not be negative")
+    if not settings.execution.workspace.startswith("/"):
+        raise ConfigError("execution.workspace: must be an absolute path")
+    ids = [e.id for e in settings.environments]
+    if len(ids) != len(set(ids)):
+        raise ConfigError("environments: an id appears twice")

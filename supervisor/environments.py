@@ -1,0 +1,209 @@
+"""Execution environments and the Nomad jobs that carry them.
+
+An environment is stored in Nomad as the template job ``template-<id>``: a service job whose task
+group has count 0 (it runs nothing; a service job that is dead without ``Stop`` is never garbage
+collected) and whose meta holds the environment's definition. Its runners are batch jobs
+``<id>-<uuid>`` built from it, each running ``sleep infinity`` in the environment's image.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+from attrs import asdict, frozen
+
+from .errors import InvalidRequest
+
+__all__ = [
+    "RUNNER_GROUP",
+    "TEMPLATE_PREFIX",
+    "ExecutionEnvironment",
+    "environment_from_dict",
+    "environment_from_template",
+    "new_runner_id",
+    "runner_environment_id",
+    "runner_job",
+    "template_job",
+]
+
+TEMPLATE_PREFIX: Final = "template-"
+RUNNER_GROUP: Final = "default-group"
+_META_KEY: Final = "supervisor.environment"
+_API_FIELDS: Final = {
+    "id": "id",
+    "image": "image",
+    "prewarmingPoolSize": "prewarming_pool_size",
+    "cpuLimit": "cpu_limit",
+    "memoryLimit": "memory_limit",
+    "networkAccess": "network_access",
+    "exposedPorts": "exposed_ports",
+}
+_REQUIRED: Final = ("image", "prewarmingPoolSize", "cpuLimit", "memoryLimit", "networkAccess", "exposedPorts")
+
+
+@frozen
+class ExecutionEnvironment:
+    id: int
+    image: str
+    prewarming_pool_size: int
+    cpu_limit: float
+    memory_limit: int
+    network_access: bool
+    exposed_ports: tuple[int, ...] = ()
+
+    def to_api(self) -> dict[str, Any]:
+        """Poseidon's ExecutionEnvironment JSON."""
+        values = asdict(self)
+        data = {api: values[ours] for api, ours in _API_FIELDS.items()}
+        data["exposedPorts"] = list(self.exposed_ports)
+        cpu = self.cpu_limit
+        data["cpuLimit"] = int(cpu) if float(cpu).is_integer() else cpu
+        return data
+
+
+def _int(where: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidRequest(f"{where} must be an integer of at least {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidRequest(f"{where} must be at most {maximum}, got {value!r}")
+    return value
+
+
+def environment_from_dict(
+    data: Any, *, where: str = "body", environment_id: int | None = None, snake_case: bool = False
+) -> ExecutionEnvironment:
+    """Validate Poseidon's ExecutionEnvironment JSON (or its snake_case form from the config file)."""
+    if not isinstance(data, Mapping):
+        raise InvalidRequest(f"{where} must be a JSON object")
+    names = {ours: ours for ours in _API_FIELDS.values()} if snake_case else _API_FIELDS
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise InvalidRequest(f"{where}: unknown field {unknown[0]!r}")
+    values = {names[key]: value for key, value in data.items()}
+    if environment_id is not None:
+        if "id" in values and values["id"] != environment_id:
+            raise InvalidRequest(f"{where}.id {values['id']!r} does not match the path's {environment_id}")
+        values["id"] = environment_id
+    required = [_API_FIELDS[r] for r in _REQUIRED] + ([] if environment_id is not None else ["id"])
+    missing = [name for name in required if name not in values]
+    if missing:
+        label = missing[0] if snake_case else next(k for k, v in _API_FIELDS.items() if v == missing[0])
+        raise InvalidRequest(f"{where}: {label} is required")
+    image = values["image"]
+    if not isinstance(image, str) or not image.strip():
+        raise InvalidRequest(f"{where}: image must be a non-empty string")
+    cpu = values["cpu_limit"]
+    if isinstance(cpu, bool) or not isinstance(cpu, int | float) or cpu <= 0:
+        raise InvalidRequest(f"{where}: cpuLimit must be a positive number, got {cpu!r}")
+    if not isinstance(values["network_access"], bool):
+        raise InvalidRequest(f"{where}: networkAccess must be true or false")
+    ports = values["exposed_ports"]
+    if not isinstance(ports, list | tuple):
+        raise InvalidRequest(f"{where}: exposedPorts must be an array")
+    return ExecutionEnvironment(
+        id=_int(f"{where}: id", values["id"]),
+        image=image.strip(),
+        prewarming_pool_size=_int(
+            f"{where}: prewarmingPoolSize", values["prewarming_pool_size"], maximum=10_000
+        ),
+        cpu_limit=float(cpu),
+        memory_limit=_int(f"{where}: memoryLimit", values["memory_limit"], minimum=1),
+        network_access=values["network_access"],
+        exposed_ports=tuple(_int(f"{where}: exposedPorts[]", p, minimum=1, maximum=65535) for p in ports),
+    )
+
+
+def _task(environment: ExecutionEnvironment) -> dict[str, Any]:
+    config: dict[str, Any] = {"image": environment.image, "command": "sleep", "args": ["infinity"]}
+    if environment.network_access:
+        config["ports"] = [str(p) for p in environment.exposed_ports]
+    else:
+        config["network_mode"] = "none"
+    return {
+        "Name": "default-task",
+        "Driver": "docker",
+        "Config": config,
+        "KillTimeout": 0,
+        "KillSignal": "SIGKILL",
+        "Resources": {
+            "CPU": max(1, round(environment.cpu_limit)),
+            "MemoryMB": 50,
+            "MemoryMaxMB": environment.memory_limit,
+        },
+    }
+
+
+def _group(environment: ExecutionEnvironment, count: int) -> dict[str, Any]:
+    group: dict[str, Any] = {
+        "Name": RUNNER_GROUP,
+        "Count": count,
+        "RestartPolicy": {"Attempts": 3, "Interval": 3600 * 10**9, "Delay": 15 * 10**9, "Mode": "fail"},
+        "ReschedulePolicy": {
+            "Attempts": 3,
+            "Interval": 6 * 3600 * 10**9,
+            "Delay": 60 * 10**9,
+            "DelayFunction": "exponential",
+            "MaxDelay": 240 * 10**9,
+            "Unlimited": False,
+        },
+        "Tasks": [_task(environment)],
+    }
+    if environment.network_access and environment.exposed_ports:
+        ports = [{"Label": str(p), "To": p} for p in environment.exposed_ports]
+        group["Networks"] = [{"Mode": "bridge", "DynamicPorts": ports}]
+    return group
+
+
+def template_job(environment: ExecutionEnvironment) -> dict[str, Any]:
+    return {
+        "ID": f"{TEMPLATE_PREFIX}{environment.id}",
+        "Name": f"{TEMPLATE_PREFIX}{environment.id}",
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "Meta": {_META_KEY: orjson.dumps(environment.to_api()).decode()},
+        "TaskGroups": [_group(environment, 0)],
+    }
+
+
+def environment_from_template(meta: Mapping[str, str]) -> ExecutionEnvironment | None:
+    """The environment a template job's meta holds, or None when it holds none (not ours)."""
+    raw = meta.get(_META_KEY)
+    if not raw:
+        return None
+    try:
+        return environment_from_dict(orjson.loads(raw), where="template meta")
+    except (orjson.JSONDecodeError, InvalidRequest):
+        return None
+
+
+def new_runner_id(environment_id: int) -> str:
+    return f"{environment_id}-{uuid.uuid4()}"
+
+
+def runner_environment_id(job_id: str) -> int | None:
+    """The environment of a runner job ID ``<id>-<uuid>``, or None for other jobs."""
+    head, sep, tail = job_id.partition("-")
+    if not sep or not head.isdigit() or len(tail) != 36:
+        return None
+    return int(head)
+
+
+def runner_job(
+    environment: ExecutionEnvironment, runner_id: str, *, used: bool = False, timeout: int = 0
+) -> dict[str, Any]:
+    """A runner job; ``used`` and ``timeout`` in its meta let a restarted daemon know its claims."""
+    return {
+        "ID": runner_id,
+        "Name": runner_id,
+        "Type": "batch",
+        "Datacenters": ["dc1"],
+        "Meta": {
+            "environment": str(environment.id),
+            "used": "true" if used else "false",
+            "timeout": str(timeout),
+        },
+        "TaskGroups": [_group(environment, 1)],
+    }

@@ -1,0 +1,244 @@
+"""Executions: a client's WebSocket bridged to a Nomad exec session in a runner.
+
+``POST /runners/{id}/execute`` stores a pending execution under a single-use ID; the WebSocket that
+connects with that ID runs it. Each execution runs in the daemon's execution nursery, in its own
+cancel scope, so that losing the event stream never touches it. It sends ``start``, then the
+command's output as it comes, then exactly one terminal message:
+
+- ``exit`` with the exit code;
+- ``timeout`` when ``timeLimit`` passes: the command is then stopped (TERM, then KILL), and if it will
+  not stop within the grace period its runner is replaced;
+- ``error`` with a text that says what happened: the runner was destroyed by request, its
+  allocation stopped or was replaced, or the exec connection was lost when a Nomad server restarted
+  (then the command's outcome is unknown, and it is stopped).
+
+A client that closes its WebSocket early gets nothing more; its command is stopped.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import uuid
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+import trio
+from attrs import define, field, frozen
+from loguru import logger
+
+from .commands import execution_command, stop_command
+from .config import ExecutionSettings
+from .errors import ExecConnectionLost, ExecRejected, SupervisorError
+from .nomad import ExecExited, ExecOutput, NomadClient
+
+__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
+
+MESSAGE_CONNECTION_LOST: Final = (
+    "exec connection lost (a Nomad server restarted): the command's outcome is unknown and it was stopped"
+)
+
+
+class ClientSocket(Protocol):
+    """The client's side of an execution, as the API layer provides it."""
+
+    async def send_json(self, message: dict[str, Any]) -> None: ...
+
+    async def receive_text(self) -> str | None:
+        """The next text frame; None when the client has closed."""
+        ...
+
+
+@frozen
+class ExecutionRequest:
+    runner_id: str
+    command: str
+    environment: dict[str, str]
+    time_limit: int
+    privileged: bool
+
+
+@define(eq=False)
+class _Running:
+    execution_id: str
+    runner_id: str
+    scope: trio.CancelScope = field(factory=trio.CancelScope)
+    gone_reason: str = ""
+
+
+class ExecutionService:
+    """Pending executions by ID, and the running ones by runner (to end them when a runner goes)."""
+
+    def __init__(
+        self,
+        client: NomadClient,
+        settings: ExecutionSettings,
+        *,
+        alloc_of: Callable[[str], str | None],
+        activity: Callable[[str, int], None],
+        replace_runner: Callable[[str, str], None],
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._alloc_of = alloc_of
+        self._activity = activity
+        self._replace_runner = replace_runner
+        self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
+        self._running: set[_Running] = set()
+        self.nursery: trio.Nursery | None = None
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def prepare(self, request: ExecutionRequest) -> str:
+        """Store a pending execution; returns its single-use ID."""
+        self._forget_stale()
+        execution_id = str(uuid.uuid4())
+        self._pending[execution_id] = (request, trio.current_time())
+        return execution_id
+
+    def take(self, execution_id: str) -> ExecutionRequest | None:
+        """The pending execution, removed: an execution URL works once."""
+        self._forget_stale()
+        entry = self._pending.pop(execution_id, None)
+        return entry[0] if entry else None
+
+    def _forget_stale(self) -> None:
+        limit = trio.current_time() - self._settings.connect_timeout
+        for execution_id in [k for k, (_, at) in self._pending.items() if at < limit]:
+            del self._pending[execution_id]
+
+    def runner_gone(self, runner_id: str, reason: str) -> None:
+        """End every execution on the runner with ``reason`` (its pending ones too)."""
+        for running in list(self._running):
+            if running.runner_id == runner_id:
+                running.gone_reason = reason
+                running.scope.cancel(f"runner {runner_id} gone: {reason}")
+        for execution_id in [k for k, (r, _) in self._pending.items() if r.runner_id == runner_id]:
+            del self._pending[execution_id]
+
+    async def serve(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> None:
+        """Run the execution in the execution nursery; returns when it has ended."""
+        assert self.nursery is not None, "the execution nursery is not open"
+        done = trio.Event()
+
+        async def execution() -> None:
+            try:
+                await self._run(socket, execution_id, request)
+            finally:
+                done.set()
+
+        self.nursery.start_soon(execution)
+        await done.wait()
+
+    async def _run(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> None:
+        running = _Running(execution_id, request.runner_id)
+        alloc_id = self._alloc_of(request.runner_id)
+        if alloc_id is None:
+            await _send(socket, {"type": "error", "data": "the runner is gone"})
+            return
+        self._running.add(running)
+        self._activity(request.runner_id, +1)
+        try:
+            await _send(socket, {"type": "start"})
+            terminal = await self._bridge(socket, running, alloc_id, request)
+        finally:
+            self._running.discard(running)
+            self._activity(request.runner_id, -1)
+        if terminal is not None:
+            await _send(socket, terminal)
+
+    async def _bridge(
+        self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
+    ) -> dict[str, Any] | None:
+        """The terminal message; None when the client closed first."""
+        argv = execution_command(
+            request.command,
+            request.environment,
+            execution_id=running.execution_id,
+            privileged=request.privileged,
+            unprivileged_wrapper=self._settings.unprivileged_wrapper,
+        )
+        client_closed = False
+        timed_out = False
+        exited: ExecExited | None = None
+        error = ""
+        with running.scope:
+            if request.time_limit > 0:
+                running.scope.deadline = trio.current_time() + request.time_limit
+            try:
+                async with (
+                    self._client.open_exec(alloc_id, task=self._settings.task, command=argv) as session,
+                    trio.open_nursery() as nursery,
+                ):
+
+                    async def forward_stdin() -> None:
+                        nonlocal client_closed
+                        while (text := await socket.receive_text()) is not None:
+                            await session.send_stdin(text.encode())
+                        client_closed = True
+                        nursery.cancel_scope.cancel("the client closed its WebSocket")
+
+                    nursery.start_soon(forward_stdin)
+                    exited = await _forward_output(socket, session)
+                    nursery.cancel_scope.cancel("the command exited")
+            except ExecConnectionLost:
+                error = MESSAGE_CONNECTION_LOST
+            except ExecRejected as exc:
+                error = f"Nomad refused the execution: {exc.reason}"
+            except SupervisorError as exc:
+                error = f"Nomad could not run the execution: {exc}"
+        if running.scope.cancelled_caught:
+            if running.gone_reason:
+                return {"type": "error", "data": running.gone_reason}
+            timed_out = True
+        if exited is not None:
+            return {"type": "exit", "data": max(0, min(255, exited.exit_code))}
+        if not (timed_out or client_closed or error):
+            return None
+        # The command may still run: stop it (a timeout, a client gone, a lost exec connection).
+        await self._stop(running, alloc_id)
+        if timed_out:
+            return {"type": "timeout"}
+        return {"type": "error", "data": error} if error else None
+
+    async def _stop(self, running: _Running, alloc_id: str) -> None:
+        grace = self._settings.stop_grace
+        with trio.move_on_after(grace + 5, shield=True) as scope:
+            try:
+                async with self._client.open_exec(
+                    alloc_id, task=self._settings.task, command=stop_command(running.execution_id, grace)
+                ) as session:
+                    await session.wait_exit()
+                return
+            except SupervisorError as exc:
+                logger.warning(
+                    "could not stop execution {} on {}: {}", running.execution_id, running.runner_id, exc
+                )
+        reason = "timed out" if scope.cancelled_caught else "failed"
+        logger.warning(
+            "stopping execution {} {}; replacing runner {}", running.execution_id, reason, running.runner_id
+        )
+        self._replace_runner(running.runner_id, "an execution could not be stopped")
+
+
+async def _forward_output(socket: ClientSocket, session: Any) -> ExecExited:
+    decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
+    async for frame in session:
+        if isinstance(frame, ExecExited):
+            for name, decoder in decoders.items():
+                if rest := decoder.decode(b"", final=True):
+                    await _send(socket, {"type": name, "data": rest})
+            return frame
+        assert isinstance(frame, ExecOutput)
+        text = decoders[frame.stream].decode(frame.data)
+        if text:
+            await _send(socket, {"type": frame.stream, "data": text})
+    raise ExecConnectionLost("the exec session ended without an exit")  # pragma: no cover
+
+
+async def _send(socket: ClientSocket, message: dict[str, Any]) -> None:
+    """Send unless the client is gone: a closed client gets nothing more."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        await socket.send_json(message)

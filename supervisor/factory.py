@@ -1,0 +1,126 @@
+"""The runner factory: the only code that creates, updates and destroys runner jobs in Nomad.
+
+It carries out the pool's actions with a few workers, spaces registrations to
+``registrations_per_second``, and retries transient failures with exponential backoff for as long as
+the action still matters (a runner destroyed meanwhile is not created; a destroy is retried until
+Nomad confirms it, so no runner job is leaked).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+import trio
+from loguru import logger
+
+from .config import FactorySettings
+from .environments import runner_job
+from .errors import TerminalError, TransientError
+from .nomad import NomadClient
+from .pool import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerPool
+
+__all__ = ["RunnerFactory"]
+
+_WORKERS: Final = 4
+
+
+class RunnerFactory:
+    def __init__(
+        self,
+        client: NomadClient,
+        pool: RunnerPool,
+        settings: FactorySettings,
+        *,
+        random_fraction: Callable[[], float] = random.random,
+    ) -> None:
+        self._client = client
+        self._pool = pool
+        self._settings = settings
+        self._random_fraction = random_fraction
+        self._queue: deque[Action] = deque()
+        self._wakeup = trio.Event()
+        self._next_registration = 0.0
+        self.created = 0
+        self.destroyed = 0
+        self.failed = 0
+
+    @property
+    def backlog(self) -> int:
+        return len(self._queue)
+
+    def submit(self, action: Action) -> None:
+        self._queue.append(action)
+        self._wakeup.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(_WORKERS):
+                nursery.start_soon(self._work)
+            task_status.started()
+
+    async def _work(self) -> None:
+        while True:
+            while not self._queue:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+            action = self._queue.popleft()
+            await self._perform(action)
+
+    async def _perform(self, action: Action) -> None:
+        attempt = 0
+        while self._still_wanted(action):
+            try:
+                await self._once(action)
+                return
+            except TransientError as exc:
+                attempt += 1
+                delay = self._random_fraction() * min(self._settings.max_backoff, 0.5 * 2 ** min(attempt, 16))
+                logger.warning("{} failed ({}); retry {} in {:.1f}s", _describe(action), exc, attempt, delay)
+                await trio.sleep(delay)
+            except TerminalError as exc:
+                self.failed += 1
+                logger.error("{} refused by Nomad: {}", _describe(action), exc)
+                if isinstance(action, CreateRunner):
+                    self._pool.registration_failed(action.runner_id)
+                return
+
+    def _still_wanted(self, action: Action) -> bool:
+        if isinstance(action, CreateRunner):
+            return action.runner_id in self._pool.runners and action.environment_id in self._pool.environments
+        if isinstance(action, MarkUsed):
+            return self._pool.used_runner(action.runner_id) is not None
+        return True
+
+    async def _rate_limit(self) -> None:
+        now = trio.current_time()
+        slot = max(now, self._next_registration)
+        self._next_registration = slot + 1.0 / self._settings.registrations_per_second
+        await trio.sleep_until(slot)
+
+    async def _once(self, action: Action) -> None:
+        if isinstance(action, DestroyRunner):
+            await self._client.deregister_job(action.runner_id, purge=True)
+            self.destroyed += 1
+            logger.debug("destroyed runner {}: {}", action.runner_id, action.reason)
+            return
+        environment = self._pool.environments[action.environment_id]  # type: ignore[union-attr]
+        await self._rate_limit()
+        if isinstance(action, CreateRunner):
+            await self._client.register_job(runner_job(environment, action.runner_id))
+            self.created += 1
+            if action.runner_id not in self._pool.runners:
+                # Destroyed while its registration was under way: the destroy may have come first.
+                await self._client.deregister_job(action.runner_id, purge=True)
+                return
+            self._pool.registered(action.runner_id)
+        elif isinstance(action, MarkUsed):
+            job = runner_job(environment, action.runner_id, used=True, timeout=action.timeout)
+            await self._client.register_job(job)
+
+
+def _describe(action: Action) -> str:
+    kind = type(action).__name__
+    return f"{kind} {getattr(action, 'runner_id', '')}"

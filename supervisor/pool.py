@@ -1,0 +1,363 @@
+"""The runner pool: which runners exist, which are idle, starting or used, and what to do about it.
+
+Synchronous and without I/O: it takes typed Nomad objects (events, listings) and requests, updates
+its state in place, and returns actions (create, destroy, mark used) for the trio layer to carry out.
+Reconcile is level-based and idempotent: each runner remembers the ModifyIndex of the allocation
+state it last applied, so a replayed or duplicated event changes nothing, and a relist updates the
+existing runner objects (allocation, node, ports) instead of replacing them under running executions.
+
+A runner is handed out only when its allocation runs. A used runner whose container is lost or
+replaced (restart, reschedule, migration, lost node) is gone for its client (410) and its job is
+destroyed: its files are gone, and its ID must never come back as another client's idle runner.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Final
+
+from attrs import define, field, frozen
+
+from .environments import ExecutionEnvironment, new_runner_id, runner_environment_id
+from .nomad import Allocation, AllocListStub, JobListStub, PortMapping
+
+__all__ = [
+    "Action",
+    "CreateRunner",
+    "DestroyRunner",
+    "MarkUsed",
+    "NoIdleRunner",
+    "Runner",
+    "RunnerGone",
+    "RunnerPool",
+    "RunnerState",
+    "UnknownEnvironment",
+]
+
+
+class RunnerState(enum.Enum):
+    STARTING = "starting"
+    IDLE = "idle"
+    USED = "used"
+
+
+class UnknownEnvironment(LookupError):
+    pass
+
+
+class NoIdleRunner(LookupError):
+    pass
+
+
+@frozen
+class CreateRunner:
+    runner_id: str
+    environment_id: int
+
+
+@frozen
+class DestroyRunner:
+    runner_id: str
+    reason: str
+
+
+@frozen
+class MarkUsed:
+    runner_id: str
+    environment_id: int
+    timeout: int
+
+
+@frozen
+class RunnerGone:
+    """A used runner is gone: its executions end with ``reason``; its client gets 410 from now on."""
+
+    runner_id: str
+    reason: str
+
+
+Action = CreateRunner | DestroyRunner | MarkUsed | RunnerGone
+
+# Why a used runner ended, as its executions' error message says it.
+REASON_DESTROYED: Final = "the runner was destroyed by request"
+REASON_ALLOCATION_STOPPED: Final = "the allocation stopped"
+REASON_REPLACED: Final = (
+    "the allocation was replaced (restarted, rescheduled or migrated); its files are gone"
+)
+REASON_JOB_GONE: Final = "the runner's Nomad job is gone"
+REASON_ENVIRONMENT: Final = "the execution environment was deleted"
+REASON_INACTIVITY: Final = "the runner was idle for longer than its inactivity timeout"
+
+
+@define(eq=False)
+class Runner:
+    id: str
+    environment_id: int
+    state: RunnerState
+    alloc_id: str = ""
+    alloc_create_index: int = 0
+    alloc_modify_index: int = 0
+    node_id: str = ""
+    ports: tuple[PortMapping, ...] = ()
+    registered: bool = False
+    inactivity_timeout: float = 0.0
+    last_activity: float = 0.0
+    executions: int = 0
+    # The environment changed while the runner was used: destroy it when released.
+    retired: bool = False
+
+    def mapped_ports(self) -> list[dict[str, object]]:
+        return [{"exposedPort": p.to, "hostAddress": f"{p.host_ip}:{p.value}"} for p in self.ports]
+
+
+def _live(alloc: Allocation | AllocListStub) -> bool:
+    return not alloc.client_terminal and not alloc.server_terminal
+
+
+@define
+class RunnerPool:
+    environments: dict[int, ExecutionEnvironment] = field(factory=dict)
+    runners: dict[str, Runner] = field(factory=dict)
+    # Idle runners per environment, oldest first (dicts keep insertion order).
+    _idle: dict[int, dict[str, None]] = field(factory=dict)
+
+    # -- environments ---------------------------------------------------------------------------
+
+    def set_environment(self, environment: ExecutionEnvironment) -> tuple[bool, list[Action]]:
+        """Create or replace; returns whether it was new. Idle runners of a replaced environment are
+        destroyed at once, used ones when their client releases them."""
+        previous = self.environments.get(environment.id)
+        self.environments[environment.id] = environment
+        actions: list[Action] = []
+        if previous is not None and previous != environment:
+            for runner in self._runners_of(environment.id):
+                if runner.state is RunnerState.USED:
+                    runner.retired = True
+                else:
+                    actions += self._remove(runner, "the execution environment changed")
+        return previous is None, actions + self.fill(environment.id)
+
+    def remove_environment(self, environment_id: int) -> list[Action]:
+        if environment_id not in self.environments:
+            raise UnknownEnvironment(environment_id)
+        del self.environments[environment_id]
+        actions: list[Action] = []
+        for runner in self._runners_of(environment_id):
+            actions += self._remove(runner, REASON_ENVIRONMENT)
+        self._idle.pop(environment_id, None)
+        return actions
+
+    def fill(self, environment_id: int) -> list[Action]:
+        """Create runners until idle plus starting reaches the prewarming pool size."""
+        environment = self.environments.get(environment_id)
+        if environment is None:
+            return []
+        warm = sum(
+            1 for r in self._runners_of(environment_id) if r.state is not RunnerState.USED and not r.retired
+        )
+        actions: list[Action] = []
+        for _ in range(environment.prewarming_pool_size - warm):
+            runner = Runner(new_runner_id(environment_id), environment_id, RunnerState.STARTING)
+            self.runners[runner.id] = runner
+            actions.append(CreateRunner(runner.id, environment_id))
+        return actions
+
+    def fill_all(self) -> list[Action]:
+        return [action for environment_id in list(self.environments) for action in self.fill(environment_id)]
+
+    # -- clients --------------------------------------------------------------------------------
+
+    def claim(self, environment_id: int, inactivity_timeout: int, now: float) -> tuple[Runner, list[Action]]:
+        """Hand out an idle runner at once (never waiting for one to start) and order its replacement."""
+        if environment_id not in self.environments:
+            raise UnknownEnvironment(environment_id)
+        idle = self._idle.get(environment_id)
+        if not idle:
+            raise NoIdleRunner(environment_id)
+        runner = self.runners[next(iter(idle))]
+        del idle[runner.id]
+        runner.state = RunnerState.USED
+        runner.inactivity_timeout = float(inactivity_timeout)
+        runner.last_activity = now
+        actions: list[Action] = [MarkUsed(runner.id, environment_id, inactivity_timeout)]
+        return runner, actions + self.fill(environment_id)
+
+    def used_runner(self, runner_id: str) -> Runner | None:
+        runner = self.runners.get(runner_id)
+        return runner if runner is not None and runner.state is RunnerState.USED else None
+
+    def release(self, runner_id: str) -> list[Action]:
+        runner = self.used_runner(runner_id)
+        if runner is None:
+            raise KeyError(runner_id)
+        return self._remove(runner, REASON_DESTROYED)
+
+    def destroy(self, runner_id: str, reason: str) -> list[Action]:
+        runner = self.runners.get(runner_id)
+        return self._remove(runner, reason) if runner is not None else []
+
+    def expired(self, now: float) -> list[str]:
+        """Used runners idle past their inactivity timeout (never while an execution runs)."""
+        return [
+            r.id
+            for r in self.runners.values()
+            if r.state is RunnerState.USED
+            and r.inactivity_timeout > 0
+            and r.executions == 0
+            and now - r.last_activity >= r.inactivity_timeout
+        ]
+
+    def next_expiry(self) -> float | None:
+        deadlines = [
+            r.last_activity + r.inactivity_timeout
+            for r in self.runners.values()
+            if r.state is RunnerState.USED and r.inactivity_timeout > 0 and r.executions == 0
+        ]
+        return min(deadlines, default=None)
+
+    # -- Nomad ----------------------------------------------------------------------------------
+
+    def registered(self, runner_id: str) -> None:
+        runner = self.runners.get(runner_id)
+        if runner is not None:
+            runner.registered = True
+
+    def registration_failed(self, runner_id: str) -> list[Action]:
+        """Nomad refused the job for good: forget the runner (the pool is refilled on the next event)."""
+        runner = self.runners.pop(runner_id, None)
+        if runner is not None:
+            self._idle.get(runner.environment_id, {}).pop(runner_id, None)
+        return []
+
+    def apply_allocation(self, alloc: Allocation | AllocListStub) -> list[Action]:
+        runner = self.runners.get(alloc.job_id)
+        if runner is None:
+            return []
+        runner.registered = True
+        if alloc.id == runner.alloc_id:
+            if alloc.modify_index <= runner.alloc_modify_index:
+                return []  # replayed or duplicated: that state was applied already
+        elif alloc.create_index < runner.alloc_create_index:
+            return []  # an older allocation of this job
+        elif runner.alloc_id and not _live(alloc):
+            return []  # a terminal allocation that is not the runner's current one
+        replaced = bool(runner.alloc_id) and alloc.id != runner.alloc_id
+        if runner.state is RunnerState.USED:
+            if replaced:
+                return self._remove(runner, REASON_REPLACED)
+            if not _live(alloc):
+                return self._remove(runner, REASON_ALLOCATION_STOPPED)
+            if alloc.client_status == "pending":
+                return self._remove(runner, REASON_REPLACED)  # its task restarts in a fresh container
+            self._update(runner, alloc)
+            return []
+        if not _live(alloc):
+            if alloc.next_allocation:
+                self._set_state(runner, RunnerState.STARTING)
+                self._update(runner, alloc)
+                return []
+            return self._remove(runner, REASON_ALLOCATION_STOPPED)
+        self._update(runner, alloc)
+        self._set_state(
+            runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
+        )
+        return []
+
+    def apply_job(self, job_id: str, *, deleted: bool, stopped: bool) -> list[Action]:
+        runner = self.runners.get(job_id)
+        if runner is None or not (deleted or stopped):
+            return []
+        return self._remove(runner, REASON_JOB_GONE)
+
+    def reconcile(
+        self, jobs: Iterable[JobListStub], allocs: Iterable[AllocListStub], now: float
+    ) -> list[Action]:
+        """Bring local state to what Nomad lists, in place, then refill the pools."""
+        latest: dict[str, AllocListStub] = {}
+        for alloc in allocs:
+            current = latest.get(alloc.job_id)
+            if current is None or (_live(alloc), alloc.create_index) > (_live(current), current.create_index):
+                latest[alloc.job_id] = alloc
+        actions: list[Action] = []
+        listed: set[str] = set()
+        for job in jobs:
+            environment_id = runner_environment_id(job.id)
+            if environment_id is None or environment_id not in self.environments:
+                continue
+            listed.add(job.id)
+            job_alloc = latest.get(job.id)
+            runner = self.runners.get(job.id)
+            if job.stop or (job.status == "dead" and (job_alloc is None or not _live(job_alloc))):
+                if runner is not None:
+                    actions += self._remove(runner, REASON_JOB_GONE)
+                else:
+                    actions.append(DestroyRunner(job.id, "its Nomad job is dead"))
+                continue
+            if runner is None:
+                runner = self._adopt(job, environment_id, now)
+            if job_alloc is not None:
+                actions += self.apply_allocation(job_alloc)
+        for runner in list(self.runners.values()):
+            if runner.registered and runner.id not in listed:
+                actions += self._remove(runner, REASON_JOB_GONE, destroy_job=False)
+        return actions + self.fill_all()
+
+    def _adopt(self, job: JobListStub, environment_id: int, now: float) -> Runner:
+        """A runner job this process did not know: its meta says whether a client holds it."""
+        used = job.meta.get("used") == "true"
+        runner = Runner(
+            job.id, environment_id, RunnerState.USED if used else RunnerState.STARTING, registered=True
+        )
+        if used:
+            timeout = job.meta.get("timeout", "0")
+            runner.inactivity_timeout = float(timeout) if timeout.isdigit() else 60.0
+            runner.last_activity = now
+        self.runners[runner.id] = runner
+        return runner
+
+    # -- state changes --------------------------------------------------------------------------
+
+    def _update(self, runner: Runner, alloc: Allocation | AllocListStub) -> None:
+        runner.alloc_id = alloc.id
+        runner.alloc_create_index = alloc.create_index
+        runner.alloc_modify_index = alloc.modify_index
+        runner.node_id = alloc.node_id
+        if alloc.allocated_resources is not None:
+            runner.ports = tuple(alloc.ports)
+
+    def _set_state(self, runner: Runner, state: RunnerState) -> None:
+        runner.state = state
+        idle = self._idle.setdefault(runner.environment_id, {})
+        if state is RunnerState.IDLE and not runner.retired:
+            idle[runner.id] = None
+        else:
+            idle.pop(runner.id, None)
+
+    def _remove(self, runner: Runner, reason: str, *, destroy_job: bool = True) -> list[Action]:
+        """Forget the runner; destroy its job; tell its executions; refill its pool."""
+        self.runners.pop(runner.id, None)
+        self._idle.get(runner.environment_id, {}).pop(runner.id, None)
+        actions: list[Action] = []
+        if runner.state is RunnerState.USED:
+            actions.append(RunnerGone(runner.id, reason))
+        if destroy_job:
+            actions.append(DestroyRunner(runner.id, reason))
+        return actions + self.fill(runner.environment_id)
+
+    def _runners_of(self, environment_id: int) -> list[Runner]:
+        return [r for r in self.runners.values() if r.environment_id == environment_id]
+
+    # -- inspection -----------------------------------------------------------------------------
+
+    def statistics(self) -> dict[str, dict[str, int]]:
+        stats = {}
+        for environment_id, environment in sorted(self.environments.items()):
+            runners = self._runners_of(environment_id)
+            stats[str(environment_id)] = {
+                "id": environment_id,
+                "prewarmingPoolSize": environment.prewarming_pool_size,
+                "idleRunners": len(self._idle.get(environment_id, ())),
+                "usedRunners": sum(1 for r in runners if r.state is RunnerState.USED),
+            }
+        return stats

@@ -1,0 +1,177 @@
+"""The runner service: the one owner of the runner pool, and where its actions are carried out.
+
+The API, the event-stream watcher and the inactivity timer all go through here; the pool itself
+stays synchronous and free of I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import trio
+from loguru import logger
+
+from .config import Settings
+from .environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
+from .errors import NomadNotFound, SupervisorError, TransientError
+from .executions import ExecutionService
+from .factory import RunnerFactory
+from .files import FileService
+from .levels import AsyncValue, StreamState
+from .nomad import Allocation, EventBatch, Job, NomadClient
+from .pool import REASON_INACTIVITY, Action, Runner, RunnerGone, RunnerPool
+
+__all__ = ["NomadUnreachable", "RunnerService"]
+
+_EXPIRY_IDLE_WAKE: Final = 3600.0
+
+
+class NomadUnreachable(SupervisorError):
+    """The event stream stayed down for the whole admission wait."""
+
+
+class RunnerService:
+    def __init__(self, client: NomadClient, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.pool = RunnerPool()
+        self.stream = AsyncValue(StreamState.DOWN)
+        self.factory = RunnerFactory(client, self.pool, settings.factory)
+        self.executions = ExecutionService(
+            client,
+            settings.execution,
+            alloc_of=self._alloc_of,
+            activity=self._execution_activity,
+            replace_runner=lambda runner_id, reason: self.apply(self.pool.destroy(runner_id, reason)),
+        )
+        self.files = FileService(client, task=settings.execution.task, workspace=settings.execution.workspace)
+        self.last_index = 0
+        self.synced = trio.Event()
+        self._expiry_changed = trio.Event()
+
+    # -- actions --------------------------------------------------------------------------------
+
+    def apply(self, actions: Iterable[Action]) -> None:
+        for action in actions:
+            if isinstance(action, RunnerGone):
+                self.executions.runner_gone(action.runner_id, action.reason)
+            else:
+                self.factory.submit(action)
+        self._expiry_changed.set()
+
+    # -- environments ---------------------------------------------------------------------------
+
+    async def put_environment(self, environment: ExecutionEnvironment) -> bool:
+        """Store the environment in Nomad (its template job), then warm its pool; True if new."""
+        await self.client.register_job(template_job(environment))
+        created, actions = self.pool.set_environment(environment)
+        self.apply(actions)
+        return created
+
+    async def delete_environment(self, environment_id: int) -> None:
+        self.apply(self.pool.remove_environment(environment_id))
+        await self.client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
+
+    async def load_environments(self) -> None:
+        """Adopt every environment stored in Nomad, whatever its template job's status (a template
+        job that ended dead but still exists is still a valid definition)."""
+        templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
+        for job in templates.value:
+            if job.stop:
+                continue
+            environment = environment_from_template(job.meta)
+            if environment is not None and self.pool.environments.get(environment.id) != environment:
+                self.apply(self.pool.set_environment(environment)[1])
+
+    async def fetch_environment(self, environment_id: int) -> ExecutionEnvironment | None:
+        try:
+            job = (await self.client.get_job(f"{TEMPLATE_PREFIX}{environment_id}")).value
+        except NomadNotFound:
+            return None
+        environment = environment_from_template(job.meta) if not job.stop else None
+        if environment is not None:
+            self.apply(self.pool.set_environment(environment)[1])
+        return environment
+
+    # -- runners --------------------------------------------------------------------------------
+
+    async def admit(self) -> None:
+        """Wait for the event stream to be up (claims and new executions only)."""
+        if self.stream.value is StreamState.UP:
+            return
+        with trio.move_on_after(self.settings.admission.wait_timeout):
+            await self.stream.wait_value(lambda state: state is StreamState.UP)
+            return
+        raise NomadUnreachable(f"the Nomad event stream is {self.stream.value.value}")
+
+    def claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
+        runner, actions = self.pool.claim(environment_id, inactivity_timeout, trio.current_time())
+        self.apply(actions)
+        logger.info("runner {} claimed (inactivity timeout {}s)", runner.id, inactivity_timeout)
+        return runner
+
+    def release(self, runner_id: str) -> None:
+        self.apply(self.pool.release(runner_id))
+
+    def touch(self, runner_id: str) -> None:
+        runner = self.pool.used_runner(runner_id)
+        if runner is not None:
+            runner.last_activity = trio.current_time()
+            self._expiry_changed.set()
+
+    def _alloc_of(self, runner_id: str) -> str | None:
+        runner = self.pool.used_runner(runner_id)
+        return runner.alloc_id if runner is not None and runner.alloc_id else None
+
+    def _execution_activity(self, runner_id: str, delta: int) -> None:
+        runner = self.pool.used_runner(runner_id)
+        if runner is not None:
+            runner.executions += delta
+            runner.last_activity = trio.current_time()
+            self._expiry_changed.set()
+
+    async def run_expiry(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Destroy used runners whose inactivity timeout passed."""
+        task_status.started()
+        while True:
+            self._expiry_changed = trio.Event()
+            for runner_id in self.pool.expired(trio.current_time()):
+                logger.info("runner {} reached its inactivity timeout", runner_id)
+                self.apply(self.pool.destroy(runner_id, REASON_INACTIVITY))
+            deadline = self.pool.next_expiry()
+            wake = deadline if deadline is not None else trio.current_time() + _EXPIRY_IDLE_WAKE
+            with trio.move_on_at(wake):
+                await self._expiry_changed.wait()
+
+    # -- Nomad's view ---------------------------------------------------------------------------
+
+    async def resync(self) -> int:
+        """List jobs and allocations, reconcile in place; returns the index to watch from."""
+        await self.load_environments()
+        jobs = await self.client.list_jobs(meta=True)
+        allocs = await self.client.list_allocations(resources=True)
+        self.apply(self.pool.reconcile(jobs.value, allocs.value, trio.current_time()))
+        self.last_index = max(self.last_index, min(jobs.index, allocs.index))
+        self.synced.set()
+        return self.last_index
+
+    def apply_batch(self, batch: EventBatch) -> None:
+        for event in batch.events:
+            payload = event.payload
+            if isinstance(payload, Allocation):
+                self.apply(self.pool.apply_allocation(payload))
+            elif isinstance(payload, Job):
+                self.apply(self.pool.apply_job(payload.id, deleted=event.deleted, stopped=payload.stop))
+        self.last_index = max(self.last_index, batch.index)
+
+    async def ensure_environments(self, environments: Iterable[ExecutionEnvironment]) -> None:
+        """Register the environments declared in the configuration, retrying until Nomad answers."""
+        for environment in environments:
+            while True:
+                try:
+                    await self.put_environment(environment)
+                    break
+                except TransientError as exc:
+                    logger.warning("environment {} not registered yet ({}); retrying", environment.id, exc)
+                    await trio.sleep(2)
