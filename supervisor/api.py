@@ -144,7 +144,8 @@ class _Routes:
     async def health(self, request: Request) -> Response:
         state = self.service.stream.value
         if state is not StreamState.UP:
-            return server_error(f"the Nomad event stream is {state.value}", "NOMAD_UNREACHABLE")
+            message = f"the Nomad event stream is {state.value}"
+            return JSONResponse({"message": message, "errorCode": "NOMAD_UNREACHABLE"}, status_code=503)
         threshold = self.settings.alert.prewarming_pool_threshold
         depleting = [
             environment_id

@@ -21,7 +21,7 @@ import codecs
 import contextlib
 import uuid
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import trio
 from attrs import define, field, frozen
@@ -33,6 +33,8 @@ from .errors import ExecConnectionLost, ExecRejected, SupervisorError
 from .nomad import ExecExited, ExecOutput, NomadClient
 
 __all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
+
+_E = TypeVar("_E", bound=BaseException)
 
 MESSAGE_CONNECTION_LOST: Final = (
     "exec connection lost (a Nomad server restarted): the command's outcome is unknown and it was stopped"
@@ -126,6 +128,10 @@ class ExecutionService:
         async def execution() -> None:
             try:
                 await self._run(socket, execution_id, request)
+            except* Exception:
+                # A bug in one execution must not end the others in the nursery.
+                logger.exception("execution {} on {} failed", execution_id, request.runner_id)
+                await _send(socket, {"type": "error", "data": "internal error of the supervisor"})
             finally:
                 done.set()
 
@@ -183,12 +189,12 @@ class ExecutionService:
                     nursery.start_soon(forward_stdin)
                     exited = await _forward_output(socket, session)
                     nursery.cancel_scope.cancel("the command exited")
-            except ExecConnectionLost:
+            except* ExecConnectionLost:
                 error = MESSAGE_CONNECTION_LOST
-            except ExecRejected as exc:
-                error = f"Nomad refused the execution: {exc.reason}"
-            except SupervisorError as exc:
-                error = f"Nomad could not run the execution: {exc}"
+            except* ExecRejected as group:
+                error = f"Nomad refused the execution: {_first(group).reason}"
+            except* SupervisorError as group:
+                error = f"Nomad could not run the execution: {_first(group)}"
         if running.scope.cancelled_caught:
             if running.gone_reason:
                 return {"type": "error", "data": running.gone_reason}
@@ -221,6 +227,12 @@ class ExecutionService:
             "stopping execution {} {}; replacing runner {}", running.execution_id, reason, running.runner_id
         )
         self._replace_runner(running.runner_id, "an execution could not be stopped")
+
+
+def _first(group: BaseExceptionGroup[_E]) -> _E:
+    """The first leaf of an exception group (an exec session raises one error at a time)."""
+    exception = group.exceptions[0]
+    return _first(exception) if isinstance(exception, BaseExceptionGroup) else exception
 
 
 async def _forward_output(socket: ClientSocket, session: Any) -> ExecExited:

@@ -164,13 +164,19 @@ class ExecSessions:
             await websocket.close(1011, f"failed to exec into task: {exc.strerror or exc}")
             return
         session.process = process
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._forward_stdin, websocket, session)
-            async with trio.open_nursery() as outputs:
-                outputs.start_soon(self._pump, websocket, process.stdout, "stdout")
-                outputs.start_soon(self._pump, websocket, process.stderr, "stderr")
-            code = await process.wait()
-            nursery.cancel_scope.cancel("the command exited")
+        client_gone = False
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._forward_stdin, websocket, session)
+                async with trio.open_nursery() as outputs:
+                    outputs.start_soon(self._pump, websocket, process.stdout, "stdout")
+                    outputs.start_soon(self._pump, websocket, process.stderr, "stderr")
+                code = await process.wait()
+                nursery.cancel_scope.cancel("the command exited")
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
+            client_gone = True  # run() kills the command
+        if client_gone:
+            return
         exit_code = 128 - code if code < 0 else code
         result = {"exit_code": exit_code} if exit_code else {}
         await websocket.send_text(orjson.dumps({"exited": True, "result": result}).decode())

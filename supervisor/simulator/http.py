@@ -193,8 +193,11 @@ class HttpServer:
         try:
             with record.scope:
                 await self._http_loop(stream, record)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
-            pass
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
+            pass  # the peer went away
+        except* Exception:
+            # One connection must never take the server down.
+            logger.exception("{}: a connection failed", self.name)
         finally:
             self._connections.discard(record)
             with trio.move_on_after(1, shield=True):

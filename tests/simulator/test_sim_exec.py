@@ -68,7 +68,9 @@ async def test_environment_is_path_and_nomads_variables_only(
     assert "SIMULATOR_TEST_SECRET" not in names
     assert "PATH" in names
     assert "NOMAD_ALLOC_ID" in names
-    assert names <= {"PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_"} | {n for n in names if n.startswith("NOMAD_")}
+    assert names <= {"PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_"} | {
+        n for n in names if n.startswith("NOMAD_")
+    }
 
 
 async def test_process_runs_in_the_allocations_directory(

@@ -1,0 +1,114 @@
+"""A daemon on 127.0.0.1 port 0 against a simulated cluster, both in the test's own trio run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import jsonschema
+import pytest
+import trio
+import trio_websocket
+
+from supervisor.config import ServerSettings, Settings
+from supervisor.daemon import Daemon
+from supervisor.service import RunnerService
+from supervisor.simulator import SimConfig, SimulatedCluster
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "fixtures" / "websocket.schema.json").read_text())
+# The schema names no draft jsonschema knows ("http://json-schema.org/schema#"); it is draft 7 in form.
+MESSAGES = jsonschema.Draft7Validator(SCHEMA)
+ENVIRONMENT = {
+    "image": "python:3.12-slim",
+    "prewarmingPoolSize": 2,
+    "cpuLimit": 100,
+    "memoryLimit": 256,
+    "networkAccess": False,
+    "exposedPorts": [],
+}
+
+
+@attrs.define
+class Harness:
+    cluster: SimulatedCluster
+    daemon: Daemon
+    http: httpx.AsyncClient
+
+    @property
+    def service(self) -> RunnerService:
+        assert self.daemon.service is not None
+        return self.daemon.service
+
+    async def wait_for(self, condition: Callable[[], bool], *, within: float = 20.0) -> None:
+        with trio.fail_after(within):
+            while not condition():
+                await trio.sleep(0.01)
+
+    async def environment(self, environment_id: int = 10, **fields: Any) -> None:
+        response = await self.http.put(
+            f"/execution-environments/{environment_id}", json={**ENVIRONMENT, **fields}
+        )
+        assert response.status_code in (201, 204), response.text
+        size = fields.get("prewarmingPoolSize", ENVIRONMENT["prewarmingPoolSize"])
+        await self.wait_for(lambda: self.idle(environment_id) >= min(size, 1))
+
+    def idle(self, environment_id: int) -> int:
+        stats = self.service.pool.statistics().get(str(environment_id))
+        return stats["idleRunners"] if stats else 0
+
+    async def runner(self, environment_id: int = 10, inactivity_timeout: int = 0) -> str:
+        await self.wait_for(lambda: self.idle(environment_id) > 0)
+        response = await self.http.post(
+            "/runners",
+            json={"executionEnvironmentId": environment_id, "inactivityTimeout": inactivity_timeout},
+        )
+        assert response.status_code == 200, response.text
+        return str(response.json()["runnerId"])
+
+    async def execute(
+        self, runner_id: str, stdin: list[str] | None = None, **body: Any
+    ) -> list[dict[str, Any]]:
+        """Run an execution to its end; every message is checked against websocket.schema.json."""
+        response = await self.http.post(f"/runners/{runner_id}/execute", json=body)
+        assert response.status_code == 200, response.text
+        messages: list[dict[str, Any]] = []
+        async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+            for line in stdin or []:
+                await ws.send_message(line)
+            with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+                while True:
+                    message = json.loads(await ws.get_message())
+                    MESSAGES.validate(message)
+                    messages.append(message)
+        assert closed.value.reason.code == 1000, closed.value.reason
+        return messages
+
+
+def output(messages: list[dict[str, Any]], stream: str = "stdout") -> str:
+    return "".join(m["data"] for m in messages if m["type"] == stream)
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    return SimConfig(seed=11, nodes=2, alloc_start_delay=0.01, task_kill_delay=0.01, eval_delay=0.001)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(server=ServerSettings(port=0))
+
+
+@pytest.fixture
+async def harness(nursery: trio.Nursery, sim_config: SimConfig, settings: Settings) -> AsyncIterator[Harness]:
+    cluster = await nursery.start(SimulatedCluster(sim_config).run)
+    daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)})
+    await nursery.start(daemon.run)
+    base = daemon.addresses[0] + "/api/v1"
+    headers = {"Poseidon-Token": settings.server.token} if settings.server.token else {}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
+        yield Harness(cluster, daemon, http)
+    daemon.stop()

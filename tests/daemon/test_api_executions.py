@@ -1,0 +1,176 @@
+"""Executions over the WebSocket protocol of websocket.schema.json; every message is validated."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import trio
+import trio_websocket
+
+from supervisor.executions import MESSAGE_CONNECTION_LOST
+
+from .conftest import MESSAGES, Harness, output
+
+
+async def test_stdout_stderr_and_exit_codes(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    messages = await harness.execute(runner, command="echo -n Hello World; echo oops >&2; exit 7")
+    assert messages[0] == {"type": "start"}
+    assert output(messages) == "Hello World"
+    assert output(messages, "stderr") == "oops\n"
+    assert messages[-1] == {"type": "exit", "data": 7}
+    assert [m["type"] for m in messages].count("exit") == 1
+    assert (await harness.execute(runner, command="true"))[-1] == {"type": "exit", "data": 0}
+    failed = await harness.execute(runner, command="cat -invalid")
+    assert failed[-1]["data"] != 0
+    assert output(failed, "stderr")
+
+
+async def test_stdin_lines_reach_the_command(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    messages = await harness.execute(runner, stdin=["Hello from stdin\n", "ignored\n"], command="head -n 1")
+    assert output(messages) == "Hello from stdin\n"
+    assert messages[-1] == {"type": "exit", "data": 0}
+
+
+async def test_environment_variables(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    messages = await harness.execute(
+        runner, command="env", environment={"MY_VAR": "value with spaces", "OTHER_1": "x=y"}
+    )
+    variables = dict(line.split("=", 1) for line in output(messages).splitlines() if "=" in line)
+    assert variables["CODEOCEAN"] == "true"
+    assert variables["MY_VAR"] == "value with spaces"
+    assert variables["OTHER_1"] == "x=y"
+    assert not [name for name in variables if name.startswith("NOMAD_")], "Nomad's variables never leak"
+
+
+async def test_time_limit_sends_timeout_and_stops_the_command(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    start = trio.current_time()
+    messages = await harness.execute(runner, command="echo started; sleep 30; echo never", timeLimit=1)
+    assert trio.current_time() - start < 10
+    assert output(messages) == "started\n"
+    assert messages[-1] == {"type": "timeout"}
+    assert not harness.cluster.execs.count, "the command was stopped"
+    assert (await harness.execute(runner, command="echo still usable"))[-1] == {"type": "exit", "data": 0}
+
+
+async def test_two_executions_at_once_on_one_runner(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    results: dict[str, list[dict[str, object]]] = {}
+
+    async def run(name: str, command: str) -> None:
+        results[name] = await harness.execute(runner, command=command)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "a", "sleep 0.3; echo a")
+        nursery.start_soon(run, "b", "echo b")
+    assert output(results["a"]) == "a\n"
+    assert output(results["b"]) == "b\n"
+    assert results["a"][-1] == results["b"][-1] == {"type": "exit", "data": 0}
+
+
+async def test_a_client_closing_early_stops_the_command(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": "echo go; sleep 60"})
+    async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+        assert json.loads(await ws.get_message()) == {"type": "start"}
+        assert json.loads(await ws.get_message()) == {"type": "stdout", "data": "go\n"}
+    await harness.wait_for(lambda: harness.service.executions.running_count == 0, within=10)
+    await harness.wait_for(lambda: harness.cluster.execs.count == 0, within=10)
+
+
+async def test_execution_urls_are_single_use_and_checked(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": "true"})
+    url = response.json()["websocketUrl"]
+    assert url.startswith("ws://")
+    assert f"/api/v1/runners/{runner}/websocket?executionID=" in url
+    async with trio_websocket.open_websocket_url(url) as ws:
+        with pytest.raises(trio_websocket.ConnectionClosed):
+            while True:
+                MESSAGES.validate(json.loads(await ws.get_message()))
+    with pytest.raises(trio_websocket.ConnectionRejected) as reused:
+        async with trio_websocket.open_websocket_url(url):
+            pass  # pragma: no cover
+    assert reused.value.status_code == 404
+    unknown = url.split("executionID=")[0] + "executionID=nope"
+    with pytest.raises(trio_websocket.ConnectionRejected) as rejected:
+        async with trio_websocket.open_websocket_url(unknown):
+            pass  # pragma: no cover
+    assert rejected.value.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "command is required"),
+        ({"command": "echo 'quoted'"}, "single quotation mark"),
+        ({"command": "env", "environment": {"1BAD": "x"}}, "not a valid variable name"),
+        ({"command": "env", "environment": {"A": 1}}, "string values"),
+        ({"command": "true", "timeLimit": -5}, "timeLimit"),
+        ({"command": "true", "privilegedExecution": "yes"}, "privilegedExecution"),
+        ({"command": "true", "shell": "bash"}, "unknown field 'shell'"),
+    ],
+)
+async def test_bad_execute_requests_are_400(harness: Harness, body: dict[str, object], message: str) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    response = await harness.http.post(f"/runners/{runner}/execute", json=body)
+    assert response.status_code == 400
+    assert message in response.json()["message"]
+
+
+async def _started(
+    harness: Harness, runner: str, command: str
+) -> tuple[trio_websocket.WebSocketConnection, str]:
+    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": command})
+    return response.json()["websocketUrl"], command
+
+
+async def test_destroying_the_runner_ends_its_execution_with_an_error(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": "echo go; sleep 60"})
+    messages = []
+    async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+        messages.append(json.loads(await ws.get_message()))
+        messages.append(json.loads(await ws.get_message()))
+        assert (await harness.http.delete(f"/runners/{runner}")).status_code == 204
+        with pytest.raises(trio_websocket.ConnectionClosed):
+            while True:
+                messages.append(json.loads(await ws.get_message()))
+    for message in messages:
+        MESSAGES.validate(message)
+    assert messages[-1] == {"type": "error", "data": "the runner was destroyed by request"}
+
+
+async def test_a_lost_exec_connection_is_an_error_not_an_exit(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": "echo go; sleep 60"})
+    messages = []
+    async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+        messages.append(json.loads(await ws.get_message()))
+        messages.append(json.loads(await ws.get_message()))
+        async with httpx.AsyncClient() as http:
+            server = harness.cluster.leader
+            await http.post(
+                f"{harness.cluster.addresses[0]}/sim/v1/servers/{server}/restart", json={"downtime_s": 1}
+            )
+        with pytest.raises(trio_websocket.ConnectionClosed):
+            while True:
+                messages.append(json.loads(await ws.get_message()))
+    assert messages[-1] == {"type": "error", "data": MESSAGE_CONNECTION_LOST}, messages
+    assert not any(m["type"] == "exit" for m in messages)
+    await harness.wait_for(lambda: harness.service.pool.used_runner(runner) is not None)

@@ -1,0 +1,117 @@
+"""Files in runners: copy, delete (with the real client's "./*"), list, raw download, path checks."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from .conftest import Harness, output
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+async def test_copy_list_download_and_clear(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    files = f"/runners/{runner}/files"
+    patch = {
+        "delete": ["./*"],
+        "copy": [
+            {"path": "main.py", "content": b64("print('hi')\n")},
+            {"path": "src/lib/util.py", "content": b64("X = 1\n")},
+            {"path": "/workspace/abs.txt", "content": b64("absolute but inside\n")},
+            {"path": "empty.txt"},
+            {"path": "data/"},
+        ],
+    }
+    assert (await harness.http.patch(files, json=patch)).status_code == 204
+    listing = (await harness.http.get(files)).json()["files"]
+    by_name = {f["name"]: f for f in listing}
+    assert set(by_name) == {
+        "./main.py",
+        "./src",
+        "./src/lib",
+        "./src/lib/util.py",
+        "./abs.txt",
+        "./empty.txt",
+        "./data",
+    }
+    assert by_name["./main.py"]["entryType"] == "-"
+    assert by_name["./main.py"]["size"] == len("print('hi')\n")
+    assert by_name["./main.py"]["modificationTime"] > 1_700_000_000
+    assert by_name["./data"]["entryType"] == "d"
+    assert by_name["./data"]["permissions"] == "rwxrwxrwt", "directories let anyone create files"
+    assert set(by_name["./main.py"]) >= {
+        "name",
+        "entryType",
+        "size",
+        "modificationTime",
+        "permissions",
+        "owner",
+        "group",
+    }
+    flat = (await harness.http.get(files, params={"recursive": "false"})).json()["files"]
+    assert "./src/lib/util.py" not in {f["name"] for f in flat}
+    sub = (await harness.http.get(files, params={"path": "src"})).json()["files"]
+    assert {f["name"] for f in sub} == {"src/lib", "src/lib/util.py"} or {f["name"] for f in sub} == {
+        "./src/lib",
+        "./src/lib/util.py",
+    }
+    raw = await harness.http.get(f"{files}/raw", params={"path": "src/lib/util.py"})
+    assert raw.status_code == 200
+    assert raw.content == b"X = 1\n"
+    assert raw.headers["content-type"] == "application/octet-stream"
+    assert "attachment" in raw.headers["content-disposition"]
+    assert (await harness.http.patch(files, json={"delete": ["./*"]})).status_code == 204
+    assert (await harness.http.get(files)).json() == {"files": []}
+
+
+async def test_copy_then_run_it(harness: Harness) -> None:
+    """The real client's loop: clear, copy, run."""
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    for text in ("first", "second"):
+        patch = {"delete": ["./*"], "copy": [{"path": "message.txt", "content": b64(text + "\n")}]}
+        assert (await harness.http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
+        messages = await harness.execute(runner, command="cat message.txt; ls")
+        assert output(messages) == f"{text}\nmessage.txt\n"
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"copy": [{"path": "../escape.txt", "content": ""}]},
+        {"copy": [{"path": "a/../../escape.txt", "content": ""}]},
+        {"copy": [{"path": "/etc/passwd", "content": ""}]},
+        {"delete": ["../"]},
+        {"delete": ["/"]},
+        {"copy": [{"path": "x", "content": "not base64!"}]},
+        {"copy": [{"path": "x", "content": "", "mode": 7}]},
+        {"move": []},
+        {"copy": "x"},
+    ],
+)
+async def test_bad_patches_are_400_and_write_nothing(harness: Harness, patch: dict[str, object]) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    response = await harness.http.patch(f"/runners/{runner}/files", json=patch)
+    assert response.status_code == 400
+    assert response.json()["message"]
+    assert (await harness.http.get(f"/runners/{runner}/files")).json() == {"files": []}
+
+
+async def test_missing_files_are_424(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    missing = await harness.http.get(f"/runners/{runner}/files/raw", params={"path": "nope.txt"})
+    assert missing.status_code == 424
+    assert "nope.txt" in missing.json()["message"]
+    assert (await harness.http.get(f"/runners/{runner}/files", params={"path": "nowhere"})).status_code == 424
+    assert (await harness.http.get(f"/runners/{runner}/files/raw")).status_code == 400
+    escape = await harness.http.get(f"/runners/{runner}/files/raw", params={"path": "../../etc/passwd"})
+    assert escape.status_code == 400
+    bad = await harness.http.get(f"/runners/{runner}/files", params={"recursive": "sometimes"})
+    assert bad.status_code == 400
