@@ -14,7 +14,7 @@ from typing import Any, Final
 from attrs import field, frozen
 
 from .environments import ExecutionEnvironment, environment_from_dict
-from .errors import ConfigError
+from .errors import ConfigError, InvalidRequest
 from .nomad import NomadSettings
 
 __all__ = [
@@ -184,10 +184,13 @@ def load_settings(path: str | Path | None, environ: Mapping[str, str]) -> Settin
     raw_environments = document.get("environments", [])
     if not isinstance(raw_environments, list):
         raise ConfigError("environments: must be an array of tables ([[environments]])")
-    environments = tuple(
-        environment_from_dict(entry, where=f"environments[{i}]", snake_case=True)
-        for i, entry in enumerate(raw_environments)
-    )
+    try:
+        environments = tuple(
+            environment_from_dict(entry, where=f"environments[{i}]", snake_case=True)
+            for i, entry in enumerate(raw_environments)
+        )
+    except InvalidRequest as exc:
+        raise ConfigError(str(exc)) from None
     settings = Settings(**sections, environments=environments)
     _validate(settings)
     return settings

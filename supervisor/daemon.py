@@ -87,12 +87,13 @@ class Daemon:
                         config,
                         shutdown_trigger=self._stop.wait,
                     )
-                    self.addresses = await intake.start(serve)
-                    logger.info("serving the API on {}", ", ".join(self.addresses))
-                    task_status.started(self)
-                    await self._stop.wait()
-                    # hypercorn stops accepting and waits for running requests; then the watcher goes.
-                    intake.cancel_scope.deadline = trio.current_time() + graceful
+                    async with trio.open_nursery() as serving:
+                        self.addresses = await serving.start(serve)
+                        logger.info("serving the API on {}", ", ".join(self.addresses))
+                        task_status.started(self)
+                    # On stop, hypercorn refuses new connections and lets running requests (and the
+                    # executions' WebSockets) finish within the graceful timeout; then intake ends.
+                    intake.cancel_scope.cancel("the API server stopped")
                 executions.cancel_scope.deadline = trio.current_time() + graceful
             infrastructure.cancel_scope.cancel("the daemon stopped")
 

@@ -81,3 +81,49 @@ def test_simulate_serves_until_sigterm() -> None:
     finally:
         process.kill()
         process.communicate()
+
+
+def test_run_with_a_bad_config_exits_2_naming_the_key(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    config = tmp_path / "bad.toml"
+    config.write_text("[server]\nport = 'x'\n")
+    assert main(["run", "--config", str(config)]) == 2
+    assert "server.port" in capsys.readouterr().err
+
+
+def test_run_refuses_the_embedded_cluster_off_loopback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--listen", "0.0.0.0:7200"]) == 2
+    assert "needs server.token" in capsys.readouterr().err
+
+
+def test_run_starts_on_the_embedded_cluster_and_stops_on_sigterm() -> None:
+    environ = {
+        k: v for k, v in __import__("os").environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ,
+    )
+    try:
+        assert process.stderr is not None
+        lines = []
+        while not any("serving the API on" in line for line in lines):
+            line = process.stderr.readline()
+            assert line, "run exited before it served: " + "".join(lines)
+            lines.append(line)
+        assert any("embedded simulated cluster" in line for line in lines), "it says it started the cluster"
+        address = lines[-1].rsplit("serving the API on ", 1)[1].strip()
+        health = httpx.get(address + "/api/v1/health", timeout=5)
+        assert health.status_code in (204, 503)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.kill()
+        process.communicate()

@@ -1,0 +1,173 @@
+"""The runner pool's decisions, as plain synchronous tests: typed Nomad objects in, actions out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from supervisor.environments import ExecutionEnvironment
+from supervisor.nomad import AllocListStub, Allocation, JobListStub
+from supervisor.pool import (
+    REASON_DESTROYED,
+    REASON_REPLACED,
+    CreateRunner,
+    DestroyRunner,
+    MarkUsed,
+    NoIdleRunner,
+    RunnerGone,
+    RunnerPool,
+    RunnerState,
+    UnknownEnvironment,
+)
+
+ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ())
+
+
+def alloc(job_id: str, alloc_id: str, status: str, index: int, **fields: Any) -> Allocation:
+    return Allocation(
+        id=alloc_id,
+        job_id=job_id,
+        client_status=status,
+        desired_status=fields.pop("desired", "run"),
+        create_index=fields.pop("created", index),
+        modify_index=index,
+        node_id="node-1",
+        **fields,
+    )
+
+
+def warm_pool() -> tuple[RunnerPool, list[str]]:
+    pool = RunnerPool()
+    created, actions = pool.set_environment(ENVIRONMENT)
+    assert created
+    ids = [a.runner_id for a in actions if isinstance(a, CreateRunner)]
+    for i, runner_id in enumerate(ids):
+        pool.registered(runner_id)
+        pool.apply_allocation(alloc(runner_id, f"a{i}", "running", 10 + i))
+    return pool, ids
+
+
+def test_new_environment_creates_its_pool_and_runners_start_idle_only_when_running() -> None:
+    pool = RunnerPool()
+    _, actions = pool.set_environment(ENVIRONMENT)
+    assert [type(a) for a in actions] == [CreateRunner, CreateRunner]
+    runner_id = actions[0].runner_id  # type: ignore[union-attr]
+    assert runner_id.startswith("10-")
+    pool.apply_allocation(alloc(runner_id, "a1", "pending", 5))
+    assert pool.runners[runner_id].state is RunnerState.STARTING
+    with pytest.raises(NoIdleRunner):
+        pool.claim(10, 0, now=0)
+    pool.apply_allocation(alloc(runner_id, "a1", "running", 6))
+    assert pool.statistics()["10"] == {"id": 10, "prewarmingPoolSize": 2, "idleRunners": 1, "usedRunners": 0}
+
+
+def test_claim_marks_used_and_orders_a_replacement() -> None:
+    pool, ids = warm_pool()
+    runner, actions = pool.claim(10, 60, now=100.0)
+    assert runner.id == ids[0], "the oldest idle runner"
+    assert runner.state is RunnerState.USED
+    assert actions[0] == MarkUsed(runner.id, 10, 60)
+    assert isinstance(actions[1], CreateRunner)
+    with pytest.raises(UnknownEnvironment):
+        pool.claim(99, 0, now=0)
+
+
+def test_replayed_and_duplicated_events_change_nothing() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    stale_pending = alloc(runner.id, "a0", "pending", 3)
+    assert pool.apply_allocation(stale_pending) == [], "older than what was applied"
+    assert pool.apply_allocation(alloc(runner.id, "a0", "running", 10)) == [], "the same state again"
+    assert pool.used_runner(runner.id) is runner
+
+
+def test_used_runner_whose_allocation_is_replaced_is_gone_and_destroyed() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    replacement = alloc(runner.id, "b0", "pending", 30, previous_allocation="a0")
+    actions = pool.apply_allocation(replacement)
+    assert RunnerGone(runner.id, REASON_REPLACED) in actions
+    assert DestroyRunner(runner.id, REASON_REPLACED) in actions
+    assert pool.used_runner(runner.id) is None
+    warm = [r for r in pool.runners.values() if r.state is not RunnerState.USED]
+    assert len(warm) == 2, "the pool stays full: the claim ordered its replacement already"
+
+
+def test_idle_runner_follows_its_replacement_allocation() -> None:
+    pool, ids = warm_pool()
+    moved = ids[1]
+    lost = alloc(moved, "a1", "lost", 40, desired="stop", created=11, next_allocation="c1")
+    assert pool.apply_allocation(lost) == []
+    assert pool.runners[moved].state is RunnerState.STARTING, "not handed out while it moves"
+    pool.apply_allocation(alloc(moved, "c1", "running", 42, previous_allocation="a1"))
+    assert pool.runners[moved].state is RunnerState.IDLE
+    assert pool.runners[moved].alloc_id == "c1"
+
+
+def test_reconcile_updates_in_place_and_adopts_claims_from_meta() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    foreign = "10-5d7c7a8e-7d4e-11ef-9c3a-0242ac120002"
+    jobs = [
+        JobListStub(id=ids[0], status="running", meta={"used": "true"}),
+        JobListStub(id=ids[1], status="running"),
+        JobListStub(id=foreign, status="running", meta={"used": "true", "timeout": "30"}),
+        JobListStub(id="template-10", status="dead"),
+    ]
+    allocs = [
+        AllocListStub(
+            id="a0",
+            job_id=ids[0],
+            client_status="running",
+            node_id="node-2",
+            create_index=10,
+            modify_index=50,
+        ),
+        AllocListStub(id="a1", job_id=ids[1], client_status="running", create_index=11, modify_index=11),
+        AllocListStub(id="f0", job_id=foreign, client_status="running", create_index=12, modify_index=12),
+    ]
+    actions = pool.reconcile(jobs, allocs, now=5.0)
+    assert pool.runners[runner.id] is runner, "the same object: running executions keep it"
+    assert runner.node_id == "node-2", "updated in place"
+    adopted = pool.used_runner(foreign)
+    assert adopted is not None, "a claim made before a restart is known again"
+    assert adopted.inactivity_timeout == 30
+    assert not any(isinstance(a, DestroyRunner) for a in actions)
+
+
+def test_reconcile_destroys_dead_jobs_and_forgets_vanished_ones() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    jobs = [JobListStub(id=ids[0], status="dead")]
+    actions = pool.reconcile(jobs, [], now=1.0)
+    assert any(isinstance(a, RunnerGone) and a.runner_id == runner.id for a in actions)
+    assert DestroyRunner(ids[1], "the runner's Nomad job is gone") not in actions, (
+        "it vanished: nothing to destroy"
+    )
+    assert ids[1] not in pool.runners
+    assert sum(isinstance(a, CreateRunner) for a in actions) == 1, "one more joins the claim's replacement"
+    assert len(pool.runners) == 2
+
+
+def test_release_destroys_and_replaced_environment_retires_used_runners() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    _, actions = pool.set_environment(ExecutionEnvironment(10, "python:3.13", 2, 100.0, 256, False, ()))
+    assert DestroyRunner(ids[1], "the execution environment changed") in actions
+    assert pool.used_runner(runner.id) is runner, "a running execution is not killed by an update"
+    assert runner.retired
+    assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id)
+    with pytest.raises(KeyError):
+        pool.release(runner.id)
+
+
+def test_inactivity_expiry_waits_for_running_executions() -> None:
+    pool, _ = warm_pool()
+    runner, _ = pool.claim(10, 10, now=100.0)
+    assert pool.next_expiry() == 110.0
+    assert pool.expired(109.0) == []
+    runner.executions = 1
+    assert pool.expired(200.0) == [], "never while an execution runs"
+    runner.executions = 0
+    assert pool.expired(200.0) == [runner.id]
