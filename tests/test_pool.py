@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from supervisor.environments import ExecutionEnvironment
-from supervisor.nomad import AllocListStub, Allocation, JobListStub
+from supervisor.nomad import Allocation, AllocListStub, JobListStub
 from supervisor.pool import (
     REASON_DESTROYED,
     REASON_REPLACED,
@@ -74,7 +74,7 @@ def test_claim_marks_used_and_orders_a_replacement() -> None:
 
 
 def test_replayed_and_duplicated_events_change_nothing() -> None:
-    pool, ids = warm_pool()
+    pool, _ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
     stale_pending = alloc(runner.id, "a0", "pending", 3)
     assert pool.apply_allocation(stale_pending) == [], "older than what was applied"
@@ -83,7 +83,7 @@ def test_replayed_and_duplicated_events_change_nothing() -> None:
 
 
 def test_used_runner_whose_allocation_is_replaced_is_gone_and_destroyed() -> None:
-    pool, ids = warm_pool()
+    pool, _ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
     replacement = alloc(runner.id, "b0", "pending", 30, previous_allocation="a0")
     actions = pool.apply_allocation(replacement)
