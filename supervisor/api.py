@@ -40,6 +40,7 @@ __all__ = ["create_app"]
 PREFIX: Final = "/api/v1"
 _UNAUTHENTICATED: Final = frozenset({f"{PREFIX}/health", f"{PREFIX}/version"})
 _RUNNER_GONE: Final = "no runner found with this id"
+_CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
 def client_error(status: int, message: str) -> JSONResponse:
@@ -119,7 +120,7 @@ class _ClientSocket:
     async def send_json(self, message: dict[str, Any]) -> None:
         try:
             await self._websocket.send_text(orjson.dumps(message).decode())
-        except (WebSocketDisconnect, RuntimeError) as exc:
+        except (WebSocketDisconnect, RuntimeError, *_CLIENT_GONE) as exc:
             raise trio.BrokenResourceError("the client is gone") from exc
 
     async def receive_text(self) -> str | None:
@@ -308,7 +309,9 @@ class _Routes:
             return
         await websocket.accept()
         await self.service.executions.serve(_ClientSocket(websocket), execution_id, request)
-        with contextlib.suppress(RuntimeError):  # the client may have closed first
+        # A client that closes as soon as it reads the terminal message races our close frame; in
+        # hypercorn the loser of that race raises (BusyResourceError). Either way the socket is closing.
+        with contextlib.suppress(RuntimeError, *_CLIENT_GONE):
             await websocket.close(code=1000)
 
 

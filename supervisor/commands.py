@@ -19,9 +19,11 @@ from .errors import InvalidRequest
 
 __all__ = [
     "CLEAR_WORKSPACE",
+    "NOMAD_VARIABLES_COMMAND",
     "delete_and_extract_command",
     "execution_command",
     "list_files_command",
+    "nomad_variable_names",
     "parse_file_listing",
     "pid_file",
     "read_file_command",
@@ -37,6 +39,8 @@ _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIND_FORMAT: Final = r"%y\t%s\t%T@\t%M\t%u\t%g\t%p\t%l\0"
 _ENTRY_TYPES: Final = {"f": "-", "d": "d", "l": "l", "p": "p", "s": "s", "b": "b", "c": "c"}
 MISSING_EXIT_CODE: Final = 66
+# Prints the names of the task's NOMAD_* variables (run once per allocation: they never change).
+NOMAD_VARIABLES_COMMAND: Final = ["/bin/sh", "-c", "env"]
 
 
 def workspace_path(path: str, workspace: str, *, field: str = "path") -> str:
@@ -66,26 +70,40 @@ def validate_environment(environment: Mapping[str, str]) -> None:
             raise InvalidRequest(f"environment: {name!r} is not a valid variable name")
 
 
+def nomad_variable_names(env_output: bytes) -> tuple[str, ...]:
+    """The ``NOMAD_*`` names in the output of ``env`` (only valid names: they go into a script)."""
+    names = set()
+    for line in env_output.decode("utf-8", "replace").splitlines():
+        name = line.split("=", 1)[0]
+        if name.startswith("NOMAD_") and "=" in line and _ENV_NAME.match(name):
+            names.add(name)
+    return tuple(sorted(names))
+
+
 def execution_command(
     command: str,
     environment: Mapping[str, str],
     *,
     execution_id: str,
     privileged: bool,
+    nomad_variables: Sequence[str],
     unprivileged_wrapper: str = "",
 ) -> list[str]:
     """argv running ``command`` with ``CODEOCEAN=true`` and the client's variables, without Nomad's.
 
-    Nomad gives every task ``NOMAD_*`` variables (addresses, tokens, IDs); they are unset first.
-    The shell notes its PID, then becomes the command (``exec``), so stopping that PID stops it.
+    Nomad gives every task ``NOMAD_*`` variables (addresses, tokens, IDs); ``nomad_variables`` names
+    them and they are unset first, with a shell builtin (no process to start). The shell notes its
+    PID, then becomes the command (``exec``), so stopping that PID stops it.
     """
     validate_environment(environment)
+    unset = [name for name in nomad_variables if _ENV_NAME.match(name)]
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in {"CODEOCEAN": "true", **environment}.items())
     wrapper = "" if privileged or not unprivileged_wrapper else unprivileged_wrapper + " "
     script = (
-        "unset $(env | sed -n 's/^\\(NOMAD_[A-Za-z0-9_]*\\)=.*/\\1/p'); "
-        f'echo $$ > "{pid_file(execution_id)}"; '
-        f"exec env {assignments} {wrapper}/bin/sh -c {shlex.quote(command)}"
+        (f"unset {' '.join(unset)}; " if unset else "")
+        + f'echo $$ > "{pid_file(execution_id)}"; '
+        + f"export {assignments}; "
+        + f"exec {wrapper}/bin/sh -c {shlex.quote(command)}"
     )
     return ["/bin/sh", "-c", script]
 

@@ -27,7 +27,7 @@ import trio
 from attrs import define, field, frozen
 from loguru import logger
 
-from .commands import execution_command, stop_command
+from .commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names, stop_command
 from .config import ExecutionSettings
 from .errors import ExecConnectionLost, ExecRejected, SupervisorError
 from .nomad import ExecExited, ExecOutput, NomadClient
@@ -36,6 +36,7 @@ __all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
 
 _E = TypeVar("_E", bound=BaseException)
 
+_VARIABLES_CACHE: Final = 10_000
 MESSAGE_CONNECTION_LOST: Final = (
     "exec connection lost (a Nomad server restarted): the command's outcome is unknown and it was stopped"
 )
@@ -86,6 +87,7 @@ class ExecutionService:
         self._activity = activity
         self._replace_runner = replace_runner
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
+        self._variables: dict[str, tuple[str, ...]] = {}
         self._running: set[_Running] = set()
         self.nursery: trio.Nursery | None = None
 
@@ -159,13 +161,6 @@ class ExecutionService:
         self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
     ) -> dict[str, Any] | None:
         """The terminal message; None when the client closed first."""
-        argv = execution_command(
-            request.command,
-            request.environment,
-            execution_id=running.execution_id,
-            privileged=request.privileged,
-            unprivileged_wrapper=self._settings.unprivileged_wrapper,
-        )
         client_closed = False
         timed_out = False
         exited: ExecExited | None = None
@@ -174,6 +169,14 @@ class ExecutionService:
             if request.time_limit > 0:
                 running.scope.deadline = trio.current_time() + request.time_limit
             try:
+                argv = execution_command(
+                    request.command,
+                    request.environment,
+                    execution_id=running.execution_id,
+                    privileged=request.privileged,
+                    nomad_variables=await self._nomad_variables(alloc_id),
+                    unprivileged_wrapper=self._settings.unprivileged_wrapper,
+                )
                 async with (
                     self._client.open_exec(alloc_id, task=self._settings.task, command=argv) as session,
                     trio.open_nursery() as nursery,
@@ -208,6 +211,21 @@ class ExecutionService:
         if timed_out:
             return {"type": "timeout"}
         return {"type": "error", "data": error} if error else None
+
+    async def _nomad_variables(self, alloc_id: str) -> tuple[str, ...]:
+        """The allocation's NOMAD_* variable names, read once per allocation (they never change)."""
+        names = self._variables.get(alloc_id)
+        if names is None:
+            async with self._client.open_exec(
+                alloc_id, task=self._settings.task, command=NOMAD_VARIABLES_COMMAND
+            ) as s:
+                exited, stdout, _ = await s.wait_exit()
+            if exited.exit_code != 0:
+                raise ExecRejected(0, f"listing the task's environment failed (exit {exited.exit_code})")
+            names = self._variables[alloc_id] = nomad_variable_names(stdout)
+            if len(self._variables) > _VARIABLES_CACHE:
+                del self._variables[next(iter(self._variables))]
+        return names
 
     async def _stop(self, running: _Running, alloc_id: str) -> None:
         grace = self._settings.stop_grace
