@@ -180,16 +180,14 @@ def main(argv: list[str] | None = None) -> int:
             "p50": percentile(latencies, 0.5),
             "p99": percentile(latencies, 0.99),
         }
-    print(
-        f"{args.executions} executions of {COMMAND!r}, {args.concurrency} at a time, on {args.runners} runners"
-    )
+    shape = f"{args.concurrency} at a time, on {args.runners} runners"
+    print(f"{args.executions} executions of {COMMAND!r}, {shape}")
     print(f"{'path':<34}{'executions/s':>14}{'p50':>10}{'p99':>10}")
     labels = {"direct": "simulator exec directly (baseline)", "api": "through the daemon's API"}
     for name in ("direct", "api"):
         row = rows[name]
-        print(
-            f"{labels[name]:<34}{row['throughput']:>14.1f}{row['p50'] * 1000:>8.1f}ms{row['p99'] * 1000:>8.1f}ms"
-        )
+        p50, p99 = row["p50"] * 1000, row["p99"] * 1000
+        print(f"{labels[name]:<34}{row['throughput']:>14.1f}{p50:>8.1f}ms{p99:>8.1f}ms")
     added_p50 = (rows["api"]["p50"] - rows["direct"]["p50"]) * 1000
     added_p99 = (rows["api"]["p99"] - rows["direct"]["p99"]) * 1000
     ratio = rows["api"]["throughput"] / rows["direct"]["throughput"]
