@@ -88,6 +88,23 @@ REASON_REPLACED: Final = (
 REASON_JOB_GONE: Final = "the runner's Nomad job is gone"
 REASON_ENVIRONMENT: Final = "the execution environment was deleted"
 REASON_INACTIVITY: Final = "the runner was idle for longer than its inactivity timeout"
+# Poseidon's text, which the real client matches.
+REASON_OOM: Final = "the allocation was OOM Killed"
+REASON_DRAINED: Final = "the node was drained: the allocation was migrated and its files are gone"
+REASON_NODE_DOWN: Final = "the node went down: the allocation was lost"
+
+
+def _end_reason(alloc: Allocation | AllocListStub) -> str:
+    """Why a used runner's allocation ended, as precisely as its state tells."""
+    if "migrated" in alloc.desired_description:
+        return REASON_DRAINED
+    if alloc.client_status == "lost":
+        return REASON_NODE_DOWN
+    for state in alloc.task_states.values():
+        terminated = [e for e in state.events if e.type == "Terminated"]
+        if terminated and terminated[-1].details.get("oom_killed") == "true":
+            return REASON_OOM
+    return REASON_ALLOCATION_STOPPED
 
 
 @define(eq=False)
@@ -247,9 +264,13 @@ class RunnerPool:
             if replaced:
                 return self._remove(runner, REASON_REPLACED)
             if not _live(alloc):
-                return self._remove(runner, REASON_ALLOCATION_STOPPED)
+                return self._remove(runner, _end_reason(alloc))
             if alloc.client_status == "pending":
-                return self._remove(runner, REASON_REPLACED)  # its task restarts in a fresh container
+                # Its task restarts in a fresh container.
+                reason = _end_reason(alloc)
+                return self._remove(
+                    runner, REASON_REPLACED if reason == REASON_ALLOCATION_STOPPED else reason
+                )
             self._update(runner, alloc)
             return []
         if not _live(alloc):

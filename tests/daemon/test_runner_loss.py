@@ -1,0 +1,90 @@
+"""What clients see when a runner's allocation ends under them, and claims across a daemon restart."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import trio
+import trio_websocket
+
+from supervisor.config import ServerSettings, Settings
+from supervisor.daemon import Daemon
+from supervisor.pool import REASON_DRAINED, REASON_OOM
+
+from .conftest import MESSAGES, Harness
+
+
+async def run_until_end(
+    harness: Harness, runner: str, command: str, during: object
+) -> list[dict[str, object]]:
+    """Start ``command``, call ``during()`` once it printed, and read to the end."""
+    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": command})
+    messages: list[dict[str, object]] = []
+    async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+        messages.append(json.loads(await ws.get_message()))
+        messages.append(json.loads(await ws.get_message()))
+        await during()  # type: ignore[operator]
+        try:
+            with trio.fail_after(20):
+                while True:
+                    messages.append(json.loads(await ws.get_message()))
+        except trio_websocket.ConnectionClosed:
+            pass
+    for message in messages:
+        MESSAGES.validate(message)
+    return messages
+
+
+async def test_oom_during_an_execution(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    alloc_id = harness.service.pool.runners[runner].alloc_id
+
+    async def oom() -> None:
+        async with httpx.AsyncClient() as http:
+            await http.post(
+                f"{harness.cluster.addresses[0]}/sim/v1/allocations/{alloc_id}/fail", json={"reason": "oom"}
+            )
+
+    messages = await run_until_end(harness, runner, "echo started; sleep 60", oom)
+    terminal = [m for m in messages if m["type"] in ("exit", "error", "timeout")]
+    assert len(terminal) == 1, messages
+    assert terminal[0] in ({"type": "exit", "data": 137}, {"type": "error", "data": REASON_OOM})
+    await harness.wait_for(lambda: harness.service.pool.used_runner(runner) is None)
+    assert (await harness.http.get(f"/runners/{runner}/files")).status_code == 410, "its files are gone"
+
+
+async def test_drained_node_ends_the_execution_with_an_error(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    node_id = harness.service.pool.runners[runner].node_id
+
+    async def drain() -> None:
+        await harness.service.client.drain_node(node_id, deadline=0.3)
+
+    messages = await run_until_end(harness, runner, "echo started; sleep 60", drain)
+    assert messages[-1] == {"type": "error", "data": REASON_DRAINED}
+    assert (await harness.http.delete(f"/runners/{runner}")).status_code == 410
+    await harness.wait_for(lambda: ("default", runner) not in harness.cluster.state.jobs)
+
+
+async def test_a_restarted_daemon_knows_its_claims(harness: Harness, nursery: trio.Nursery) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10, inactivity_timeout=300)
+    await harness.wait_for(
+        lambda: harness.cluster.state.jobs[("default", runner)].spec["Meta"]["used"] == "true"
+    )
+    harness.daemon.stop()
+    environ = {"NOMAD_ADDR": ",".join(harness.cluster.addresses)}
+    second = await nursery.start(Daemon(Settings(server=ServerSettings(port=0)), environ=environ).run)
+    async with httpx.AsyncClient(base_url=second.addresses[0] + "/api/v1") as http:
+        with trio.fail_after(20):
+            while second.service.pool.used_runner(runner) is None:
+                await trio.sleep(0.01)
+        stats = (await http.get("/statistics/execution-environments")).json()
+        assert stats["10"]["usedRunners"] == 1
+        patch = {"copy": [{"path": "after-restart.txt", "content": ""}]}
+        assert (await http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
+        assert second.service.pool.used_runner(runner).inactivity_timeout == 300  # type: ignore[union-attr]
+    second.stop()
