@@ -33,6 +33,8 @@ import trio_websocket
 from supervisor.nomad import NomadClient, NomadSettings
 
 COMMAND = "true"
+# CPU seconds per execution, by (path, process).
+CPU: dict[tuple[str, str], float] = {}
 ENVIRONMENT = {
     "image": "python:3.12-slim",
     "prewarmingPoolSize": 5,
@@ -82,7 +84,9 @@ async def timed(
     return time.perf_counter() - started, latencies
 
 
-async def measure(api: str, nomad: str, args: argparse.Namespace) -> dict[str, tuple[float, list[float]]]:
+async def measure(
+    api: str, nomad: str, args: argparse.Namespace, pids: dict[str, int] | None = None
+) -> dict[str, tuple[float, list[float]]]:
     async with httpx.AsyncClient(
         base_url=api + "/api/v1", timeout=30, limits=httpx.Limits(max_connections=args.concurrency * 2)
     ) as http:
@@ -129,9 +133,19 @@ async def measure(api: str, nomad: str, args: argparse.Namespace) -> dict[str, t
 
             await timed(direct, args.concurrency, args.concurrency)  # warm both paths up
             await timed(through_api, args.concurrency, args.concurrency)
-            results = {"direct": await timed(direct, args.executions, args.concurrency)}
-            results["api"] = await timed(through_api, args.executions, args.concurrency)
+            results: dict[str, tuple[float, list[float]]] = {}
+            for name, work in (("direct", direct), ("api", through_api)):
+                before = {who: cpu_seconds(pid) for who, pid in (pids or {}).items()}
+                results[name] = await timed(work, args.executions, args.concurrency)
+                for who, pid in (pids or {}).items():
+                    CPU[(name, who)] = (cpu_seconds(pid) - before[who]) / args.executions
             return results
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -163,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"logs in {logs}")
     try:
-        results = trio.run(measure, api, nomad, args)
+        results = trio.run(measure, api, nomad, args, {"daemon": daemon.pid, "simulator": simulate.pid})
     finally:
         for process in (daemon, simulate):
             process.terminate()
@@ -188,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         row = rows[name]
         p50, p99 = row["p50"] * 1000, row["p99"] * 1000
         print(f"{labels[name]:<34}{row['throughput']:>14.1f}{p50:>8.1f}ms{p99:>8.1f}ms")
+    for name in ("direct", "api"):
+        spent = ", ".join(f"{who} {CPU[(path, who)] * 1000:.2f} ms" for path, who in CPU if path == name)
+        print(f"CPU per execution, {labels[name]}: {spent}")
     added_p50 = (rows["api"]["p50"] - rows["direct"]["p50"]) * 1000
     added_p99 = (rows["api"]["p99"] - rows["direct"]["p99"]) * 1000
     ratio = rows["api"]["throughput"] / rows["direct"]["throughput"]

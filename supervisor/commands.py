@@ -93,17 +93,21 @@ def execution_command(
 
     Nomad gives every task ``NOMAD_*`` variables (addresses, tokens, IDs); ``nomad_variables`` names
     them and they are unset first, with a shell builtin (no process to start). The shell notes its
-    PID, then becomes the command (``exec``), so stopping that PID stops it.
+    PID, so that stopping that PID stops the command: it runs the command itself (``eval``), or,
+    with an unprivileged wrapper, becomes it (``exec``).
     """
     validate_environment(environment)
     unset = [name for name in nomad_variables if _ENV_NAME.match(name)]
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in {"CODEOCEAN": "true", **environment}.items())
-    wrapper = "" if privileged or not unprivileged_wrapper else unprivileged_wrapper + " "
+    if privileged or not unprivileged_wrapper:
+        run = f"eval {shlex.quote(command)}"
+    else:
+        run = f"exec {unprivileged_wrapper} /bin/sh -c {shlex.quote(command)}"
     script = (
         (f"unset {' '.join(unset)}; " if unset else "")
         + f'echo $$ > "{pid_file(execution_id)}"; '
         + f"export {assignments}; "
-        + f"exec {wrapper}/bin/sh -c {shlex.quote(command)}"
+        + run
     )
     return ["/bin/sh", "-c", script]
 

@@ -21,6 +21,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from loguru import logger
 
+from . import hypercorn_patch
 from .api import create_app
 from .config import Settings
 from .nomad import NomadClient, NomadSettings
@@ -66,6 +67,7 @@ class Daemon:
 
     async def _run_tiers(self, client: NomadClient, task_status: trio.TaskStatus[Daemon]) -> None:
         settings = self.settings
+        hypercorn_patch.apply()
         service = self.service = RunnerService(client, settings)
         graceful = settings.server.graceful_timeout
         async with trio.open_nursery() as infrastructure:
