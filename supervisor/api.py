@@ -19,7 +19,7 @@ import trio
 from loguru import logger
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -32,13 +32,14 @@ from .errors import InvalidRequest, SupervisorError
 from .executions import ExecutionRequest
 from .files import FileNotAvailable, parse_patch
 from .levels import StreamState
+from .observability import health_details, metrics_text
 from .pool import NoIdleRunner, Runner, UnknownEnvironment
 from .service import NomadUnreachable, RunnerService
 
 __all__ = ["create_app"]
 
 PREFIX: Final = "/api/v1"
-_UNAUTHENTICATED: Final = frozenset({f"{PREFIX}/health", f"{PREFIX}/version"})
+_UNAUTHENTICATED: Final = frozenset({f"{PREFIX}/health", f"{PREFIX}/version", "/metrics"})
 _RUNNER_GONE: Final = "no runner found with this id"
 _CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -160,6 +161,12 @@ class _Routes:
                 {"message": message, "errorCode": "PREWARMING_POOL_DEPLETING"}, status_code=503
             )
         return Response(status_code=204)
+
+    async def health_details(self, request: Request) -> Response:
+        return JSONResponse(await health_details(self.service, self.settings))
+
+    async def metrics(self, request: Request) -> Response:
+        return PlainTextResponse(metrics_text(self.service), media_type="text/plain; version=0.0.4")
 
     async def version(self, request: Request) -> Response:
         version = self.settings.server.version or __version__
@@ -336,6 +343,8 @@ def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/health", routes.health, methods=["GET"]),
+            Route(f"{PREFIX}/health/details", routes.health_details, methods=["GET"]),
+            Route("/metrics", routes.metrics, methods=["GET"]),
             Route(f"{PREFIX}/version", routes.version, methods=["GET"]),
             Route(f"{PREFIX}/statistics/execution-environments", routes.statistics, methods=["GET"]),
             Route(f"{PREFIX}/runners", routes.provide_runner, methods=["POST"]),

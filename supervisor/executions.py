@@ -88,6 +88,8 @@ class ExecutionService:
         self._replace_runner = replace_runner
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
         self._variables: dict[str, tuple[str, ...]] = {}
+        # Ended executions by their terminal message ("closed": the client left first).
+        self.outcomes: dict[str, int] = {"exit": 0, "timeout": 0, "error": 0, "closed": 0}
         self._running: set[_Running] = set()
         self.nursery: trio.Nursery | None = None
 
@@ -154,6 +156,8 @@ class ExecutionService:
         finally:
             self._running.discard(running)
             self._activity(request.runner_id, -1)
+        outcome = str(terminal["type"]) if terminal is not None else "closed"
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         if terminal is not None:
             await _send(socket, terminal)
 

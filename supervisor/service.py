@@ -47,6 +47,7 @@ class RunnerService:
         )
         self.files = FileService(client, task=settings.execution.task, workspace=settings.execution.workspace)
         self.last_index = 0
+        self.stream_losses = 0
         self.synced = trio.Event()
         self._expiry_changed = trio.Event()
 

@@ -38,7 +38,6 @@ class EventStreamWatcher:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self._random_fraction = random_fraction
-        self.reconnects = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Never returns; starts at once, with the stream DOWN until the first listing is in."""
@@ -59,7 +58,7 @@ class EventStreamWatcher:
                         service.apply_batch(batch)
             except SupervisorError as exc:
                 failures += 1
-                self.reconnects += 1
+                service.stream_losses += 1
                 service.stream.value = StreamState.DOWN
                 delay = self._random_fraction() * min(
                     self.max_delay, self.base_delay * 2 ** min(failures, 16)

@@ -139,8 +139,10 @@ class NomadClient:
         body: object = None,
         namespaced: bool = True,
         http_timeout: float | None = None,
+        attempts: int | None = None,
     ) -> httpx.Response:
-        """Send one request, retrying transient failures; returns a 2xx response or raises."""
+        """Send one request, retrying transient failures (``attempts`` tries, by default the retry
+        policy's); returns a 2xx response or raises."""
         what = f"{method} {path}"
         merged = {**self.common_params(namespaced=namespaced), **(params or {})}
         content = orjson.dumps(body) if body is not None else None
@@ -149,7 +151,7 @@ class NomadClient:
             try:
                 return await self._send_once(method, path, merged, content, http_timeout, what)
             except TransientError as exc:
-                if attempt >= self.settings.retry.attempts:
+                if attempt >= (attempts or self.settings.retry.attempts):
                     raise
                 delay = self.settings.retry.delay(attempt, self._random_fraction())
                 logger.debug(
@@ -328,9 +330,11 @@ class NomadClient:
         data, at = await self._read(f"/v1/evaluation/{_escape(eval_id)}")
         return Indexed(structure(data, Evaluation), at)
 
-    async def leader(self) -> str:
+    async def leader(self, *, attempts: int | None = None, http_timeout: float | None = None) -> str:
         """The leader's RPC address; "" while the cluster has none."""
-        response = await self.request("GET", "/v1/status/leader", namespaced=False)
+        response = await self.request(
+            "GET", "/v1/status/leader", namespaced=False, attempts=attempts, http_timeout=http_timeout
+        )
         leader = orjson.loads(response.content)
         return leader if isinstance(leader, str) else ""
 

@@ -1,0 +1,157 @@
+"""What the daemon tells about itself: ``/api/v1/health/details`` and ``/metrics`` (Prometheus text)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import trio
+
+from .config import Settings
+from .errors import SupervisorError
+from .levels import StreamState
+from .pool import RunnerState
+from .service import RunnerService
+
+__all__ = ["health_details", "metrics_text"]
+
+# How long the stream may be down before health turns critical (a reconnect takes less).
+STREAM_DOWN_GRACE: Final = 30.0
+_NOMAD_CHECK_TIMEOUT: Final = 2.0
+
+
+async def health_details(service: RunnerService, settings: Settings) -> dict[str, Any]:
+    """``{"status": "ok"|"warning"|"critical", "checks": {...}}``; each check has its own status."""
+    now = trio.current_time()
+    stream = service.stream.value
+    down_for = now - service.stream.since if stream is not StreamState.UP else 0.0
+    checks: dict[str, dict[str, Any]] = {}
+    if stream is StreamState.UP:
+        stream_status = "ok"
+    else:
+        stream_status = "critical" if down_for > STREAM_DOWN_GRACE else "warning"
+    checks["event_stream"] = {
+        "status": stream_status,
+        "state": stream.value,
+        "for_seconds": round(now - service.stream.since, 3),
+        "last_index": service.last_index,
+        "losses": service.stream_losses,
+    }
+    nomad: dict[str, Any] = {"status": "ok", "address": service.client.address}
+    draining: list[str] = []
+    try:
+        with trio.fail_after(_NOMAD_CHECK_TIMEOUT):
+            nomad["leader"] = await service.client.leader(attempts=1, http_timeout=_NOMAD_CHECK_TIMEOUT)
+            nodes = await service.client.list_nodes()
+        draining = sorted(node.name for node in nodes.value if node.drain)
+    except (SupervisorError, trio.TooSlowError) as exc:
+        nomad.update(status="critical", error=str(exc) or "no answer in time")
+    checks["nomad"] = nomad
+    checks["draining_nodes"] = {"status": "warning" if draining else "ok", "nodes": draining}
+    threshold = settings.alert.prewarming_pool_threshold
+    pools = service.pool.statistics()
+    depleting = [
+        k
+        for k, v in pools.items()
+        if v["prewarmingPoolSize"] and v["idleRunners"] / v["prewarmingPoolSize"] < threshold
+    ]
+    checks["pools"] = {
+        "status": "warning" if depleting else "ok",
+        "threshold": threshold,
+        "depleting": depleting,
+        "environments": pools,
+    }
+    checks["executions"] = {
+        "status": "ok",
+        "running": service.executions.running_count,
+        "ended": dict(service.executions.outcomes),
+    }
+    statuses = {check["status"] for check in checks.values()}
+    status = "critical" if "critical" in statuses else "warning" if "warning" in statuses else "ok"
+    return {"status": status, "checks": checks}
+
+
+def _line(name: str, value: float, labels: dict[str, str] | None = None) -> str:
+    if labels:
+        rendered = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        return f"{name}{{{rendered}}} {value:g}"
+    return f"{name} {value:g}"
+
+
+def metrics_text(service: RunnerService) -> str:
+    """The daemon's state in Prometheus' text exposition format (version 0.0.4)."""
+    lines: list[str] = []
+
+    def metric(
+        name: str, kind: str, help_text: str, samples: list[tuple[dict[str, str] | None, float]]
+    ) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(_line(name, value, labels) for labels, value in samples)
+
+    metric(
+        "supervisor_event_stream_up",
+        "gauge",
+        "1 while the Nomad event stream is followed.",
+        [(None, 1.0 if service.stream.value is StreamState.UP else 0.0)],
+    )
+    metric(
+        "supervisor_event_stream_losses_total",
+        "counter",
+        "Times the event stream was lost.",
+        [(None, service.stream_losses)],
+    )
+    metric(
+        "supervisor_event_stream_last_index",
+        "gauge",
+        "Raft index of the last applied event.",
+        [(None, service.last_index)],
+    )
+    counts: dict[tuple[str, str], int] = {}
+    for runner in service.pool.runners.values():
+        key = (str(runner.environment_id), runner.state.value)
+        counts[key] = counts.get(key, 0) + 1
+    samples: list[tuple[dict[str, str] | None, float]] = []
+    for environment_id in sorted(str(e) for e in service.pool.environments):
+        for state in RunnerState:
+            samples.append(
+                (
+                    {"environment": environment_id, "state": state.value},
+                    counts.get((environment_id, state.value), 0),
+                )
+            )
+    metric("supervisor_runners", "gauge", "Runners by environment and state.", samples)
+    metric(
+        "supervisor_executions_running",
+        "gauge",
+        "Executions running now.",
+        [(None, service.executions.running_count)],
+    )
+    metric(
+        "supervisor_executions_total",
+        "counter",
+        "Ended executions by terminal message.",
+        [({"outcome": k}, v) for k, v in sorted(service.executions.outcomes.items())],
+    )
+    factory = service.factory
+    metric(
+        "supervisor_runner_jobs_created_total",
+        "counter",
+        "Runner jobs registered.",
+        [(None, factory.created)],
+    )
+    metric(
+        "supervisor_runner_jobs_destroyed_total",
+        "counter",
+        "Runner jobs purged.",
+        [(None, factory.destroyed)],
+    )
+    metric(
+        "supervisor_runner_job_failures_total",
+        "counter",
+        "Nomad refused a job for good.",
+        [(None, factory.failed)],
+    )
+    metric(
+        "supervisor_factory_backlog", "gauge", "Actions waiting for the factory.", [(None, factory.backlog)]
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,54 @@
+"""/api/v1/health/details and /metrics."""
+
+from __future__ import annotations
+
+import httpx
+
+from supervisor.levels import StreamState
+
+from .conftest import Harness
+
+
+async def test_details_name_every_check(harness: Harness) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    runner = await harness.runner(10)
+    await harness.execute(runner, command="true")
+    details = (await harness.http.get("/health/details")).json()
+    checks = details["checks"]
+    assert set(checks) == {"event_stream", "nomad", "draining_nodes", "pools", "executions"}
+    assert checks["event_stream"]["state"] == "up"
+    assert checks["event_stream"]["last_index"] > 0
+    assert checks["nomad"]["status"] == "ok"
+    assert checks["pools"]["environments"]["10"]["usedRunners"] == 1
+    assert checks["executions"]["ended"]["exit"] == 1
+    assert details["status"] in ("ok", "warning")
+
+
+async def test_details_report_draining_nodes_and_a_down_stream(harness: Harness) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    runner = next(iter(harness.service.pool.runners.values()))
+    node = harness.cluster.state.nodes[runner.node_id]
+    await harness.service.client.drain_node(node.id, deadline=3600)  # batch runners keep it draining
+    harness.service.stream.value = StreamState.DOWN
+    details = (await harness.http.get("/health/details")).json()
+    assert details["status"] == "warning", "down only briefly: recovering is a warning"
+    assert details["checks"]["event_stream"]["status"] == "warning"
+    assert details["checks"]["draining_nodes"] == {"status": "warning", "nodes": [node.name]}
+
+
+async def test_metrics_in_prometheus_text(harness: Harness) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    base = str(harness.http.base_url).rstrip("/").removesuffix("/api/v1")
+    async with httpx.AsyncClient() as http:
+        response = await http.get(base + "/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    lines = response.text.splitlines()
+    assert "supervisor_event_stream_up 1" in lines
+    assert 'supervisor_runners{environment="10",state="idle"} 2' in lines
+    assert "# TYPE supervisor_executions_total counter" in lines
+    samples = [line for line in lines if not line.startswith("#")]
+    assert all(len(line.rsplit(" ", 1)) == 2 for line in samples)
