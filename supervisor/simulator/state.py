@@ -151,25 +151,11 @@ class ClusterState:
     def _event(self, message_type: str, topic: str, obj: Any, index: int) -> PublishedEvent:
         if isinstance(obj, SimJob):
             return self._job_event(message_type, obj, index, deleted=False)
-        if isinstance(obj, SimAlloc):
+        if isinstance(obj, SimAlloc | SimEval):
+            # Allocations and evaluations carry [JobID, DeploymentID] as filter keys.
+            body = alloc_full(obj, with_job=False) if isinstance(obj, SimAlloc) else eval_full(obj)
             return self._encode(
-                message_type,
-                topic,
-                obj.id,
-                obj.namespace,
-                (obj.job_id, ""),
-                index,
-                {"Allocation": alloc_full(obj, with_job=False)},
-            )
-        if isinstance(obj, SimEval):
-            return self._encode(
-                message_type,
-                topic,
-                obj.id,
-                obj.namespace,
-                (obj.job_id, ""),
-                index,
-                {"Evaluation": eval_full(obj)},
+                message_type, topic, obj.id, obj.namespace, (obj.job_id, ""), index, {topic: body}
             )
         return self._encode(message_type, topic, obj.id, "", (), index, {"Node": node_full(obj)})
 

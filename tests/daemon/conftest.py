@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,24 @@ class Harness:
                     MESSAGES.validate(message)
                     messages.append(message)
         assert closed.value.reason.code == 1000, closed.value.reason
+        return messages
+
+    async def run_until_end(
+        self, runner_id: str, command: str, during: Callable[[], Awaitable[object]]
+    ) -> list[dict[str, Any]]:
+        """Start ``command``, call ``during()`` once two messages (start and the first output) came,
+        and read to the end; every message is checked against the schema."""
+        response = await self.http.post(f"/runners/{runner_id}/execute", json={"command": command})
+        messages: list[dict[str, Any]] = []
+        async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+            messages.append(json.loads(await ws.get_message()))
+            messages.append(json.loads(await ws.get_message()))
+            await during()
+            with trio.fail_after(20), pytest.raises(trio_websocket.ConnectionClosed):
+                while True:
+                    messages.append(json.loads(await ws.get_message()))
+        for message in messages:
+            MESSAGES.validate(message)
         return messages
 
 

@@ -131,46 +131,27 @@ async def test_bad_execute_requests_are_400(harness: Harness, body: dict[str, ob
     assert message in response.json()["message"]
 
 
-async def _started(
-    harness: Harness, runner: str, command: str
-) -> tuple[trio_websocket.WebSocketConnection, str]:
-    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": command})
-    return response.json()["websocketUrl"], command
-
-
 async def test_destroying_the_runner_ends_its_execution_with_an_error(harness: Harness) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)
-    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": "echo go; sleep 60"})
-    messages = []
-    async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
-        messages.append(json.loads(await ws.get_message()))
-        messages.append(json.loads(await ws.get_message()))
+
+    async def destroy() -> None:
         assert (await harness.http.delete(f"/runners/{runner}")).status_code == 204
-        with pytest.raises(trio_websocket.ConnectionClosed):
-            while True:
-                messages.append(json.loads(await ws.get_message()))
-    for message in messages:
-        MESSAGES.validate(message)
+
+    messages = await harness.run_until_end(runner, "echo go; sleep 60", destroy)
     assert messages[-1] == {"type": "error", "data": "the runner was destroyed by request"}
 
 
 async def test_a_lost_exec_connection_is_an_error_not_an_exit(harness: Harness) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)
-    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": "echo go; sleep 60"})
-    messages = []
-    async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
-        messages.append(json.loads(await ws.get_message()))
-        messages.append(json.loads(await ws.get_message()))
+
+    async def restart_leader() -> None:
         async with httpx.AsyncClient() as http:
-            server = harness.cluster.leader
-            await http.post(
-                f"{harness.cluster.addresses[0]}/sim/v1/servers/{server}/restart", json={"downtime_s": 1}
-            )
-        with pytest.raises(trio_websocket.ConnectionClosed):
-            while True:
-                messages.append(json.loads(await ws.get_message()))
+            url = f"{harness.cluster.addresses[0]}/sim/v1/servers/{harness.cluster.leader}/restart"
+            await http.post(url, json={"downtime_s": 1})
+
+    messages = await harness.run_until_end(runner, "echo go; sleep 60", restart_leader)
     assert messages[-1] == {"type": "error", "data": MESSAGE_CONNECTION_LOST}, messages
     assert not any(m["type"] == "exit" for m in messages)
     await harness.wait_for(lambda: harness.service.pool.used_runner(runner) is not None)

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import trio
-import trio_websocket
 
 from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
 from supervisor.pool import REASON_DRAINED, REASON_OOM
 
-from .conftest import MESSAGES, Harness
-
-
-async def run_until_end(
-    harness: Harness, runner: str, command: str, during: object
-) -> list[dict[str, object]]:
-    """Start ``command``, call ``during()`` once it printed, and read to the end."""
-    response = await harness.http.post(f"/runners/{runner}/execute", json={"command": command})
-    messages: list[dict[str, object]] = []
-    async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
-        messages.append(json.loads(await ws.get_message()))
-        messages.append(json.loads(await ws.get_message()))
-        await during()  # type: ignore[operator]
-        try:
-            with trio.fail_after(20):
-                while True:
-                    messages.append(json.loads(await ws.get_message()))
-        except trio_websocket.ConnectionClosed:
-            pass
-    for message in messages:
-        MESSAGES.validate(message)
-    return messages
+from .conftest import Harness
 
 
 async def test_oom_during_an_execution(harness: Harness) -> None:
@@ -47,7 +23,7 @@ async def test_oom_during_an_execution(harness: Harness) -> None:
                 f"{harness.cluster.addresses[0]}/sim/v1/allocations/{alloc_id}/fail", json={"reason": "oom"}
             )
 
-    messages = await run_until_end(harness, runner, "echo started; sleep 60", oom)
+    messages = await harness.run_until_end(runner, "echo started; sleep 60", oom)
     terminal = [m for m in messages if m["type"] in ("exit", "error", "timeout")]
     assert len(terminal) == 1, messages
     assert terminal[0] in ({"type": "exit", "data": 137}, {"type": "error", "data": REASON_OOM})
@@ -63,7 +39,7 @@ async def test_drained_node_ends_the_execution_with_an_error(harness: Harness) -
     async def drain() -> None:
         await harness.service.client.drain_node(node_id, deadline=0.3)
 
-    messages = await run_until_end(harness, runner, "echo started; sleep 60", drain)
+    messages = await harness.run_until_end(runner, "echo started; sleep 60", drain)
     assert messages[-1] == {"type": "error", "data": REASON_DRAINED}
     assert (await harness.http.delete(f"/runners/{runner}")).status_code == 410
     await harness.wait_for(lambda: ("default", runner) not in harness.cluster.state.jobs)
