@@ -6,7 +6,7 @@ import argparse
 import ipaddress
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 from loguru import logger
@@ -121,12 +121,11 @@ def _simulate(args: argparse.Namespace) -> int:
         nomad_version=args.nomad_version,
         acl_token=args.token,
     )
-    try:
-        trio.run(_serve_until_signalled, SimulatedCluster(config, host=host, ports=ports))
-    except OSError as exc:
-        print(f"supervisor simulate: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    return 0
+    return _run_trio(
+        _serve_until_signalled,
+        SimulatedCluster(config, host=host, ports=ports),
+        what=f"supervisor simulate: cannot listen on {host}:{port}",
+    )
 
 
 async def _run_until_signalled(daemon: object) -> None:
@@ -164,10 +163,22 @@ def _run(args: argparse.Namespace) -> int:
             f"serving on {settings.server.address} with the embedded simulated cluster, whose exec runs "
             "local processes, needs server.token (SUPERVISOR_SERVER_TOKEN)"
         )
+    where = f"{settings.server.address}:{settings.server.port}"
+    return _run_trio(_run_until_signalled, Daemon(settings), what=f"supervisor run: cannot serve on {where}")
+
+
+def _run_trio(main: Callable[[object], Awaitable[None]], argument: object, *, what: str) -> int:
+    """Run ``main``; an OS error (an address in use, say) is one line and exit code 1, not a trace."""
+    failure = ""
     try:
-        trio.run(_run_until_signalled, Daemon(settings))
-    except OSError as exc:
-        print(f"supervisor run: {exc.strerror or exc}", file=sys.stderr)
+        trio.run(main, argument)
+    except* OSError as group:
+        first = group.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        failure = f"{what}: {getattr(first, 'strerror', None) or first}"
+    if failure:
+        print(failure, file=sys.stderr)
         return 1
     return 0
 

@@ -127,3 +127,16 @@ def test_run_starts_on_the_embedded_cluster_and_stops_on_sigterm() -> None:
     finally:
         process.kill()
         process.communicate()
+
+
+def test_an_address_in_use_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["simulate", "--listen", f"127.0.0.1:{port}", "--servers", "1"]) == 1
+    error = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in error
+    assert "Traceback" not in error
