@@ -1,0 +1,61 @@
+"""ExecutionService decisions that the end-to-end tests cannot provoke on the simulated cluster."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from supervisor.config import ExecutionSettings
+from supervisor.errors import ExecConnectionLost
+from supervisor.executions import ExecutionRequest, ExecutionService, _Running
+
+
+class _Unreachable:
+    """A Nomad client whose exec never connects."""
+
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
+        self.commands.append(command)
+        raise ExecConnectionLost("no server answers")
+        yield  # pragma: no cover
+
+
+async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced() -> None:
+    replaced: list[tuple[str, str]] = []
+    client = _Unreachable()
+    service = ExecutionService(
+        client,  # type: ignore[arg-type]
+        ExecutionSettings(stop_grace=0.1),
+        alloc_of=lambda runner_id: "alloc-1",
+        activity=lambda runner_id, delta: None,
+        replace_runner=lambda runner_id, reason: replaced.append((runner_id, reason)),
+    )
+    await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
+    assert replaced == [("10-runner", "an execution could not be stopped")]
+    assert "kill -TERM" in client.commands[0][-1]
+
+
+async def test_pending_executions_are_single_use_and_expire(autojump_clock: trio.abc.Clock) -> None:
+    service = ExecutionService(
+        _Unreachable(),  # type: ignore[arg-type]
+        ExecutionSettings(connect_timeout=60),
+        alloc_of=lambda runner_id: None,
+        activity=lambda runner_id, delta: None,
+        replace_runner=lambda runner_id, reason: None,
+    )
+    request = ExecutionRequest("10-runner", "true", {}, 0, False)
+    first = service.prepare(request)
+    assert service.take(first) == request
+    assert service.take(first) is None, "single use"
+    second = service.prepare(request)
+    await trio.sleep(61)
+    assert service.take(second) is None, "forgotten after connect_timeout"
+    third = service.prepare(request)
+    service.runner_gone("10-runner", "gone")
+    assert service.take(third) is None, "a gone runner takes its pending executions with it"
