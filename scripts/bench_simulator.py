@@ -17,6 +17,7 @@ Targets: each list answers in under 1 s; every reader receives every update, wit
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import httpx
 import trio
 import trio.lowlevel
 
+from supervisor.cli import GC_THRESHOLDS
 from supervisor.nomad import Allocation, NomadClient, NomadSettings
 
 LIST_TARGET_S = 1.0
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
+        gc.set_threshold(*GC_THRESHOLDS)  # as `supervisor simulate` runs
         trio.run(serve, args.runners, args.seed)
         return 0
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 import trio
 from loguru import logger
@@ -167,8 +169,15 @@ def _run(args: argparse.Namespace) -> int:
     return _run_trio(_run_until_signalled, Daemon(settings), what=f"supervisor run: cannot serve on {where}")
 
 
+# Both services keep a large, long-lived heap (tens of thousands of jobs and allocations): with
+# Python's default thresholds the collector traverses it every few hundred allocations, which tripled
+# the time of a 10,000-allocation list. Collect the young generation less often.
+GC_THRESHOLDS: Final = (50_000, 50, 100)
+
+
 def _run_trio(main: Callable[[object], Awaitable[None]], argument: object, *, what: str) -> int:
     """Run ``main``; an OS error (an address in use, say) is one line and exit code 1, not a trace."""
+    gc.set_threshold(*GC_THRESHOLDS)
     failure = ""
     try:
         trio.run(main, argument)

@@ -69,7 +69,7 @@ def _encoded_alloc_stub(alloc: SimAlloc, resources: bool, task_states: bool) -> 
 
 
 def _json_list(items: list[bytes], headers: tuple[tuple[str, str], ...]) -> Response:
-    return Response(200, b"".join((b"[", b",".join(items), b"]")), "application/json", headers)
+    return Response(200, (b"[", b",".join(items), b"]"), "application/json", headers)
 
 
 class _Router:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import orjson
+
 from .objects import SimAlloc, SimEval, SimJob, SimNode
 
 __all__ = [
@@ -52,11 +54,26 @@ def _desired_transition(alloc: SimAlloc) -> dict[str, Any]:
     return {key: (True if alloc.desired_transition.get(key) else None) for key in _DESIRED_TRANSITION_KEYS}
 
 
-def _allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
-    """Fixed at placement, so built once per allocation."""
+def _allocated_resources(alloc: SimAlloc) -> orjson.Fragment:
+    """Fixed at placement, so encoded once per allocation."""
     if alloc.allocated_resources is None:
-        alloc.allocated_resources = _build_allocated_resources(alloc)
-    return alloc.allocated_resources
+        alloc.allocated_resources = orjson.Fragment(orjson.dumps(_build_allocated_resources(alloc)))
+    fragment: orjson.Fragment = alloc.allocated_resources
+    return fragment
+
+
+def _task_states(alloc: SimAlloc) -> orjson.Fragment | None:
+    """Encoded once per change of the allocation: its event and its list stubs share the bytes."""
+    if not alloc.task_states:
+        return None
+    cached = alloc.task_states_json
+    if cached is None or cached[0] != alloc.modify_index:
+        cached = alloc.task_states_json = (
+            alloc.modify_index,
+            orjson.Fragment(orjson.dumps(alloc.task_states)),
+        )
+    fragment: orjson.Fragment = cached[1]
+    return fragment
 
 
 def _build_allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
@@ -114,7 +131,7 @@ def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
         "PreviousAllocation": alloc.previous_allocation,
         "RescheduleTracker": alloc.reschedule_tracker,
         "TaskGroup": alloc.task_group,
-        "TaskStates": alloc.task_states or None,
+        "TaskStates": _task_states(alloc),
     }
     return omit_zero(data)
 
@@ -148,7 +165,7 @@ def alloc_stub(alloc: SimAlloc, *, resources: bool, task_states: bool = True) ->
         "PreemptedByAllocation": "",
         "RescheduleTracker": alloc.reschedule_tracker,
         "TaskGroup": alloc.task_group,
-        "TaskStates": (alloc.task_states or None) if task_states else None,
+        "TaskStates": _task_states(alloc) if task_states else None,
     }
 
 

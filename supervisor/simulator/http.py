@@ -60,8 +60,11 @@ class Request:
 
 @frozen
 class Response:
+    """``body`` may be a sequence of byte strings, sent one after the other (large lists are built
+    from cached pieces and need not be copied into one)."""
+
     status: int
-    body: bytes = b""
+    body: bytes | tuple[bytes, ...] = b""
     content_type: str = "text/plain; charset=utf-8"
     headers: tuple[tuple[str, str], ...] = ()
 
@@ -248,15 +251,21 @@ class HttpServer:
 
     @staticmethod
     async def _send_response(connection: h11.Connection, stream: trio.SocketStream, reply: Response) -> None:
+        pieces = (reply.body,) if isinstance(reply.body, bytes) else reply.body
         headers = [
             ("Content-Type", reply.content_type),
-            ("Content-Length", str(len(reply.body))),
+            ("Content-Length", str(sum(map(len, pieces)))),
             *reply.headers,
         ]
-        data = connection.send(h11.Response(status_code=reply.status, headers=headers))
-        data += connection.send(h11.Data(data=reply.body)) or b""
-        data += connection.send(h11.EndOfMessage()) or b""
+        data = connection.send(h11.Response(status_code=reply.status, headers=headers)) or b""
+        if isinstance(reply.body, bytes):  # one write for the usual small answer
+            data += connection.send(h11.Data(data=reply.body)) or b""
+            await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
+            return
         await stream.send_all(data)
+        for piece in pieces:
+            await stream.send_all(connection.send(h11.Data(data=piece)) or b"")
+        await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
 
     @staticmethod
     async def _send_stream(connection: h11.Connection, stream: trio.SocketStream, reply: StreamReply) -> None:

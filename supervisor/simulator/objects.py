@@ -122,7 +122,9 @@ class SimAlloc:
     # Restarts within the restart policy's interval: (trio time of each restart).
     restart_times: list[float] = field(factory=list)
     terminal_since: float = 0.0
-    allocated_resources: dict[str, Any] | None = None
+    # Encoded JSON (orjson.Fragment) of parts that many encodings share.
+    allocated_resources: Any = None
+    task_states_json: tuple[int, Any] | None = None
     # Encoded list stubs by (resources, task_states), valid while modify_index is unchanged.
     stub_cache: dict[tuple[bool, bool], tuple[int, bytes]] = field(factory=dict)
 
