@@ -33,6 +33,8 @@ async def test_session_streams_stdin_and_output_and_exit_zero_as_empty_result() 
 
     async def handler(peer: WsPeer) -> None:
         peers.append(peer)
+        await peer.receive_json()  # tty size
+        await peer.receive_json()  # heartbeat
         stdin = await peer.receive_json()
         await peer.receive_json()  # stdin close
         await peer.send_output("stdout", base64.b64decode(stdin["stdin"]["data"]).upper())
@@ -45,6 +47,8 @@ async def test_session_streams_stdin_and_output_and_exit_zero_as_empty_result() 
             client_for(url, token="s3cret", namespace="poseidon") as client,
             client.open_exec(ALLOC, task="runner", command=["/bin/sh", "-c", "tr a-z A-Z"]) as session,
         ):
+            await session.resize(height=40, width=120)
+            await session.send_heartbeat()
             await session.send_stdin(b"echo hi\n")
             await session.close_stdin()
             frames = [frame async for frame in session]
@@ -58,7 +62,9 @@ async def test_session_streams_stdin_and_output_and_exit_zero_as_empty_result() 
     assert session.stdout_closed
     assert session.stderr_closed
     peer = peers[0]
-    assert peer.received[1] == {"stdin": {"close": True}}
+    assert peer.received[0] == {"tty_size": {"height": 40, "width": 120}}
+    assert peer.received[1] == {}
+    assert peer.received[3] == {"stdin": {"close": True}}
     target = urlsplit(peer.target)
     assert target.path == f"/v1/client/allocation/{ALLOC}/exec"
     query = parse_qs(target.query)

@@ -29,7 +29,7 @@ from .models import (
     Node,
 )
 
-__all__ = ["decode_batch", "nomad_key", "structure", "structure_list", "structure_mapping"]
+__all__ = ["decode_batch", "nomad_key", "structure", "structure_list"]
 
 T = TypeVar("T")
 
@@ -132,12 +132,6 @@ def structure_list(data: list[Mapping[str, Any]] | None, model: type[T]) -> list
     """A Nomad list answer; ``null`` is empty."""
     hook = _converter.get_structure_hook(model)
     return [hook(item, model) for item in data or ()]
-
-
-def structure_mapping(data: Mapping[str, Any] | None, model: type[T]) -> dict[str, T]:
-    """A Nomad map of objects; ``null`` is empty."""
-    hook = _converter.get_structure_hook(model)
-    return {key: hook(item, model) for key, item in (data or {}).items()}
 
 
 def _structure_payload(topic: str, payload: Mapping[str, Any] | None) -> tuple[EventPayload, bool]:

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 from .encode import ZERO_TIME, rfc3339
 from .objects import TASK_EVENT_LIMIT, SimAlloc, SimNode
-from .scheduler import Scheduler, reschedule_policy, restart_policy
+from .scheduler import Scheduler, restart_policy
 from .state import ClusterState, JobKey, Write
 
 __all__ = ["Agents", "ExecHooks"]
@@ -588,10 +588,3 @@ class Agents:
             ]
         for evaluation in evaluations:
             self.scheduler.enqueue(evaluation)
-
-    def evaluate(self, jobs: set[JobKey], triggered_by: str) -> None:
-        self._evaluate(jobs, triggered_by)
-
-    def reschedule_policy_of(self, alloc: SimAlloc) -> dict[str, Any]:
-        job = self.state.jobs.get((alloc.namespace, alloc.job_id))
-        return reschedule_policy(alloc.job, (job.group(alloc.task_group) if job else None) or {})

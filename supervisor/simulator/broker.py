@@ -100,9 +100,5 @@ class EventBroker:
         self._subscriptions.clear()
 
     @property
-    def subscriber_count(self) -> int:
-        return len(self._subscriptions)
-
-    @property
     def oldest_index(self) -> int:
         return self._buffer[0].index if self._buffer else 0
