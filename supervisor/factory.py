@@ -20,7 +20,7 @@ from .config import FactorySettings
 from .environments import runner_job
 from .errors import TerminalError, TransientError
 from .nomad import NomadClient
-from .pool import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerPool
+from .pool import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerPool
 
 __all__ = ["RunnerFactory"]
 
@@ -40,7 +40,7 @@ class RunnerFactory:
         self._pool = pool
         self._settings = settings
         self._random_fraction = random_fraction
-        self._queue: deque[Action] = deque()
+        self._queue: deque[FactoryAction] = deque()
         self._wakeup = trio.Event()
         self._next_registration = 0.0
         self.created = 0
@@ -51,7 +51,7 @@ class RunnerFactory:
     def backlog(self) -> int:
         return len(self._queue)
 
-    def submit(self, action: Action) -> None:
+    def submit(self, action: FactoryAction) -> None:
         self._queue.append(action)
         self._wakeup.set()
 
@@ -69,7 +69,7 @@ class RunnerFactory:
             action = self._queue.popleft()
             await self._perform(action)
 
-    async def _perform(self, action: Action) -> None:
+    async def _perform(self, action: FactoryAction) -> None:
         attempt = 0
         while self._still_wanted(action):
             try:
@@ -87,7 +87,7 @@ class RunnerFactory:
                     self._pool.registration_failed(action.runner_id)
                 return
 
-    def _still_wanted(self, action: Action) -> bool:
+    def _still_wanted(self, action: FactoryAction) -> bool:
         if isinstance(action, CreateRunner):
             return action.runner_id in self._pool.runners and action.environment_id in self._pool.environments
         if isinstance(action, MarkUsed):
@@ -100,27 +100,30 @@ class RunnerFactory:
         self._next_registration = slot + 1.0 / self._settings.registrations_per_second
         await trio.sleep_until(slot)
 
-    async def _once(self, action: Action) -> None:
+    async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):
             await self._client.deregister_job(action.runner_id, purge=True)
             self.destroyed += 1
             logger.debug("destroyed runner {}: {}", action.runner_id, action.reason)
             return
-        environment = self._pool.environments[action.environment_id]  # type: ignore[union-attr]
         await self._rate_limit()
-        if isinstance(action, CreateRunner):
-            await self._client.register_job(runner_job(environment, action.runner_id))
-            self.created += 1
-            if action.runner_id not in self._pool.runners:
-                # Destroyed while its registration was under way: the destroy may have come first.
-                await self._client.deregister_job(action.runner_id, purge=True)
-                return
-            self._pool.registered(action.runner_id)
-        elif isinstance(action, MarkUsed):
-            job = runner_job(environment, action.runner_id, used=True, timeout=action.timeout)
+        if isinstance(action, MarkUsed):
+            job = runner_job(action.environment, action.runner_id, used=True, timeout=action.timeout)
             await self._client.register_job(job)
+            return
+        runner = self._pool.runners.get(action.runner_id)
+        environment = (runner.environment if runner else None) or self._pool.environments[
+            action.environment_id
+        ]
+        await self._client.register_job(runner_job(environment, action.runner_id))
+        self.created += 1
+        if action.runner_id not in self._pool.runners:
+            # Destroyed while its registration was under way: the destroy may have come first.
+            await self._client.deregister_job(action.runner_id, purge=True)
+            return
+        self._pool.registered(action.runner_id)
 
 
-def _describe(action: Action) -> str:
+def _describe(action: FactoryAction) -> str:
     kind = type(action).__name__
     return f"{kind} {getattr(action, 'runner_id', '')}"

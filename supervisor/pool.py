@@ -26,6 +26,7 @@ __all__ = [
     "Action",
     "CreateRunner",
     "DestroyRunner",
+    "FactoryAction",
     "MarkUsed",
     "NoIdleRunner",
     "Runner",
@@ -64,8 +65,11 @@ class DestroyRunner:
 
 @frozen
 class MarkUsed:
+    """Record the claim in the job's meta, re-registering the spec the runner was created with: a
+    spec change would replace its allocation under its client."""
+
     runner_id: str
-    environment_id: int
+    environment: ExecutionEnvironment
     timeout: int
 
 
@@ -77,7 +81,8 @@ class RunnerGone:
     reason: str
 
 
-Action = CreateRunner | DestroyRunner | MarkUsed | RunnerGone
+FactoryAction = CreateRunner | DestroyRunner | MarkUsed
+Action = FactoryAction | RunnerGone
 
 # Why a used runner ended, as its executions' error message says it.
 REASON_DESTROYED: Final = "the runner was destroyed by request"
@@ -123,6 +128,8 @@ class Runner:
     executions: int = 0
     # The environment changed while the runner was used: destroy it when released.
     retired: bool = False
+    # The definition the runner's job was registered from (None when adopted from a listing).
+    environment: ExecutionEnvironment | None = None
 
     def mapped_ports(self) -> list[dict[str, object]]:
         return [{"exposedPort": p.to, "hostAddress": f"{p.host_ip}:{p.value}"} for p in self.ports]
@@ -175,7 +182,9 @@ class RunnerPool:
         )
         actions: list[Action] = []
         for _ in range(environment.prewarming_pool_size - warm):
-            runner = Runner(new_runner_id(environment_id), environment_id, RunnerState.STARTING)
+            runner = Runner(
+                new_runner_id(environment_id), environment_id, RunnerState.STARTING, environment=environment
+            )
             self.runners[runner.id] = runner
             actions.append(CreateRunner(runner.id, environment_id))
         return actions
@@ -197,7 +206,8 @@ class RunnerPool:
         runner.state = RunnerState.USED
         runner.inactivity_timeout = float(inactivity_timeout)
         runner.last_activity = now
-        actions: list[Action] = [MarkUsed(runner.id, environment_id, inactivity_timeout)]
+        spec = runner.environment or self.environments[environment_id]
+        actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout)]
         return runner, actions + self.fill(environment_id)
 
     def used_runner(self, runner_id: str) -> Runner | None:

@@ -67,7 +67,7 @@ def test_claim_marks_used_and_orders_a_replacement() -> None:
     runner, actions = pool.claim(10, 60, now=100.0)
     assert runner.id == ids[0], "the oldest idle runner"
     assert runner.state is RunnerState.USED
-    assert actions[0] == MarkUsed(runner.id, 10, 60)
+    assert actions[0] == MarkUsed(runner.id, ENVIRONMENT, 60)
     assert isinstance(actions[1], CreateRunner)
     with pytest.raises(UnknownEnvironment):
         pool.claim(99, 0, now=0)
@@ -157,6 +157,7 @@ def test_release_destroys_and_replaced_environment_retires_used_runners() -> Non
     assert DestroyRunner(ids[1], "the execution environment changed") in actions
     assert pool.used_runner(runner.id) is runner, "a running execution is not killed by an update"
     assert runner.retired
+    assert runner.environment == ENVIRONMENT, "its job keeps the spec it runs"
     assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id)
     with pytest.raises(KeyError):
         pool.release(runner.id)

@@ -64,3 +64,29 @@ async def test_a_restarted_daemon_knows_its_claims(harness: Harness, nursery: tr
         assert (await http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
         assert second.service.pool.used_runner(runner).inactivity_timeout == 300  # type: ignore[union-attr]
     second.stop()
+
+
+async def test_an_environment_update_leaves_used_runners_running(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    changed = {
+        "image": "python:3.13-slim",
+        "prewarmingPoolSize": 2,
+        "cpuLimit": 100,
+        "memoryLimit": 256,
+        "networkAccess": False,
+        "exposedPorts": [],
+    }
+    assert (await harness.http.put("/execution-environments/10", json=changed)).status_code == 204
+    await harness.wait_for(
+        lambda: harness.cluster.state.jobs[("default", runner)].spec["Meta"]["used"] == "true"
+    )
+    job = harness.cluster.state.jobs[("default", runner)]
+    assert job.spec["TaskGroups"][0]["Tasks"][0]["Config"]["image"] == "python:3.12-slim", "its spec is kept"
+    messages = await harness.execute(runner, command="echo still here")
+    assert messages[-1] == {"type": "exit", "data": 0}
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    idle = [r for r in harness.service.pool.runners.values() if r.id != runner]
+    assert all(r.environment and r.environment.image == "python:3.13-slim" for r in idle)
+    assert (await harness.http.delete(f"/runners/{runner}")).status_code == 204
+    await harness.wait_for(lambda: ("default", runner) not in harness.cluster.state.jobs)
