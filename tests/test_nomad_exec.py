@@ -150,11 +150,26 @@ async def test_upgrade_refused_with_http_status_is_translated() -> None:
         nursery.cancel_scope.cancel("test over")
 
 
-async def test_nothing_listening_is_connection_lost() -> None:
+async def test_nothing_listening_is_unavailable_and_the_next_server_is_tried() -> None:
     listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
     port = listener.socket.getsockname()[1]
     await listener.aclose()
-    async with client_for(f"http://127.0.0.1:{port}") as client:
-        with pytest.raises(ExecConnectionLost, match="could not connect"):
+    dead = f"http://127.0.0.1:{port}"
+    async with client_for(dead) as client:
+        with pytest.raises(NomadUnavailableError, match="could not connect"):
             async with client.open_exec(ALLOC, task="runner", command=["true"]):
                 pass  # pragma: no cover - nothing to connect to
+
+    async def handler(peer: WsPeer) -> None:
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        alive = await start_exec_server(nursery, handler)
+        async with (
+            NomadClient(NomadSettings(addresses=(dead, alive))) as client,
+            client.open_exec(ALLOC, task="runner", command=["true"]) as session,
+        ):
+            exited, _, _ = await session.wait_exit()
+        assert exited.exit_code == 0
+        assert client.address == alive, "the server that answered is kept"
+        nursery.cancel_scope.cancel("test over")

@@ -22,7 +22,7 @@ import trio
 from attrs import frozen
 from loguru import logger
 
-from ..errors import TransientError
+from ..errors import NomadUnavailableError, TransientError
 from .boundary import translate_status, translate_transport_errors
 from .decode import structure, structure_list
 from .events import EventStream, open_event_stream
@@ -358,6 +358,17 @@ class NomadClient:
     async def open_exec(
         self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
     ) -> AsyncIterator[ExecSession]:
-        """Run ``command`` in the allocation's task through the current server; no retry."""
-        async with open_exec(self, alloc_id, task=task, command=command, tty=tty) as session:
-            yield session
+        """Run ``command`` in the allocation's task. A server that cannot be reached (so nothing ran)
+        is passed over for the next one, once each; a session that started is never retried."""
+        for attempt in range(len(self.settings.addresses)):
+            started = False
+            try:
+                async with open_exec(self, alloc_id, task=task, command=command, tty=tty) as session:
+                    started = True
+                    yield session
+                return
+            except NomadUnavailableError:
+                if started or attempt == len(self.settings.addresses) - 1:
+                    raise
+                logger.debug("exec via {} failed to connect; trying the next server", self.address)
+                self.rotate_address()

@@ -7,7 +7,8 @@ is encoded as ``"result": {}``. After ``exited`` Nomad drops the TCP connection 
 that is the normal end. Failures:
 
 - a close frame (1008 for a 4xx cause, 1011 otherwise) carries Nomad's reason: ExecRejected;
-- an HTTP error instead of the upgrade (Nomad <= 2.0.2 checks the command first): the status's error;
+- no connection, or an HTTP error instead of the upgrade (Nomad <= 2.0.2 checks the command first):
+  NomadUnavailableError or the status's error; nothing ran;
 - a drop before ``exited`` (a server proxying the session restarted): ExecConnectionLost, since the
   command's outcome cannot be known. Never an exit code.
 """
@@ -25,7 +26,7 @@ import trio
 import trio_websocket
 from attrs import frozen
 
-from ..errors import ExecConnectionLost, ExecRejected
+from ..errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
 from .boundary import translate_status
 
 if TYPE_CHECKING:
@@ -196,4 +197,5 @@ async def open_exec(
     except (trio_websocket.HandshakeError, OSError, trio.BrokenResourceError) as exc:
         if connected:
             raise
-        raise ExecConnectionLost(f"{what}: could not connect: {exc!r}") from exc
+        # Nothing ran: as safe to retry on another server as any request that got no answer.
+        raise NomadUnavailableError(f"{what}: could not connect: {exc!r}") from exc
