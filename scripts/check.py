@@ -1,4 +1,4 @@
-"""Every check the project has: lint, formatting, types, then the test suite.
+"""Every check the project has: lint, formatting, types, the quick scenarios, then the test suite.
 
     python scripts/check.py [pytest arguments...]
 
@@ -21,6 +21,7 @@ def main() -> int:
         ("lint", [python, "-m", "ruff", "check", *SOURCES]),
         ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
         ("types", [python, "-m", "mypy", "supervisor"]),
+        ("scenarios", [python, "scenarios/run_all.py", "--quick"]),
         ("tests", [python, "-m", "pytest", *sys.argv[1:]]),
     ]
     for name, command in steps:

@@ -1,0 +1,129 @@
+"""What every scenario shares: a simulated cluster and a daemon in one trio run, a client of the
+daemon's API, invariants, and the report of DESIGN.md §4.5 (a table, and JSON with ``--report``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import trio
+import trio_websocket
+
+from supervisor.config import ServerSettings, Settings
+from supervisor.daemon import Daemon
+from supervisor.service import RunnerService
+from supervisor.simulator import SimConfig, SimulatedCluster
+
+ENVIRONMENT_ID = 10
+
+
+def parse_arguments(description: str, default_runners: int) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runners", type=int, default=default_runners, help="prewarming pool size")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--report", type=Path, help="write the JSON report here")
+    parser.add_argument("--plot", type=Path, help="not supported yet")
+    args = parser.parse_args()
+    if args.plot is not None:
+        parser.error("--plot is not supported yet: use --report and plot its timeline")
+    return args
+
+
+@attrs.define
+class Scenario:
+    name: str
+    seed: int
+    cluster: SimulatedCluster
+    daemon: Daemon
+    http: httpx.AsyncClient
+    started: float = attrs.field(factory=time.monotonic)
+    invariants: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    timeline: list[dict[str, Any]] = attrs.field(factory=list)
+
+    @property
+    def service(self) -> RunnerService:
+        assert self.daemon.service is not None
+        return self.daemon.service
+
+    def event(self, event: str, **details: Any) -> None:
+        self.timeline.append({"t": round(time.monotonic() - self.started, 3), "event": event, **details})
+
+    def check(self, name: str, ok: bool, value: Any, limit: Any) -> None:
+        self.invariants[name] = {"ok": bool(ok), "value": value, "limit": limit}
+
+    async def wait_for(self, condition: Callable[[], bool], within: float) -> float | None:
+        """Seconds until ``condition`` held, or None if it did not within ``within``."""
+        start = time.monotonic()
+        with trio.move_on_after(within):
+            while not condition():
+                await trio.sleep(0.05)
+            return round(time.monotonic() - start, 3)
+        return None
+
+    def idle(self) -> int:
+        return int(self.service.pool.statistics().get(str(ENVIRONMENT_ID), {}).get("idleRunners", 0))
+
+    async def claim(self) -> str:
+        response = await self.http.post("/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
+        response.raise_for_status()
+        return str(response.json()["runnerId"])
+
+    async def execute(self, runner_id: str, command: str) -> list[dict[str, Any]]:
+        """Every message of one execution, up to the WebSocket's close."""
+        response = await self.http.post(f"/runners/{runner_id}/execute", json={"command": command})
+        response.raise_for_status()
+        messages: list[dict[str, Any]] = []
+        async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+            try:
+                while True:
+                    messages.append(json.loads(await ws.get_message()))
+            except trio_websocket.ConnectionClosed:
+                pass
+        return messages
+
+    def report(self, path: Path | None) -> bool:
+        ok = all(entry["ok"] for entry in self.invariants.values())
+        width = max(len(name) for name in self.invariants)
+        print(f"scenario {self.name} (seed {self.seed})")
+        print(f"  {'invariant':<{width}}  {'ok':<4}  {'value':<28}  limit")
+        for name, entry in self.invariants.items():
+            mark = "yes" if entry["ok"] else "NO"
+            value, limit = json.dumps(entry["value"]), json.dumps(entry["limit"])
+            print(f"  {name:<{width}}  {mark:<4}  {value:<28}  {limit}")
+        print("PASS" if ok else "FAIL")
+        if path is not None:
+            document = {
+                "scenario": self.name,
+                "seed": self.seed,
+                "ok": ok,
+                "invariants": self.invariants,
+                "timeline": self.timeline,
+            }
+            path.write_text(json.dumps(document, indent=2) + "\n")
+        return ok
+
+
+@asynccontextmanager
+async def open_scenario(name: str, seed: int, config: SimConfig) -> AsyncIterator[Scenario]:
+    async with trio.open_nursery() as nursery:
+        cluster = await nursery.start(SimulatedCluster(config).run)
+        daemon = Daemon(
+            Settings(server=ServerSettings(port=0)), environ={"NOMAD_ADDR": ",".join(cluster.addresses)}
+        )
+        await nursery.start(daemon.run)
+        async with httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http:
+            yield Scenario(name, seed, cluster, daemon, http)
+        daemon.stop()
+        nursery.cancel_scope.cancel("scenario over")
+
+
+def run(main: Callable[[argparse.Namespace], Awaitable[bool]], args: argparse.Namespace) -> None:
+    sys.exit(0 if trio.run(main, args) else 1)
