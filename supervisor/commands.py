@@ -113,13 +113,16 @@ def execution_command(
 
 
 def stop_command(execution_id: str, grace: float) -> list[str]:
-    """argv that stops an execution: TERM, up to ``grace`` seconds, then KILL."""
+    """argv that stops an execution and everything it started: TERM to its process tree (read from
+    /proc before anything dies, since orphans are re-parented), up to ``grace`` seconds, then KILL."""
     tries = max(1, round(grace * 10))
     pid = f'"{pid_file(execution_id)}"'
     script = (
-        f"P=$(cat {pid} 2>/dev/null) || exit 0; kill -TERM $P 2>/dev/null; i=0; "
+        f"P=$(cat {pid} 2>/dev/null) || exit 0; rm -f {pid}; "
+        "tree() { for c in $(cat /proc/$1/task/*/children 2>/dev/null); do tree $c; done; echo $1; }; "
+        "T=$(tree $P); kill -TERM $T 2>/dev/null; i=0; "
         f"while kill -0 $P 2>/dev/null && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; "
-        f"kill -KILL $P 2>/dev/null; rm -f {pid}"
+        "kill -KILL $T 2>/dev/null; true"
     )
     return ["/bin/sh", "-c", script]
 

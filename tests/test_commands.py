@@ -1,0 +1,105 @@
+"""The shell commands run in runners, run here with /bin/sh as a runner would run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from supervisor.commands import (
+    execution_command,
+    list_files_command,
+    nomad_variable_names,
+    parse_file_listing,
+    stop_command,
+    workspace_path,
+)
+from supervisor.errors import InvalidRequest
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
+
+
+def test_stop_ends_the_whole_process_tree(tmp_path: Path) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "NOMAD_TOKEN": "secret"}
+    argv = execution_command(
+        "sleep 60 & echo $! > child.pid; sleep 60",
+        {},
+        execution_id="e1",
+        privileged=True,
+        nomad_variables=nomad_variable_names(b"NOMAD_TOKEN=secret\nPATH=/bin\n"),
+    )
+    command = subprocess.Popen(argv, cwd=tmp_path, env=environ)
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child = int((tmp_path / "child.pid").read_text())
+        assert _alive(child)
+        subprocess.run(stop_command("e1", grace=0.5), env=environ, check=True, timeout=10)
+        assert command.wait(timeout=5) != 0
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _alive(child), "the background child is stopped with its parent"
+        assert not list(tmp_path.glob(".supervisor-*.pid")), "the PID file is removed"
+    finally:
+        command.kill()
+        command.wait()
+
+
+def test_nomad_variables_are_unset_and_the_clients_set(tmp_path: Path) -> None:
+    environ = {
+        "PATH": os.environ["PATH"],
+        "TMPDIR": str(tmp_path),
+        "NOMAD_TOKEN": "secret",
+        "NOMAD_ALLOC_ID": "a",
+    }
+    names = nomad_variable_names(b"NOMAD_TOKEN=secret\nNOMAD_ALLOC_ID=a\nNOMAD_BAD-NAME=x\nHOME=/\n")
+    assert names == ("NOMAD_ALLOC_ID", "NOMAD_TOKEN"), "only valid names reach the script"
+    argv = execution_command(
+        "env", {"GREETING": "it's 'quoted' $HOME"}, execution_id="e2", privileged=True, nomad_variables=names
+    )
+    output = subprocess.run(
+        argv, cwd=tmp_path, env=environ, capture_output=True, text=True, check=True
+    ).stdout
+    assert "NOMAD_" not in output
+    assert "CODEOCEAN=true" in output.splitlines()
+    assert "GREETING=it's 'quoted' $HOME" in output.splitlines(), "values are passed literally"
+
+
+def test_listing_parses_names_with_spaces_and_links(tmp_path: Path) -> None:
+    (tmp_path / "a file.txt").write_text("x")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to("a file.txt")
+    output = subprocess.run(
+        list_files_command(".", recursive=True), cwd=tmp_path, capture_output=True, check=True
+    ).stdout
+    entries = {e["name"]: e for e in parse_file_listing(output)}
+    assert entries["./a file.txt"]["size"] == 1
+    assert entries["./dir"]["entryType"] == "d"
+    assert entries["./link"]["entryType"] == "l"
+    assert entries["./link"]["linkTarget"] == "a file.txt"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("a/b", "a/b"), ("./a/../b", "b"), ("/workspace/x", "x"), ("/workspace", "."), ("", ".")],
+)
+def test_workspace_paths(path: str, expected: str) -> None:
+    assert workspace_path(path, "/workspace") == expected
+
+
+@pytest.mark.parametrize("path", ["..", "../x", "a/../../x", "/etc/passwd", "/workspacex/y", "a\0b"])
+def test_paths_that_escape_are_refused(path: str) -> None:
+    with pytest.raises(InvalidRequest):
+        workspace_path(path, "/workspace")
