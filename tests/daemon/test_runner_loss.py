@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 import trio
 
 from supervisor.config import ServerSettings, Settings
@@ -90,3 +91,17 @@ async def test_an_environment_update_leaves_used_runners_running(harness: Harnes
     assert all(r.environment and r.environment.image == "python:3.13-slim" for r in idle)
     assert (await harness.http.delete(f"/runners/{runner}")).status_code == 204
     await harness.wait_for(lambda: ("default", runner) not in harness.cluster.state.jobs)
+
+
+async def test_a_graceful_stop_lets_running_executions_finish(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+
+    async def stop_the_daemon() -> None:
+        harness.daemon.stop()
+
+    messages = await harness.run_until_end(runner, "echo started; sleep 1; echo finished", stop_the_daemon)
+    assert messages[-1] == {"type": "exit", "data": 0}
+    assert "finished\n" in [m.get("data") for m in messages]
+    with pytest.raises(httpx.TransportError):
+        await harness.http.get("/version")  # it stopped accepting
