@@ -63,6 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", metavar="FILE", help="TOML configuration file (default: $SUPERVISOR_CONFIG)")
     run.add_argument("--listen", metavar="HOST:PORT", help="overrides server.address and server.port")
 
+    health = commands.add_parser(
+        "health",
+        help="probe a running daemon (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)",
+        description="Probe a running daemon through /api/v1/health/details and exit like a monitoring "
+        "plugin: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+    )
+    health.add_argument("--url", default="http://127.0.0.1:7200", help="the daemon [%(default)s]")
+    health.add_argument("--token", default="", help="Poseidon-Token (default: $SUPERVISOR_SERVER_TOKEN)")
+    health.add_argument("--json", action="store_true", help="print the whole health document")
+    health.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for an answer [%(default)s]"
+    )
+
     simulate = commands.add_parser(
         "simulate",
         help="serve a simulated Nomad cluster (for development and tests)",
@@ -203,6 +216,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _simulate(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "health":
+            import os
+
+            from .probe import probe
+
+            token = args.token or os.environ.get("SUPERVISOR_SERVER_TOKEN", "")
+            code, text = probe(args.url, token=token, timeout=args.timeout, as_json=args.json)
+            print(text)
+            return code
     except UsageError as error:
         print(f"supervisor {args.command}: {error}", file=sys.stderr)
         return 2

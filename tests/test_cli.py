@@ -140,3 +140,13 @@ def test_an_address_in_use_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[
     error = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in error
     assert "Traceback" not in error
+
+
+def test_health_probe_of_a_daemon_that_is_not_there(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as probe_port:
+        probe_port.bind(("127.0.0.1", 0))
+        port = probe_port.getsockname()[1]
+    assert main(["health", "--url", f"http://127.0.0.1:{port}", "--timeout", "2"]) == 3
+    assert capsys.readouterr().out.startswith("UNKNOWN: the supervisor at")

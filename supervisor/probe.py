@@ -1,0 +1,49 @@
+"""``supervisor health``: the monitoring probe. Exit codes follow the monitoring-plugin convention:
+0 OK, 1 WARNING (degraded), 2 CRITICAL, 3 UNKNOWN (the daemon cannot be reached or its answer read)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import httpx
+import orjson
+
+__all__ = ["EXIT_CODES", "probe"]
+
+EXIT_CODES: Final = {"ok": 0, "warning": 1, "critical": 2}
+UNKNOWN: Final = 3
+
+
+def _summary(document: dict[str, Any]) -> str:
+    checks = document.get("checks", {})
+    stream = checks.get("event_stream", {})
+    pools = checks.get("pools", {})
+    parts = [f"stream {stream.get('state', '?')} for {stream.get('for_seconds', '?')}s"]
+    if checks.get("nomad", {}).get("status") == "critical":
+        parts.append(f"Nomad unreachable ({checks['nomad'].get('error', '')})")
+    if pools.get("depleting"):
+        parts.append(f"pools depleting: {', '.join(pools['depleting'])}")
+    if checks.get("draining_nodes", {}).get("nodes"):
+        parts.append(f"draining: {', '.join(checks['draining_nodes']['nodes'])}")
+    parts.append(f"{checks.get('executions', {}).get('running', 0)} executions running")
+    return "; ".join(parts)
+
+
+def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, str]:
+    """The exit code and what to print for the daemon at ``url``."""
+    headers = {"Poseidon-Token": token} if token else {}
+    try:
+        response = httpx.get(url.rstrip("/") + "/api/v1/health/details", headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        return UNKNOWN, f"UNKNOWN: the supervisor at {url} cannot be reached: {exc}"
+    if response.status_code != 200:
+        return UNKNOWN, f"UNKNOWN: the supervisor at {url} answered HTTP {response.status_code}"
+    try:
+        document = orjson.loads(response.content)
+        status = document["status"]
+        code = EXIT_CODES[status]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return UNKNOWN, f"UNKNOWN: the supervisor at {url} gave an answer that is not a health document"
+    if as_json:
+        return code, orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    return code, f"{status.upper()}: {_summary(document)}"

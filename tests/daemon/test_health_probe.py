@@ -1,0 +1,52 @@
+"""``supervisor health``: the probe's exit codes against a running daemon."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from supervisor.config import ServerSettings, Settings
+from supervisor.levels import StreamState
+from supervisor.probe import probe
+
+from .conftest import Harness
+
+
+async def run_probe(harness: Harness, *, token: str = "", as_json: bool = False) -> tuple[int, str]:
+    url = harness.daemon.addresses[0]
+    return await trio.to_thread.run_sync(lambda: probe(url, token=token, timeout=5, as_json=as_json))
+
+
+@pytest.mark.parametrize("settings", [Settings(server=ServerSettings(port=0, token="s3cret"))])
+async def test_probe_exit_codes(harness: Harness, settings: Settings) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    code, text = await run_probe(harness, token="s3cret")
+    assert (code, text.split(":")[0]) == (0, "OK")
+    assert "stream up" in text
+
+    harness.service.stream.value = StreamState.DOWN
+    code, text = await run_probe(harness, token="s3cret")
+    assert (code, text.split(":")[0]) == (1, "WARNING"), "down briefly: degraded"
+
+    harness.service.stream.since = trio.current_time() - 120
+    code, text = await run_probe(harness, token="s3cret", as_json=True)
+    assert code == 2
+    assert json.loads(text)["checks"]["event_stream"]["status"] == "critical"
+
+    code, text = await run_probe(harness, token="wrong")
+    assert code == 3
+    assert "HTTP 401" in text
+
+
+async def test_probe_of_nothing_is_unknown() -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()
+    code, text = await trio.to_thread.run_sync(
+        lambda: probe(f"http://127.0.0.1:{port}", token="", timeout=2, as_json=False)
+    )
+    assert code == 3
+    assert text.startswith("UNKNOWN: the supervisor at")
