@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,8 @@ def parse_arguments(description: str, default_runners: int) -> argparse.Namespac
     parser.add_argument("--runners", type=int, default=default_runners, help="prewarming pool size")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report", type=Path, help="write the JSON report here")
-    parser.add_argument("--plot", type=Path, help="not supported yet")
-    args = parser.parse_args()
-    if args.plot is not None:
-        parser.error("--plot is not supported yet: use --report and plot its timeline")
-    return args
+    parser.add_argument("--plot", type=Path, help="write the timeline as an SVG picture here")
+    return parser.parse_args()
 
 
 @attrs.define
@@ -89,7 +87,36 @@ class Scenario:
                 pass
         return messages
 
-    def report(self, path: Path | None) -> bool:
+    def plot(self, path: Path) -> None:
+        """The timeline as SVG: one row per kind of event, time across, invariants listed above."""
+        kinds = list(dict.fromkeys(entry["event"] for entry in self.timeline))
+        end = max((entry["t"] for entry in self.timeline), default=1.0) or 1.0
+        left, width, row, top = 220, 600, 28, 40 + 18 * len(self.invariants)
+        height = top + row * len(kinds) + 40
+        parts = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 40}" height="{height}" '
+            'font-family="sans-serif" font-size="12">',
+            f'<text x="10" y="20" font-weight="bold">{escape(self.name)} (seed {self.seed})</text>',
+        ]
+        for i, (name, entry) in enumerate(self.invariants.items()):
+            colour = "#1a7f37" if entry["ok"] else "#cf222e"
+            text = escape(f"{'ok' if entry['ok'] else 'FAILED'}  {name} = {json.dumps(entry['value'])}")
+            parts.append(f'<text x="10" y="{38 + 18 * i}" fill="{colour}">{text}</text>')
+        for i, kind in enumerate(kinds):
+            y = top + row * i + row // 2
+            parts.append(f'<text x="10" y="{y + 4}">{escape(kind)}</text>')
+            parts.append(f'<line x1="{left}" y1="{y}" x2="{left + width}" y2="{y}" stroke="#ddd"/>')
+            for entry in self.timeline:
+                if entry["event"] == kind:
+                    x = left + width * entry["t"] / end
+                    parts.append(f'<circle cx="{x:.1f}" cy="{y}" r="5" fill="#0969da"/>')
+        axis = top + row * len(kinds) + 10
+        parts.append(f'<text x="{left}" y="{axis + 14}">0 s</text>')
+        parts.append(f'<text x="{left + width - 30}" y="{axis + 14}">{end:.1f} s</text>')
+        parts.append("</svg>")
+        path.write_text("\n".join(parts) + "\n")
+
+    def report(self, path: Path | None, plot: Path | None = None) -> bool:
         ok = all(entry["ok"] for entry in self.invariants.values())
         width = max(len(name) for name in self.invariants)
         print(f"scenario {self.name} (seed {self.seed})")
@@ -108,6 +135,8 @@ class Scenario:
                 "timeline": self.timeline,
             }
             path.write_text(json.dumps(document, indent=2) + "\n")
+        if plot is not None:
+            self.plot(plot)
         return ok
 
 

@@ -1,7 +1,7 @@
 """Nomad servers restart under running executions (the field report behind Poseidon's "the runner will
 be destroyed and replaced").
 
-    python scenarios/server_restart.py [--runners N] [--seed S] [--report FILE]
+    python scenarios/server_restart.py [--runners N] [--seed S] [--report FILE] [--plot FILE.svg]
 
 A follower restarts, then the leader, while executions run on claimed runners. Invariants: the
 follower's restart changes nothing for running executions; the leader's restart ends each running
@@ -113,7 +113,7 @@ async def main(args: argparse.Namespace) -> bool:
         await scenario.wait_for(lambda: runner_jobs() == set(scenario.service.pool.runners), within=30)
         leaked = sorted(runner_jobs() - set(scenario.service.pool.runners))
         scenario.check("leaked_runner_jobs", not leaked, len(leaked), 0)
-        return scenario.report(args.report)
+        return scenario.report(args.report, args.plot)
 
 
 if __name__ == "__main__":
