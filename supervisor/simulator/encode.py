@@ -169,39 +169,47 @@ def alloc_stub(alloc: SimAlloc, *, resources: bool, task_states: bool = True) ->
     }
 
 
-def job_full(job: SimJob, region: str) -> dict[str, Any]:
-    """The full Job: no omitempty, so every field is present."""
+def _job_fields(job: SimJob) -> dict[str, Any]:
+    """What the full Job and its list stub both carry, with the same values."""
     spec = job.spec
     return {
-        "Affinities": spec.get("Affinities"),
-        "AllAtOnce": bool(spec.get("AllAtOnce", False)),
-        "Constraints": spec.get("Constraints"),
         "CreateIndex": job.create_index,
         "Datacenters": spec.get("Datacenters") or ["dc1"],
-        "DispatchIdempotencyToken": "",
-        "Dispatched": False,
         "ID": job.id,
         "JobModifyIndex": job.job_modify_index,
-        "Meta": spec.get("Meta"),
         "ModifyIndex": job.modify_index,
         "Multiregion": None,
         "Name": spec.get("Name") or job.id,
         "Namespace": job.namespace,
         "NodePool": spec.get("NodePool") or "default",
-        "ParameterizedJob": None,
         "ParentID": spec.get("ParentID", ""),
-        "Payload": None,
-        "Periodic": None,
         "Priority": spec.get("Priority") or 50,
-        "Region": spec.get("Region") or region,
-        "Spreads": spec.get("Spreads"),
-        "Stable": False,
         "Status": job.status,
         "StatusDescription": job.status_description,
         "Stop": job.stop,
         "SubmitTime": job.submit_time,
-        "TaskGroups": spec.get("TaskGroups"),
         "Type": job.type,
+    }
+
+
+def job_full(job: SimJob, region: str) -> dict[str, Any]:
+    """The full Job: no omitempty, so every field is present."""
+    spec = job.spec
+    return {
+        **_job_fields(job),
+        "Affinities": spec.get("Affinities"),
+        "AllAtOnce": bool(spec.get("AllAtOnce", False)),
+        "Constraints": spec.get("Constraints"),
+        "DispatchIdempotencyToken": "",
+        "Dispatched": False,
+        "Meta": spec.get("Meta"),
+        "ParameterizedJob": None,
+        "Payload": None,
+        "Periodic": None,
+        "Region": spec.get("Region") or region,
+        "Spreads": spec.get("Spreads"),
+        "Stable": False,
+        "TaskGroups": spec.get("TaskGroups"),
         "Update": spec.get("Update"),
         "Version": job.version,
     }
@@ -209,12 +217,8 @@ def job_full(job: SimJob, region: str) -> dict[str, Any]:
 
 def job_stub(job: SimJob, summary: dict[str, dict[str, int]], *, meta: bool) -> dict[str, Any]:
     """A JobListStub; ``Meta`` only when asked for (``meta=true``) and not empty."""
-    spec = job.spec
     stub = {
-        "CreateIndex": job.create_index,
-        "Datacenters": spec.get("Datacenters") or ["dc1"],
-        "ID": job.id,
-        "JobModifyIndex": job.job_modify_index,
+        **_job_fields(job),
         "JobSummary": {
             "Children": {"Dead": 0, "Pending": 0, "Running": 0},
             "CreateIndex": job.create_index,
@@ -223,23 +227,11 @@ def job_stub(job: SimJob, summary: dict[str, dict[str, int]], *, meta: bool) -> 
             "Namespace": job.namespace,
             "Summary": summary,
         },
-        "ModifyIndex": job.modify_index,
-        "Multiregion": None,
-        "Name": spec.get("Name") or job.id,
-        "Namespace": job.namespace,
-        "NodePool": spec.get("NodePool") or "default",
         "ParameterizedJob": False,
-        "ParentID": spec.get("ParentID", ""),
         "Periodic": False,
-        "Priority": spec.get("Priority") or 50,
-        "Status": job.status,
-        "StatusDescription": job.status_description,
-        "Stop": job.stop,
-        "SubmitTime": job.submit_time,
-        "Type": job.type,
     }
-    if meta and spec.get("Meta"):
-        stub["Meta"] = spec["Meta"]
+    if meta and job.spec.get("Meta"):
+        stub["Meta"] = job.spec["Meta"]
     return stub
 
 
