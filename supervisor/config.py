@@ -24,6 +24,7 @@ __all__ = [
     "FactorySettings",
     "ServerSettings",
     "Settings",
+    "WatcherSettings",
     "load_settings",
 ]
 
@@ -42,6 +43,13 @@ class ServerSettings:
 class AdmissionSettings:
     # How long a claim or a new execution waits for the event stream before 500 NOMAD_UNREACHABLE.
     wait_timeout: float = 5.0
+
+
+@frozen
+class WatcherSettings:
+    # Relist and reconcile this often even while the stream runs: Nomad loses jobs without an event.
+    resync_interval: float = 60.0
+    heartbeat_timeout: float = 45.0
 
 
 @frozen
@@ -84,6 +92,7 @@ class Settings:
     server: ServerSettings = field(factory=ServerSettings)
     nomad: NomadSection = field(factory=NomadSection)
     admission: AdmissionSettings = field(factory=AdmissionSettings)
+    watcher: WatcherSettings = field(factory=WatcherSettings)
     alert: AlertSettings = field(factory=AlertSettings)
     factory: FactorySettings = field(factory=FactorySettings)
     execution: ExecutionSettings = field(factory=ExecutionSettings)
@@ -109,6 +118,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "server": ServerSettings,
     "nomad": NomadSection,
     "admission": AdmissionSettings,
+    "watcher": WatcherSettings,
     "alert": AlertSettings,
     "factory": FactorySettings,
     "execution": ExecutionSettings,
@@ -203,6 +213,8 @@ def _validate(settings: Settings) -> None:
         raise ConfigError("alert.prewarming_pool_threshold: must be between 0 and 1")
     if settings.factory.registrations_per_second <= 0:
         raise ConfigError("factory.registrations_per_second: must be positive")
+    if settings.watcher.resync_interval <= 0 or settings.watcher.heartbeat_timeout <= 0:
+        raise ConfigError("watcher.resync_interval and watcher.heartbeat_timeout: must be positive")
     for name in ("admission.wait_timeout", "execution.stop_grace", "execution.connect_timeout"):
         section, key = name.split(".")
         if getattr(getattr(settings, section), key) < 0:

@@ -76,7 +76,12 @@ class Daemon:
             async with trio.open_nursery() as executions:
                 service.executions.nursery = executions
                 async with trio.open_nursery() as intake:
-                    await intake.start(EventStreamWatcher(service).run)
+                    watcher = EventStreamWatcher(
+                        service,
+                        heartbeat_timeout=settings.watcher.heartbeat_timeout,
+                        resync_interval=settings.watcher.resync_interval,
+                    )
+                    await intake.start(watcher.run)
                     intake.start_soon(self._ensure_configured_environments, service)
                     config = HypercornConfig()
                     config.bind = [f"{settings.server.address}:{settings.server.port}"]

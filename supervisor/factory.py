@@ -115,13 +115,13 @@ class RunnerFactory:
         environment = (runner.environment if runner else None) or self._pool.environments[
             action.environment_id
         ]
-        await self._client.register_job(runner_job(environment, action.runner_id))
+        registered = await self._client.register_job(runner_job(environment, action.runner_id))
         self.created += 1
         if action.runner_id not in self._pool.runners:
             # Destroyed while its registration was under way: the destroy may have come first.
             await self._client.deregister_job(action.runner_id, purge=True)
             return
-        self._pool.registered(action.runner_id)
+        self._pool.registered(action.runner_id, registered.index)
 
 
 def _describe(action: FactoryAction) -> str:

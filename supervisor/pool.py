@@ -122,7 +122,8 @@ class Runner:
     alloc_modify_index: int = 0
     node_id: str = ""
     ports: tuple[PortMapping, ...] = ()
-    registered: bool = False
+    # The Raft index at which the runner's job is known to exist in Nomad (0: not yet).
+    registered_index: int = 0
     inactivity_timeout: float = 0.0
     last_activity: float = 0.0
     executions: int = 0
@@ -245,10 +246,10 @@ class RunnerPool:
 
     # -- Nomad ----------------------------------------------------------------------------------
 
-    def registered(self, runner_id: str) -> None:
+    def registered(self, runner_id: str, index: int) -> None:
         runner = self.runners.get(runner_id)
-        if runner is not None:
-            runner.registered = True
+        if runner is not None and not runner.registered_index:
+            runner.registered_index = max(index, 1)
 
     def registration_failed(self, runner_id: str) -> list[Action]:
         """Nomad refused the job for good: forget the runner (the pool is refilled on the next event)."""
@@ -261,7 +262,7 @@ class RunnerPool:
         runner = self.runners.get(alloc.job_id)
         if runner is None:
             return []
-        runner.registered = True
+        runner.registered_index = runner.registered_index or max(alloc.create_index, 1)
         if alloc.id == runner.alloc_id:
             if alloc.modify_index <= runner.alloc_modify_index:
                 return []  # replayed or duplicated: that state was applied already
@@ -302,9 +303,13 @@ class RunnerPool:
         return self._remove(runner, REASON_JOB_GONE)
 
     def reconcile(
-        self, jobs: Iterable[JobListStub], allocs: Iterable[AllocListStub], now: float
+        self, jobs: Iterable[JobListStub], allocs: Iterable[AllocListStub], now: float, *, index: int
     ) -> list[Action]:
-        """Bring local state to what Nomad lists, in place, then refill the pools."""
+        """Bring local state to what Nomad lists at ``index``, in place, then refill the pools.
+
+        A runner missing from the listing is gone only if its job was known to exist at or before
+        ``index``: one registered after the listing was taken is simply not in it yet.
+        """
         latest: dict[str, AllocListStub] = {}
         for alloc in allocs:
             current = latest.get(alloc.job_id)
@@ -330,16 +335,15 @@ class RunnerPool:
             if job_alloc is not None:
                 actions += self.apply_allocation(job_alloc)
         for runner in list(self.runners.values()):
-            if runner.registered and runner.id not in listed:
+            if 0 < runner.registered_index <= index and runner.id not in listed:
                 actions += self._remove(runner, REASON_JOB_GONE, destroy_job=False)
         return actions + self.fill_all()
 
     def _adopt(self, job: JobListStub, environment_id: int, now: float) -> Runner:
         """A runner job this process did not know: its meta says whether a client holds it."""
         used = job.meta.get("used") == "true"
-        runner = Runner(
-            job.id, environment_id, RunnerState.USED if used else RunnerState.STARTING, registered=True
-        )
+        state = RunnerState.USED if used else RunnerState.STARTING
+        runner = Runner(job.id, environment_id, state, registered_index=max(job.create_index, 1))
         if used:
             timeout = job.meta.get("timeout", "0")
             runner.inactivity_timeout = float(timeout) if timeout.isdigit() else 60.0

@@ -152,8 +152,9 @@ class RunnerService:
         await self.load_environments()
         jobs = await self.client.list_jobs(meta=True)
         allocs = await self.client.list_allocations(resources=True)
-        self.apply(self.pool.reconcile(jobs.value, allocs.value, trio.current_time()))
-        self.last_index = max(self.last_index, min(jobs.index, allocs.index))
+        index = min(jobs.index, allocs.index)
+        self.apply(self.pool.reconcile(jobs.value, allocs.value, trio.current_time(), index=index))
+        self.last_index = max(self.last_index, index)
         self.synced.set()
         return self.last_index
 

@@ -29,40 +29,55 @@ class EventStreamWatcher:
         service: RunnerService,
         *,
         heartbeat_timeout: float = 45.0,
+        resync_interval: float = 60.0,
         base_delay: float = 0.5,
         max_delay: float = 30.0,
         random_fraction: Callable[[], float] = random.random,
     ) -> None:
         self.service = service
         self.heartbeat_timeout = heartbeat_timeout
+        self.resync_interval = resync_interval
         self.base_delay = base_delay
         self.max_delay = max_delay
         self._random_fraction = random_fraction
+        self._failures = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Never returns; starts at once, with the stream DOWN until the first listing is in."""
-        service = self.service
-        client = service.client
-        failures = 0
         task_status.started()
         while True:
+            error: BaseException | None = None
             try:
-                service.stream.value = StreamState.RECOVERING
-                index = await service.resync()
-                async with client.open_event_stream(
-                    _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
-                ) as stream:
-                    service.stream.value = StreamState.UP
-                    failures = 0
-                    async for batch in stream:
-                        service.apply_batch(batch)
-            except SupervisorError as exc:
-                failures += 1
-                service.stream_losses += 1
-                service.stream.value = StreamState.DOWN
-                delay = self._random_fraction() * min(
-                    self.max_delay, self.base_delay * 2 ** min(failures, 16)
-                )
-                logger.warning("event stream lost ({}); reconnecting in {:.1f}s", exc, delay)
-                client.rotate_address()
-                await trio.sleep(delay)
+                await self._follow()
+            except* SupervisorError as group:
+                error = group.exceptions[0]
+            self._failures += 1
+            self.service.stream_losses += 1
+            self.service.stream.value = StreamState.DOWN
+            delay = self._random_fraction() * min(
+                self.max_delay, self.base_delay * 2 ** min(self._failures, 16)
+            )
+            logger.warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
+            self.service.client.rotate_address()
+            await trio.sleep(delay)
+
+    async def _follow(self) -> None:
+        """List, then follow the stream, relisting every ``resync_interval``; raises when it ends."""
+        service = self.service
+        service.stream.value = StreamState.RECOVERING
+        index = await service.resync()
+        async with service.client.open_event_stream(
+            _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
+        ) as stream:
+            service.stream.value = StreamState.UP
+            self._failures = 0  # the backoff starts over after a good connection
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._resync_periodically)
+                async for batch in stream:
+                    service.apply_batch(batch)
+
+    async def _resync_periodically(self) -> None:
+        """Nomad can lose jobs without an event (all agents restarting): only a listing shows it."""
+        while True:
+            await trio.sleep(self.resync_interval)
+            await self.service.resync()

@@ -43,7 +43,7 @@ def warm_pool() -> tuple[RunnerPool, list[str]]:
     assert created
     ids = [a.runner_id for a in actions if isinstance(a, CreateRunner)]
     for i, runner_id in enumerate(ids):
-        pool.registered(runner_id)
+        pool.registered(runner_id, 5)
         pool.apply_allocation(alloc(runner_id, f"a{i}", "running", 10 + i))
     return pool, ids
 
@@ -127,7 +127,7 @@ def test_reconcile_updates_in_place_and_adopts_claims_from_meta() -> None:
         AllocListStub(id="a1", job_id=ids[1], client_status="running", create_index=11, modify_index=11),
         AllocListStub(id="f0", job_id=foreign, client_status="running", create_index=12, modify_index=12),
     ]
-    actions = pool.reconcile(jobs, allocs, now=5.0)
+    actions = pool.reconcile(jobs, allocs, now=5.0, index=100)
     assert pool.runners[runner.id] is runner, "the same object: running executions keep it"
     assert runner.node_id == "node-2", "updated in place"
     adopted = pool.used_runner(foreign)
@@ -140,7 +140,7 @@ def test_reconcile_destroys_dead_jobs_and_forgets_vanished_ones() -> None:
     pool, ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
     jobs = [JobListStub(id=ids[0], status="dead")]
-    actions = pool.reconcile(jobs, [], now=1.0)
+    actions = pool.reconcile(jobs, [], now=1.0, index=100)
     assert any(isinstance(a, RunnerGone) and a.runner_id == runner.id for a in actions)
     assert DestroyRunner(ids[1], "the runner's Nomad job is gone") not in actions, (
         "it vanished: nothing to destroy"
@@ -172,3 +172,19 @@ def test_inactivity_expiry_waits_for_running_executions() -> None:
     assert pool.expired(200.0) == [], "never while an execution runs"
     runner.executions = 0
     assert pool.expired(200.0) == [runner.id]
+
+
+def test_a_runner_registered_after_the_listing_is_not_gone() -> None:
+    pool, ids = warm_pool()
+    _, actions = pool.claim(10, 0, now=0)
+    fresh = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
+    pool.registered(fresh, 200)
+    jobs = [JobListStub(id=i, status="running") for i in ids]
+    allocs = [
+        AllocListStub(id=f"a{i}", job_id=r, client_status="running", create_index=10 + i, modify_index=10 + i)
+        for i, r in enumerate(ids)
+    ]
+    pool.reconcile(jobs, allocs, now=1.0, index=150)
+    assert fresh in pool.runners, "registered at 200, after the listing at 150"
+    pool.reconcile(jobs, allocs, now=2.0, index=250)
+    assert fresh not in pool.runners, "missing from a listing taken after its registration: gone"

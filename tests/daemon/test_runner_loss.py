@@ -6,7 +6,7 @@ import httpx
 import pytest
 import trio
 
-from supervisor.config import ServerSettings, Settings
+from supervisor.config import ServerSettings, Settings, WatcherSettings
 from supervisor.daemon import Daemon
 from supervisor.pool import REASON_DRAINED, REASON_OOM
 
@@ -105,3 +105,36 @@ async def test_a_graceful_stop_lets_running_executions_finish(harness: Harness) 
     assert "finished\n" in [m.get("data") for m in messages]
     with pytest.raises(httpx.TransportError):
         await harness.http.get("/version")  # it stopped accepting
+
+
+@pytest.mark.parametrize(
+    "settings", [Settings(server=ServerSettings(port=0), watcher=WatcherSettings(resync_interval=0.5))]
+)
+async def test_jobs_lost_without_an_event_are_replaced_by_the_periodic_resync(
+    harness: Harness, settings: Settings
+) -> None:
+    await harness.environment(10, prewarmingPoolSize=6)
+    await harness.wait_for(lambda: harness.idle(10) == 6)
+    claimed = await harness.runner(10)
+    await harness.wait_for(lambda: harness.idle(10) == 6)
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            f"{harness.cluster.addresses[0]}/sim/v1/nodes/restart-all",
+            json={"downtime_s": 0.3, "lose_fraction": 0.5},
+        )
+        assert response.status_code == 200
+    await harness.wait_for(lambda: all(n.agent_up for n in harness.cluster.state.nodes.values()))
+    lost = [r for r in list(harness.service.pool.runners) if ("default", r) not in harness.cluster.state.jobs]
+    assert lost, "the fault removed some runner jobs, silently"
+    assert harness.service.stream_losses == 0, "the stream never dropped: no reconnect would have noticed"
+    await harness.wait_for(
+        lambda: (
+            harness.idle(10) == 6
+            and all(("default", r) in harness.cluster.state.jobs for r in harness.service.pool.runners)
+        ),
+        within=20,
+    )
+    if claimed in lost:
+        assert (await harness.http.get(f"/runners/{claimed}/files")).status_code == 410
+    else:
+        assert (await harness.http.get(f"/runners/{claimed}/files")).status_code == 200
