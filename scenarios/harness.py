@@ -141,12 +141,13 @@ class Scenario:
 
 
 @asynccontextmanager
-async def open_scenario(name: str, seed: int, config: SimConfig) -> AsyncIterator[Scenario]:
+async def open_scenario(
+    name: str, seed: int, config: SimConfig, settings: Settings | None = None
+) -> AsyncIterator[Scenario]:
     async with trio.open_nursery() as nursery:
         cluster = await nursery.start(SimulatedCluster(config).run)
-        daemon = Daemon(
-            Settings(server=ServerSettings(port=0)), environ={"NOMAD_ADDR": ",".join(cluster.addresses)}
-        )
+        environ = {"NOMAD_ADDR": ",".join(cluster.addresses)}
+        daemon = Daemon(settings or Settings(server=ServerSettings(port=0)), environ=environ)
         await nursery.start(daemon.run)
         async with httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http:
             yield Scenario(name, seed, cluster, daemon, http)

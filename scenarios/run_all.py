@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = {"server_restart": {"quick": ["--runners", "4"], "full": ["--runners", "20"]}}
+SCENARIOS = {
+    "server_restart": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
+    "all_agents_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
+}
 
 
 def main() -> int:
