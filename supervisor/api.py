@@ -235,7 +235,7 @@ class _Routes:
         return JSONResponse({"runnerId": runner.id, "mappedPorts": runner.mapped_ports()})
 
     def _runner(self, request: Request) -> Runner:
-        runner = self.service.pool.used_runner(request.path_params["runner_id"])
+        runner = self.service.pool.serving_runner(request.path_params["runner_id"])
         if runner is None:
             raise _Gone
         self.service.touch(runner.id)
@@ -311,7 +311,7 @@ class _Routes:
         if request is None or request.runner_id != runner_id:
             await websocket.send_denial_response(client_error(404, "no execution found with this id"))
             return
-        if self.service.pool.used_runner(runner_id) is None:
+        if self.service.pool.serving_runner(runner_id) is None:
             await websocket.send_denial_response(client_error(410, _RUNNER_GONE))
             return
         await websocket.accept()

@@ -131,6 +131,8 @@ class Runner:
     retired: bool = False
     # The definition the runner's job was registered from (None when adopted from a listing).
     environment: ExecutionEnvironment | None = None
+    # Its node drains: running executions go on, but nothing new starts on it (410 for its client).
+    moving: bool = False
 
     def mapped_ports(self) -> list[dict[str, object]]:
         return [{"exposedPort": p.to, "hostAddress": f"{p.host_ip}:{p.value}"} for p in self.ports]
@@ -144,6 +146,7 @@ def _live(alloc: Allocation | AllocListStub) -> bool:
 class RunnerPool:
     environments: dict[int, ExecutionEnvironment] = field(factory=dict)
     runners: dict[str, Runner] = field(factory=dict)
+    draining_nodes: set[str] = field(factory=set)
     # Idle runners per environment, oldest first (dicts keep insertion order).
     _idle: dict[int, dict[str, None]] = field(factory=dict)
 
@@ -215,6 +218,11 @@ class RunnerPool:
         runner = self.runners.get(runner_id)
         return runner if runner is not None and runner.state is RunnerState.USED else None
 
+    def serving_runner(self, runner_id: str) -> Runner | None:
+        """A used runner that may start something new: not on a draining node."""
+        runner = self.used_runner(runner_id)
+        return runner if runner is not None and not runner.moving else None
+
     def release(self, runner_id: str) -> list[Action]:
         runner = self.used_runner(runner_id)
         if runner is None:
@@ -251,6 +259,33 @@ class RunnerPool:
         if runner is not None and not runner.registered_index:
             runner.registered_index = max(index, 1)
 
+    def set_node_draining(self, node_id: str, draining: bool) -> list[Action]:
+        """A node began (or stopped) draining. Its idle runners are replaced at once, elsewhere; its
+        used runners keep their running executions but take nothing new."""
+        if not draining:
+            self.draining_nodes.discard(node_id)
+            return []
+        if node_id in self.draining_nodes:
+            return []
+        self.draining_nodes.add(node_id)
+        actions: list[Action] = []
+        for runner in [r for r in self.runners.values() if r.node_id == node_id]:
+            if runner.state is RunnerState.USED:
+                runner.moving = True
+            else:
+                actions += self._remove(runner, "its node is draining")
+        return actions
+
+    def set_draining_nodes(self, node_ids: Iterable[str]) -> list[Action]:
+        """The whole set from a node listing."""
+        wanted = set(node_ids)
+        actions: list[Action] = []
+        for node_id in self.draining_nodes - wanted:
+            actions += self.set_node_draining(node_id, False)
+        for node_id in wanted - self.draining_nodes:
+            actions += self.set_node_draining(node_id, True)
+        return actions
+
     def registration_failed(self, runner_id: str) -> list[Action]:
         """Nomad refused the job for good: forget the runner (the pool is refilled on the next event)."""
         runner = self.runners.pop(runner_id, None)
@@ -283,6 +318,7 @@ class RunnerPool:
                     runner, REASON_REPLACED if reason == REASON_ALLOCATION_STOPPED else reason
                 )
             self._update(runner, alloc)
+            runner.moving = runner.moving or alloc.node_id in self.draining_nodes
             return []
         if not _live(alloc):
             if alloc.next_allocation:
@@ -291,6 +327,8 @@ class RunnerPool:
                 return []
             return self._remove(runner, REASON_ALLOCATION_STOPPED)
         self._update(runner, alloc)
+        if alloc.node_id in self.draining_nodes:
+            return self._remove(runner, "its node is draining")
         self._set_state(
             runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
         )

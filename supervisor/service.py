@@ -19,7 +19,7 @@ from .executions import ExecutionService
 from .factory import RunnerFactory
 from .files import FileService
 from .levels import AsyncValue, StreamState
-from .nomad import Allocation, EventBatch, Job, NomadClient
+from .nomad import Allocation, EventBatch, Job, Node, NomadClient
 from .pool import REASON_INACTIVITY, Action, Runner, RunnerGone, RunnerPool
 
 __all__ = ["NomadUnreachable", "RunnerService"]
@@ -150,6 +150,8 @@ class RunnerService:
     async def resync(self) -> int:
         """List jobs and allocations, reconcile in place; returns the index to watch from."""
         await self.load_environments()
+        nodes = await self.client.list_nodes()
+        self.apply(self.pool.set_draining_nodes(n.id for n in nodes.value if n.drain))
         jobs = await self.client.list_jobs(meta=True)
         allocs = await self.client.list_allocations(resources=True)
         index = min(jobs.index, allocs.index)
@@ -165,6 +167,8 @@ class RunnerService:
                 self.apply(self.pool.apply_allocation(payload))
             elif isinstance(payload, Job):
                 self.apply(self.pool.apply_job(payload.id, deleted=event.deleted, stopped=payload.stop))
+            elif isinstance(payload, Node):
+                self.apply(self.pool.set_node_draining(payload.id, payload.drain))
         self.last_index = max(self.last_index, batch.index)
 
     async def ensure_environments(self, environments: Iterable[ExecutionEnvironment]) -> None:

@@ -20,7 +20,7 @@ from .service import RunnerService
 
 __all__ = ["EventStreamWatcher"]
 
-_TOPICS: Final = {"Job": "*", "Allocation": "*"}
+_TOPICS: Final = {"Job": "*", "Allocation": "*", "Node": "*"}
 
 
 class EventStreamWatcher:

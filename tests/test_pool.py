@@ -188,3 +188,20 @@ def test_a_runner_registered_after_the_listing_is_not_gone() -> None:
     assert fresh in pool.runners, "registered at 200, after the listing at 150"
     pool.reconcile(jobs, allocs, now=2.0, index=250)
     assert fresh not in pool.runners, "missing from a listing taken after its registration: gone"
+
+
+def test_a_draining_node_takes_nothing_new() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    actions = pool.set_node_draining("node-1", True)
+    idle_left = [r for r in ids if r != runner.id]
+    assert DestroyRunner(idle_left[0], "its node is draining") in actions, "idle runners there are replaced"
+    assert sum(isinstance(a, CreateRunner) for a in actions) >= 1
+    assert pool.used_runner(runner.id) is runner, "its running executions go on"
+    assert pool.serving_runner(runner.id) is None, "but nothing new starts on it"
+    assert pool.set_node_draining("node-1", True) == [], "idempotent"
+    assert pool.set_draining_nodes([]) == []
+    assert "node-1" not in pool.draining_nodes
+    assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id), (
+        "its client can still release it"
+    )

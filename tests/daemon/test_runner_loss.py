@@ -138,3 +138,28 @@ async def test_jobs_lost_without_an_event_are_replaced_by_the_periodic_resync(
         assert (await harness.http.get(f"/runners/{claimed}/files")).status_code == 410
     else:
         assert (await harness.http.get(f"/runners/{claimed}/files")).status_code == 200
+
+
+async def test_a_draining_node_gets_no_new_work_but_finishes_what_runs(harness: Harness) -> None:
+    await harness.environment(10, prewarmingPoolSize=3)
+    await harness.wait_for(lambda: harness.idle(10) == 3)
+    runner = await harness.runner(10)
+    node_id = harness.service.pool.runners[runner].node_id
+
+    async def drain() -> None:
+        await harness.service.client.drain_node(node_id, deadline=3600)
+        await harness.wait_for(lambda: harness.service.pool.serving_runner(runner) is None)
+        refused = await harness.http.post(f"/runners/{runner}/execute", json={"command": "true"})
+        assert refused.status_code == 410, "a moving runner: the client asks for a new one"
+
+    messages = await harness.run_until_end(runner, "echo started; sleep 1; echo finished", drain)
+    assert messages[-1] == {"type": "exit", "data": 0}, "the running execution was not killed"
+    await harness.wait_for(
+        lambda: (
+            harness.idle(10) == 3
+            and all(r.node_id != node_id for r in harness.service.pool.runners.values() if r.id != runner)
+        )
+    )
+    fresh = await harness.runner(10)
+    assert harness.service.pool.runners[fresh].node_id != node_id, "never handed out on a draining node"
+    assert (await harness.http.delete(f"/runners/{runner}")).status_code == 204
