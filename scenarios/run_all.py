@@ -16,6 +16,7 @@ HERE = Path(__file__).resolve().parent
 SCENARIOS = {
     "server_restart": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
     "all_agents_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
+    "agent_drain_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
 }
 
 
