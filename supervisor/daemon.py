@@ -2,7 +2,7 @@
 
 Daemon.run
 ├── [embedded simulated Nomad cluster, when no Nomad address is configured]
-├── infrastructure: RunnerFactory.run, inactivity expiry
+├── infrastructure: RunnerFactory.run, inactivity expiry, PrewarmingPoolAlerter.run
 │   └── execution nursery: one task per execution, each in its own cancel scope
 │       └── intake: EventStreamWatcher.run, the API server (hypercorn)
 └── shutdown unwinds intake first (stop accepting, let running requests finish within the
@@ -22,6 +22,7 @@ from hypercorn.config import Config as HypercornConfig
 from loguru import logger
 
 from . import hypercorn_patch
+from .alerter import PrewarmingPoolAlerter
 from .api import create_app
 from .config import Settings
 from .nomad import NomadClient, NomadSettings
@@ -73,6 +74,7 @@ class Daemon:
         async with trio.open_nursery() as infrastructure:
             await infrastructure.start(service.factory.run)
             await infrastructure.start(service.run_expiry)
+            await infrastructure.start(PrewarmingPoolAlerter(service, settings.alert).run)
             async with trio.open_nursery() as executions:
                 service.executions.nursery = executions
                 async with trio.open_nursery() as intake:

@@ -1,0 +1,83 @@
+"""The prewarming-pool alerter: per environment, ok -> depleting -> reloading.
+
+An environment whose idle runners stay below ``alert.prewarming_pool_threshold`` of its pool size for
+``alert.reload_timeout`` seconds is reloaded: Nomad is listed again and the pool reconciled, which
+finds runners lost without an event and refills what is missing. Poseidon's alert is the only way it
+ever replaced lost runners; here the pool refills on every loss and relists periodically, so this is
+the last line, and it says loudly when it had to act.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import trio
+from attrs import define, field
+from loguru import logger
+
+from .config import AlertSettings
+from .errors import SupervisorError
+from .service import RunnerService
+
+__all__ = ["AlertStates", "PrewarmingPoolAlerter"]
+
+_CHECK_INTERVAL: Final = 1.0
+
+
+@define
+class AlertStates:
+    """The decision, without I/O: which environments are depleting, since when, and which are due."""
+
+    threshold: float
+    reload_timeout: float
+    depleting_since: dict[str, float] = field(factory=dict)
+
+    def update(self, statistics: Mapping[str, Mapping[str, int]], now: float) -> list[str]:
+        """Record the pools' fill; returns the environments due for a reload."""
+        due = []
+        for environment_id, stats in statistics.items():
+            size = stats["prewarmingPoolSize"]
+            low = size > 0 and stats["idleRunners"] / size < self.threshold
+            if not low:
+                self.depleting_since.pop(environment_id, None)
+                continue
+            since = self.depleting_since.setdefault(environment_id, now)
+            if self.reload_timeout > 0 and now - since >= self.reload_timeout:
+                due.append(environment_id)
+        for gone in set(self.depleting_since) - set(statistics):
+            del self.depleting_since[gone]
+        return due
+
+    def reloaded(self, environment_id: str, now: float) -> None:
+        """A reload happened: the clock starts again if the pool is still low."""
+        if environment_id in self.depleting_since:
+            self.depleting_since[environment_id] = now
+
+    def state(self, environment_id: str) -> str:
+        return "depleting" if environment_id in self.depleting_since else "ok"
+
+
+class PrewarmingPoolAlerter:
+    def __init__(self, service: RunnerService, settings: AlertSettings) -> None:
+        self.service = service
+        self.states = AlertStates(settings.prewarming_pool_threshold, settings.reload_timeout)
+        self.reloads = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(_CHECK_INTERVAL)
+            due = self.states.update(self.service.pool.statistics(), trio.current_time())
+            if not due:
+                continue
+            logger.warning(
+                "prewarming pool alert: environments {} stayed depleted; reloading", ", ".join(due)
+            )
+            try:
+                await self.service.resync()
+                self.reloads += 1
+            except SupervisorError as exc:
+                logger.error("reloading the environments failed: {}", exc)
+            for environment_id in due:
+                self.states.reloaded(environment_id, trio.current_time())
