@@ -110,6 +110,10 @@ class RunnerFactory:
         if isinstance(action, MarkUsed):
             job = runner_job(action.environment, action.runner_id, used=True, timeout=action.timeout)
             await self._client.register_job(job)
+            if self._pool.used_runner(action.runner_id) is None:
+                # Released while the write was under way: its purge may have come first and this
+                # registration brought the job back.
+                await self._client.deregister_job(action.runner_id, purge=True)
             return
         runner = self._pool.runners.get(action.runner_id)
         environment = (runner.environment if runner else None) or self._pool.environments[

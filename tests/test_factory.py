@@ -1,0 +1,72 @@
+"""The runner factory against a fake Nomad client: what it does when a runner changes under it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from supervisor.config import FactorySettings
+from supervisor.environments import ExecutionEnvironment
+from supervisor.factory import RunnerFactory
+from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse
+from supervisor.pool import CreateRunner, DestroyRunner, MarkUsed, RunnerPool
+
+ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 100.0, 256, False, ())
+
+
+class _SlowNomad:
+    """Registrations wait until released; every call is recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.release = trio.Event()
+        self.registering = trio.Event()
+
+    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+        self.calls.append(("register", job["ID"]))
+        self.registering.set()
+        await self.release.wait()
+        self.calls.append(("registered", job["ID"]))
+        return JobRegisterResponse(index=42)
+
+    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+        self.calls.append(("deregister", job_id))
+        return JobDeregisterResponse()
+
+
+async def test_a_runner_released_while_marked_used_does_not_come_back() -> None:
+    pool = RunnerPool()
+    _, actions = pool.set_environment(ENVIRONMENT)
+    runner_id = actions[0].runner_id  # type: ignore[union-attr]
+    nomad = _SlowNomad()
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        factory.submit(CreateRunner(runner_id, 10))
+        await trio.testing.wait_all_tasks_blocked()
+        nomad.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert pool.runners[runner_id].registered_index == 42
+        pool.apply_allocation(
+            Allocation(id="a1", job_id=runner_id, client_status="running", create_index=43, modify_index=43)
+        )
+        runner, _ = pool.claim(10, 0, now=0)
+        nomad.release, nomad.registering = trio.Event(), trio.Event()
+        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
+        with trio.fail_after(5):
+            await nomad.registering.wait()  # the write is under way (past the rate limiter's pause)
+        for action in pool.release(runner.id):  # the client gives it back while the write is under way
+            if isinstance(action, DestroyRunner):
+                factory.submit(action)
+        await trio.testing.wait_all_tasks_blocked()
+        nomad.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel("test over")
+    assert nomad.calls[2:] == [
+        ("register", runner_id),  # the claim's meta write starts
+        ("deregister", runner_id),  # the release purges the job meanwhile
+        ("registered", runner_id),  # the write lands late and brings the job back...
+        ("deregister", runner_id),  # ...so it is undone
+    ]
