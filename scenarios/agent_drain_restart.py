@@ -15,7 +15,7 @@ import argparse
 
 import httpx
 import trio
-from harness import ENVIRONMENT_ID, open_scenario, parse_arguments, run
+from harness import EXIT_0, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.simulator import SimConfig
 
@@ -25,18 +25,7 @@ COMMAND = "echo started; sleep 1; echo finished"
 async def main(args: argparse.Namespace) -> bool:
     config = SimConfig(seed=args.seed, servers=3, nodes=3, alloc_start_delay=0.05)
     async with open_scenario("agent_drain_restart", args.seed, config) as scenario:
-        environment = {
-            "image": "python:3.12-slim",
-            "prewarmingPoolSize": args.runners,
-            "cpuLimit": 100,
-            "memoryLimit": 256,
-            "networkAccess": False,
-            "exposedPorts": [],
-        }
-        (
-            await scenario.http.put(f"/execution-environments/{ENVIRONMENT_ID}", json=environment)
-        ).raise_for_status()
-        await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
+        await scenario.create_environment(args.runners)
         claimed = [await scenario.claim() for _ in range(max(2, args.runners // 2))]
         pool = scenario.service.pool
         nodes = [pool.runners[r].node_id for r in claimed]
@@ -66,11 +55,7 @@ async def main(args: argparse.Namespace) -> bool:
             for runner in on_node:
                 attempt = await scenario.http.post(f"/runners/{runner}/execute", json={"command": "true"})
                 refused += attempt.status_code == 410
-        finished = sum(
-            [m for m in results[r] if m["type"] in ("exit", "error", "timeout")]
-            == [{"type": "exit", "data": 0}]
-            for r in on_node
-        )
+        finished = sum(terminal_messages(results[r]) == EXIT_0 for r in on_node)
         scenario.check("running_executions_finish", finished == len(on_node), finished, len(on_node))
         scenario.check("new_work_on_draining_node_refused", refused == len(on_node), refused, len(on_node))
 
@@ -86,24 +71,13 @@ async def main(args: argparse.Namespace) -> bool:
         await scenario.service.client.set_eligibility(node_id, eligible=True)
         scenario.event("node eligible again", node=node.name)
         runner = await scenario.claim()
-        ends = [
-            m for m in await scenario.execute(runner, "true") if m["type"] in ("exit", "error", "timeout")
-        ]
-        scenario.check("works_after_the_drain", ends == [{"type": "exit", "data": 0}], ends, "exit 0")
+        ends = terminal_messages(await scenario.execute(runner, "true"))
+        scenario.check("works_after_the_drain", ends == EXIT_0, ends, "exit 0")
 
         for leftover in [runner, *claimed]:
             await scenario.http.delete(f"/runners/{leftover}")
 
-        def runner_jobs() -> set[str]:
-            return {
-                job_id
-                for (_, job_id), job in scenario.cluster.state.jobs.items()
-                if job_id.startswith(f"{ENVIRONMENT_ID}-") and not job.stop
-            }
-
-        await scenario.wait_for(lambda: runner_jobs() == set(pool.runners), within=30)
-        leaked = sorted(runner_jobs() - set(pool.runners))
-        scenario.check("leaked_runner_jobs", not leaked, len(leaked), 0)
+        await scenario.check_no_leaked_jobs()
         return scenario.report(args.report, args.plot)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 import httpx
-from harness import ENVIRONMENT_ID, open_scenario, parse_arguments, run
+from harness import EXIT_0, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.config import ServerSettings, Settings, WatcherSettings
 from supervisor.simulator import SimConfig
@@ -24,18 +24,7 @@ async def main(args: argparse.Namespace) -> bool:
     config = SimConfig(seed=args.seed, servers=3, nodes=3, alloc_start_delay=0.05)
     settings = Settings(server=ServerSettings(port=0), watcher=WatcherSettings(resync_interval=1.0))
     async with open_scenario("all_agents_restart", args.seed, config, settings) as scenario:
-        environment = {
-            "image": "python:3.12-slim",
-            "prewarmingPoolSize": args.runners,
-            "cpuLimit": 100,
-            "memoryLimit": 256,
-            "networkAccess": False,
-            "exposedPorts": [],
-        }
-        (
-            await scenario.http.put(f"/execution-environments/{ENVIRONMENT_ID}", json=environment)
-        ).raise_for_status()
-        await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
+        await scenario.create_environment(args.runners)
         claimed = [await scenario.claim() for _ in range(max(1, args.runners // 2))]
         await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
         scenario.event("pool warm, runners claimed", claimed=len(claimed))
@@ -72,22 +61,13 @@ async def main(args: argparse.Namespace) -> bool:
         scenario.check("surviving_claims_kept", kept == survivors, len(kept), len(survivors))
 
         fresh = await scenario.claim()
-        ends = [m for m in await scenario.execute(fresh, "true") if m["type"] in ("exit", "error", "timeout")]
-        scenario.check("environment_still_served", ends == [{"type": "exit", "data": 0}], ends, "exit 0")
+        ends = terminal_messages(await scenario.execute(fresh, "true"))
+        scenario.check("environment_still_served", ends == EXIT_0, ends, "exit 0")
 
         for runner in [fresh, *kept]:
             (await scenario.http.delete(f"/runners/{runner}")).raise_for_status()
 
-        def runner_jobs() -> set[str]:
-            return {
-                job_id
-                for (_, job_id), job in scenario.cluster.state.jobs.items()
-                if job_id.startswith(f"{ENVIRONMENT_ID}-") and not job.stop
-            }
-
-        await scenario.wait_for(lambda: runner_jobs() == set(scenario.service.pool.runners), within=30)
-        leaked = sorted(runner_jobs() - set(scenario.service.pool.runners))
-        scenario.check("leaked_runner_jobs", not leaked, len(leaked), 0)
+        await scenario.check_no_leaked_jobs()
         return scenario.report(args.report, args.plot)
 
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import httpx
@@ -24,6 +24,12 @@ from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 ENVIRONMENT_ID = 10
+EXIT_0: Final = [{"type": "exit", "data": 0}]
+
+
+def terminal_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages that end an execution (there must be exactly one)."""
+    return [m for m in messages if m["type"] in ("exit", "timeout", "error")]
 
 
 def parse_arguments(description: str, default_runners: int) -> argparse.Namespace:
@@ -65,6 +71,34 @@ class Scenario:
                 await trio.sleep(0.05)
             return round(time.monotonic() - start, 3)
         return None
+
+    async def create_environment(self, pool_size: int) -> float | None:
+        """Create the scenario's environment; seconds until its pool was warm (None: not in 60 s)."""
+        environment = {
+            "image": "python:3.12-slim",
+            "prewarmingPoolSize": pool_size,
+            "cpuLimit": 100,
+            "memoryLimit": 256,
+            "networkAccess": False,
+            "exposedPorts": [],
+        }
+        response = await self.http.put(f"/execution-environments/{ENVIRONMENT_ID}", json=environment)
+        response.raise_for_status()
+        return await self.wait_for(lambda: self.idle() == pool_size, within=60)
+
+    async def check_no_leaked_jobs(self) -> None:
+        """Every runner job left in Nomad belongs to a runner the daemon knows."""
+
+        def runner_jobs() -> set[str]:
+            return {
+                job_id
+                for (_, job_id), job in self.cluster.state.jobs.items()
+                if job_id.startswith(f"{ENVIRONMENT_ID}-") and not job.stop
+            }
+
+        await self.wait_for(lambda: runner_jobs() == set(self.service.pool.runners), within=30)
+        leaked = sorted(runner_jobs() - set(self.service.pool.runners))
+        self.check("leaked_runner_jobs", not leaked, len(leaked), 0)
 
     def idle(self) -> int:
         return int(self.service.pool.statistics().get(str(ENVIRONMENT_ID), {}).get("idleRunners", 0))

@@ -17,17 +17,13 @@ from typing import Any
 
 import httpx
 import trio
-from harness import ENVIRONMENT_ID, Scenario, open_scenario, parse_arguments, run
+from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.executions import MESSAGE_CONNECTION_LOST
 from supervisor.levels import StreamState
 from supervisor.simulator import SimConfig
 
 COMMAND = "echo started; sleep 2; echo done"
-
-
-def terminal_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [m for m in messages if m["type"] in ("exit", "timeout", "error")]
 
 
 async def executions_during(scenario: Scenario, runners: list[str], fault: Any) -> list[list[dict[str, Any]]]:
@@ -57,18 +53,7 @@ async def restart(scenario: Scenario, server: str, downtime: float) -> None:
 async def main(args: argparse.Namespace) -> bool:
     config = SimConfig(seed=args.seed, servers=3, nodes=3, alloc_start_delay=0.05)
     async with open_scenario("server_restart", args.seed, config) as scenario:
-        environment = {
-            "image": "python:3.12-slim",
-            "prewarmingPoolSize": args.runners,
-            "cpuLimit": 100,
-            "memoryLimit": 256,
-            "networkAccess": False,
-            "exposedPorts": [],
-        }
-        (
-            await scenario.http.put(f"/execution-environments/{ENVIRONMENT_ID}", json=environment)
-        ).raise_for_status()
-        warm = await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
+        warm = await scenario.create_environment(args.runners)
         scenario.check("pool_warm_s", warm is not None, warm, 60)
         scenario.event("pool warm")
         claimed = [await scenario.claim() for _ in range(max(1, args.runners // 2))]
@@ -76,13 +61,13 @@ async def main(args: argparse.Namespace) -> bool:
 
         follower = next(s.name for s in scenario.cluster.servers if s.name != scenario.cluster.leader)
         results = await executions_during(scenario, claimed, lambda: restart(scenario, follower, 1.0))
-        intact = sum(terminal_messages(r) == [{"type": "exit", "data": 0}] for r in results)
+        intact = sum(terminal_messages(r) == EXIT_0 for r in results)
         scenario.check("follower_restart_executions_intact", intact == len(claimed), intact, len(claimed))
 
         leader = scenario.cluster.leader or ""
         results = await executions_during(scenario, claimed, lambda: restart(scenario, leader, 2.0))
         ends = [terminal_messages(r) for r in results]
-        exited = sum(end == [{"type": "exit", "data": 0}] for end in ends)
+        exited = sum(end == EXIT_0 for end in ends)
         lost = sum(end == [{"type": "error", "data": MESSAGE_CONNECTION_LOST}] for end in ends)
         scenario.event("leader restart outcomes", exited=exited, connection_lost=lost)
         # A leader restart drops every exec it proxies: their outcome is unknown, and must be said so.
@@ -98,21 +83,12 @@ async def main(args: argparse.Namespace) -> bool:
         refilled = await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
         scenario.check("pool_refilled_s", refilled is not None, refilled, 60)
         after = terminal_messages(await scenario.execute(claimed[0], "true"))
-        scenario.check("execution_after_recovery", after == [{"type": "exit", "data": 0}], after, "exit 0")
+        scenario.check("execution_after_recovery", after == EXIT_0, after, "exit 0")
 
         for runner in claimed:
             (await scenario.http.delete(f"/runners/{runner}")).raise_for_status()
 
-        def runner_jobs() -> set[str]:
-            return {
-                job_id
-                for (_, job_id), job in scenario.cluster.state.jobs.items()
-                if job_id.startswith(f"{ENVIRONMENT_ID}-") and not job.stop
-            }
-
-        await scenario.wait_for(lambda: runner_jobs() == set(scenario.service.pool.runners), within=30)
-        leaked = sorted(runner_jobs() - set(scenario.service.pool.runners))
-        scenario.check("leaked_runner_jobs", not leaked, len(leaked), 0)
+        await scenario.check_no_leaked_jobs()
         return scenario.report(args.report, args.plot)
 
 

@@ -103,23 +103,18 @@ def _build_allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
     }
 
 
-def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
-    """``GET /v1/allocation/:id`` (with the Job) and the event payload (without it), zeros omitted."""
-    desired_transition = _desired_transition(alloc) if any(alloc.desired_transition.values()) else None
-    data = {
-        "AllocModifyIndex": alloc.alloc_modify_index,
-        "AllocatedResources": _allocated_resources(alloc),
+def _alloc_fields(alloc: SimAlloc) -> dict[str, Any]:
+    """What the full Allocation and its list stub both carry, with the same values."""
+    return {
         "ClientDescription": alloc.client_description,
         "ClientStatus": alloc.client_status,
         "CreateIndex": alloc.create_index,
         "CreateTime": alloc.create_time,
         "DesiredDescription": alloc.desired_description,
         "DesiredStatus": alloc.desired_status,
-        "DesiredTransition": desired_transition,
         "EvalID": alloc.eval_id,
         "FollowupEvalID": alloc.followup_eval_id,
         "ID": alloc.id,
-        "Job": alloc.job if with_job else None,
         "JobID": alloc.job_id,
         "ModifyIndex": alloc.modify_index,
         "ModifyTime": alloc.modify_time,
@@ -128,9 +123,21 @@ def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
         "NextAllocation": alloc.next_allocation,
         "NodeID": alloc.node_id,
         "NodeName": alloc.node_name,
-        "PreviousAllocation": alloc.previous_allocation,
         "RescheduleTracker": alloc.reschedule_tracker,
         "TaskGroup": alloc.task_group,
+    }
+
+
+def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
+    """``GET /v1/allocation/:id`` (with the Job) and the event payload (without it), zeros omitted."""
+    desired_transition = _desired_transition(alloc) if any(alloc.desired_transition.values()) else None
+    data = {
+        **_alloc_fields(alloc),
+        "AllocModifyIndex": alloc.alloc_modify_index,
+        "AllocatedResources": _allocated_resources(alloc),
+        "DesiredTransition": desired_transition,
+        "Job": alloc.job if with_job else None,
+        "PreviousAllocation": alloc.previous_allocation,
         "TaskStates": _task_states(alloc),
     }
     return omit_zero(data)
@@ -139,32 +146,14 @@ def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
 def alloc_stub(alloc: SimAlloc, *, resources: bool, task_states: bool = True) -> dict[str, Any]:
     """An AllocListStub: every field present."""
     return {
+        **_alloc_fields(alloc),
         "AllocatedResources": _allocated_resources(alloc) if resources else None,
-        "ClientDescription": alloc.client_description,
-        "ClientStatus": alloc.client_status,
-        "CreateIndex": alloc.create_index,
-        "CreateTime": alloc.create_time,
         "DeploymentStatus": None,
-        "DesiredDescription": alloc.desired_description,
-        "DesiredStatus": alloc.desired_status,
         "DesiredTransition": _desired_transition(alloc),
-        "EvalID": alloc.eval_id,
-        "FollowupEvalID": alloc.followup_eval_id,
-        "ID": alloc.id,
-        "JobID": alloc.job_id,
         "JobType": alloc.job.get("Type", ""),
         "JobVersion": alloc.job_version,
-        "ModifyIndex": alloc.modify_index,
-        "ModifyTime": alloc.modify_time,
-        "Name": alloc.name,
-        "Namespace": alloc.namespace,
-        "NextAllocation": alloc.next_allocation,
-        "NodeID": alloc.node_id,
-        "NodeName": alloc.node_name,
         "PreemptedAllocations": None,
         "PreemptedByAllocation": "",
-        "RescheduleTracker": alloc.reschedule_tracker,
-        "TaskGroup": alloc.task_group,
         "TaskStates": _task_states(alloc) if task_states else None,
     }
 
