@@ -251,20 +251,15 @@ def _drivers() -> dict[str, Any]:
     }
 
 
-def node_full(node: SimNode) -> dict[str, Any]:
-    """The full Node, sanitized (no SecretID), with the computed ``Drain``."""
+def _node_fields(node: SimNode) -> dict[str, Any]:
+    """What the full Node and its list stub both carry, with the same values."""
     return {
-        "Attributes": node.attributes,
         "CreateIndex": node.create_index,
         "Datacenter": node.datacenter,
         "Drain": node.drain_strategy is not None,
-        "DrainStrategy": node.drain_strategy,
         "Drivers": _drivers(),
-        "Events": node.events,
-        "HTTPAddr": node.http_addr,
         "ID": node.id,
         "LastDrain": node.last_drain,
-        "Meta": {},
         "ModifyIndex": node.modify_index,
         "Name": node.name,
         "NodeClass": "",
@@ -272,28 +267,28 @@ def node_full(node: SimNode) -> dict[str, Any]:
         "SchedulingEligibility": node.eligibility,
         "Status": node.status,
         "StatusDescription": node.status_description,
+    }
+
+
+def node_full(node: SimNode) -> dict[str, Any]:
+    """The full Node, sanitized (no SecretID), with the computed ``Drain``."""
+    return {
+        **_node_fields(node),
+        "Attributes": node.attributes,
+        "DrainStrategy": node.drain_strategy,
+        "Events": node.events,
+        "HTTPAddr": node.http_addr,
+        "Meta": {},
         "StatusUpdatedAt": node.status_updated_at,
     }
 
 
 def node_stub(node: SimNode, version: str) -> dict[str, Any]:
     return {
+        **_node_fields(node),
         "Address": node.address,
-        "CreateIndex": node.create_index,
-        "Datacenter": node.datacenter,
-        "Drain": node.drain_strategy is not None,
-        "Drivers": _drivers(),
         "HostNetworks": None,
         "HostVolumes": None,
-        "ID": node.id,
-        "LastDrain": node.last_drain,
-        "ModifyIndex": node.modify_index,
-        "Name": node.name,
-        "NodeClass": "",
-        "NodePool": "default",
-        "SchedulingEligibility": node.eligibility,
-        "Status": node.status,
-        "StatusDescription": node.status_description,
         "Version": version,
     }
 
