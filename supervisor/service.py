@@ -19,7 +19,7 @@ from .executions import ExecutionService
 from .factory import RunnerFactory
 from .files import FileService
 from .levels import AsyncValue, StreamState
-from .nomad import Allocation, EventBatch, Job, Node, NomadClient
+from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
 from .pool import REASON_INACTIVITY, Action, Runner, RunnerGone, RunnerPool
 
 __all__ = ["NomadUnreachable", "RunnerService"]
@@ -77,9 +77,11 @@ class RunnerService:
     async def load_environments(self) -> None:
         """Adopt every environment stored in Nomad, whatever its template job's status (a template
         job that ended dead but still exists is still a valid definition)."""
-        templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
-        for job in templates.value:
-            if job.stop:
+        self._adopt_templates((await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
+
+    def _adopt_templates(self, jobs: Iterable[JobListStub]) -> None:
+        for job in jobs:
+            if job.stop or not job.id.startswith(TEMPLATE_PREFIX):
                 continue
             environment = environment_from_template(job.meta)
             if environment is not None and self.pool.environments.get(environment.id) != environment:
@@ -149,10 +151,10 @@ class RunnerService:
 
     async def resync(self) -> int:
         """List jobs and allocations, reconcile in place; returns the index to watch from."""
-        await self.load_environments()
         nodes = await self.client.list_nodes()
         self.apply(self.pool.set_draining_nodes(n.id for n in nodes.value if n.drain))
         jobs = await self.client.list_jobs(meta=True)
+        self._adopt_templates(jobs.value)  # the listing holds the templates too: no second call
         allocs = await self.client.list_allocations(resources=True)
         index = min(jobs.index, allocs.index)
         self.apply(self.pool.reconcile(jobs.value, allocs.value, trio.current_time(), index=index))
