@@ -59,7 +59,6 @@ class RunnerService:
                 self.executions.runner_gone(action.runner_id, action.reason)
             else:
                 self.factory.submit(action)
-        self._expiry_changed.set()
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -111,6 +110,7 @@ class RunnerService:
     def claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
         runner, actions = self.pool.claim(environment_id, inactivity_timeout, trio.current_time())
         self.apply(actions)
+        self._expiry_changed.set()  # a new inactivity deadline
         logger.info("runner {} claimed (inactivity timeout {}s)", runner.id, inactivity_timeout)
         return runner
 
@@ -120,8 +120,8 @@ class RunnerService:
     def touch(self, runner_id: str) -> None:
         runner = self.pool.used_runner(runner_id)
         if runner is not None:
+            # A later deadline needs no wake-up: the expiry loop rechecks when the old one passes.
             runner.last_activity = trio.current_time()
-            self._expiry_changed.set()
 
     def _alloc_of(self, runner_id: str) -> str | None:
         runner = self.pool.used_runner(runner_id)
@@ -132,7 +132,8 @@ class RunnerService:
         if runner is not None:
             runner.executions += delta
             runner.last_activity = trio.current_time()
-            self._expiry_changed.set()
+            if delta < 0:  # the runner may expire again, possibly before the loop's next wake-up
+                self._expiry_changed.set()
 
     async def run_expiry(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Destroy used runners whose inactivity timeout passed."""
@@ -158,6 +159,7 @@ class RunnerService:
         allocs = await self.client.list_allocations(resources=True)
         index = min(jobs.index, allocs.index)
         self.apply(self.pool.reconcile(jobs.value, allocs.value, trio.current_time(), index=index))
+        self._expiry_changed.set()  # adopted claims bring their inactivity deadlines
         self.last_index = max(self.last_index, index)
         self.synced.set()
         return self.last_index
