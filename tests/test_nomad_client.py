@@ -10,6 +10,7 @@ import httpx
 import orjson
 import pytest
 import trio
+import trio_websocket
 
 from supervisor.errors import (
     ConfigError,
@@ -255,3 +256,28 @@ def test_tls_context_loads_the_ca_and_checks_its_files(tmp_path: Path) -> None:
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode == ssl.CERT_NONE
     assert NomadSettings().ssl_context() is None, "plain http needs no context"
+
+
+async def test_exec_sessions_share_the_clients_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[ssl.SSLContext] = []
+    create = ssl.create_default_context
+
+    def counting(*args: object, **kwargs: object) -> ssl.SSLContext:
+        built.append(create(*args, **kwargs))  # type: ignore[arg-type]
+        return built[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    given: list[object] = []
+
+    def refuse(url: str, **kwargs: object) -> object:
+        given.append(kwargs["ssl_context"])
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(trio_websocket, "open_websocket_url", refuse)
+    async with NomadClient(NomadSettings(addresses=("https://127.0.0.1:1",))) as client:
+        for _ in range(3):
+            with pytest.raises(NomadUnavailableError):
+                async with client.open_exec("a1", task="t", command=["true"]):
+                    pass
+    assert len(built) == 1, "one TLS context per client, not one per exec session"
+    assert given == [built[0]] * 3

@@ -82,12 +82,14 @@ class NomadClient:
         self.settings = settings
         self._random_fraction = random_fraction
         self._current = 0
+        # Built once: loading the CA bundle costs milliseconds, too much for every exec session.
+        self.ssl_context = settings.ssl_context()
         headers = {"User-Agent": "nomad-runner-supervisor"}
         if settings.token:
             headers["X-Nomad-Token"] = settings.token
         self._http = httpx.AsyncClient(
             transport=transport,
-            verify=settings.ssl_context() or True,
+            verify=self.ssl_context or True,
             timeout=httpx.Timeout(settings.request_timeout),
             headers=headers,
         )

@@ -181,7 +181,7 @@ async def open_exec(
     try:
         async with trio_websocket.open_websocket_url(
             url,
-            ssl_context=client.settings.ssl_context(),
+            ssl_context=client.ssl_context,
             extra_headers=headers,
             message_queue_size=_MESSAGE_QUEUE_SIZE,
             max_message_size=_MAX_MESSAGE_SIZE,
