@@ -2,20 +2,27 @@
 
     python scripts/bench_exec.py [--executions 500] [--concurrency 50] [--runners 10]
 
-Starts ``supervisor simulate`` and ``supervisor run`` (pointed at it) as separate processes, claims
-``--runners`` runners, then runs ``--executions`` executions of a trivial command, ``--concurrency``
-at a time, two ways in one run:
+Starts ``supervisor simulate``, ``supervisor run`` (pointed at it) and a bare hypercorn + starlette
+server as separate processes, claims ``--runners`` runners, then runs ``--executions`` executions of
+a trivial command, ``--concurrency`` at a time, three ways in one run:
 
+- directly: the simulated cluster's exec WebSocket on the runners' allocations, up to ``exited``
+  (the baseline);
 - through our API: ``POST /runners/{id}/execute``, the WebSocket, up to the ``exit`` message;
-- directly: the simulated cluster's exec WebSocket on the same allocations, up to ``exited``.
+- through the bare stack: the same two requests to hypercorn + starlette configured as the daemon
+  configures them, answering at once with no Nomad behind: what the API stack costs by itself.
 
-Prints throughput and p50/p99 latency of both and the added latency. Targets: added p50 under 3 ms,
-added p99 under 15 ms, our throughput at least 80% of the direct one.
+Then all three again one at a time, where nothing waits for a CPU. Prints throughput, p50/p99
+latency, each process's CPU time per execution, the added latency, and the daemon's CPU budget that
+the throughput target leaves once the client and the simulator have had their share (every process
+shares this machine's cores). Targets: added p50 under 3 ms, added p99 under 15 ms, our throughput
+at least 80% of the direct one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -23,8 +30,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import httpx
 import trio
@@ -33,6 +40,7 @@ import trio_websocket
 from supervisor.nomad import NomadClient, NomadSettings
 
 COMMAND = "true"
+FLOOR_MARKER = "serving the bare stack on "
 # CPU seconds per execution, by (path, process).
 CPU: dict[tuple[str, str], float] = {}
 ENVIRONMENT = {
@@ -84,62 +92,141 @@ async def timed(
     return time.perf_counter() - started, latencies
 
 
+async def claim_runners(http: httpx.AsyncClient, count: int) -> list[str]:
+    response = await http.put("/execution-environments/1", json={**ENVIRONMENT, "prewarmingPoolSize": count})
+    response.raise_for_status()
+    runners: list[str] = []
+    with trio.fail_after(60):
+        while len(runners) < count:
+            claim = await http.post("/runners", json={"executionEnvironmentId": 1})
+            if claim.status_code == 200:
+                runners.append(claim.json()["runnerId"])
+            else:
+                await trio.sleep(0.05)
+    return runners
+
+
+def api_execution(http: httpx.AsyncClient, runners: list[str]) -> Callable[[], Awaitable[None]]:
+    """One execution the way a Poseidon client runs it: POST execute, then the WebSocket to ``exit``."""
+    counter = 0
+
+    async def execute() -> None:
+        nonlocal counter
+        counter += 1
+        runner = runners[counter % len(runners)]
+        response = await http.post(f"/runners/{runner}/execute", json={"command": COMMAND})
+        async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+            while True:
+                message = json.loads(await ws.get_message())
+                if message["type"] in ("exit", "error", "timeout"):
+                    assert message == {"type": "exit", "data": 0}, message
+                    return
+
+    return execute
+
+
+def direct_execution(client: NomadClient, allocations: list[str]) -> Callable[[], Awaitable[None]]:
+    counter = 0
+
+    async def execute() -> None:
+        nonlocal counter
+        counter += 1
+        alloc_id = allocations[counter % len(allocations)]
+        async with client.open_exec(
+            alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND]
+        ) as session:
+            exited, _, _ = await session.wait_exit()
+            assert exited.exit_code == 0
+
+    return execute
+
+
+def http_client(base_url: str, concurrency: int) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=concurrency * 2)
+    return httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits)
+
+
+async def phase(
+    name: str, work: Callable[[], Awaitable[None]], executions: int, concurrency: int, pids: dict[str, int]
+) -> tuple[float, list[float]]:
+    """Run ``work`` and note each process's CPU time per execution under ``name``."""
+    before = {who: cpu_seconds(pid) for who, pid in pids.items()}
+    result = await timed(work, executions, concurrency)
+    for who, pid in pids.items():
+        CPU[(name, who)] = (cpu_seconds(pid) - before[who]) / executions
+    return result
+
+
 async def measure(
-    api: str, nomad: str, args: argparse.Namespace, pids: dict[str, int] | None = None
+    api: str, nomad: str, floor: str, args: argparse.Namespace, pids: dict[str, int]
 ) -> dict[str, tuple[float, list[float]]]:
-    async with httpx.AsyncClient(
-        base_url=api + "/api/v1", timeout=30, limits=httpx.Limits(max_connections=args.concurrency * 2)
-    ) as http:
-        response = await http.put(
-            "/execution-environments/1", json={**ENVIRONMENT, "prewarmingPoolSize": args.runners}
-        )
-        response.raise_for_status()
-        runners: list[str] = []
-        with trio.fail_after(60):
-            while len(runners) < args.runners:
-                claim = await http.post("/runners", json={"executionEnvironmentId": 1})
-                if claim.status_code == 200:
-                    runners.append(claim.json()["runnerId"])
-                else:
-                    await trio.sleep(0.05)
-        counter = 0
+    client_pid = {"this client": os.getpid()}
+    results: dict[str, tuple[float, list[float]]] = {}
+    async with (
+        http_client(api + "/api/v1", args.concurrency) as http,
+        http_client(floor, args.concurrency) as floor_http,
+        NomadClient(NomadSettings(addresses=(nomad,))) as client,
+    ):
+        runners = await claim_runners(http, args.runners)
+        allocations = [(await client.job_allocations(r)).value[0].id for r in runners]
+        direct = direct_execution(client, allocations)
+        through_api = api_execution(http, runners)
+        bare_stack = api_execution(floor_http, runners)
+        for work in (direct, through_api, bare_stack):  # warm every path up
+            await timed(work, args.concurrency, args.concurrency)
+        daemon_pids = {"daemon": pids["daemon"], "simulator": pids["simulator"], **client_pid}
+        results["direct"] = await phase("direct", direct, args.executions, args.concurrency, daemon_pids)
+        results["api"] = await phase("api", through_api, args.executions, args.concurrency, daemon_pids)
+        floor_pids = {"hypercorn + starlette": pids["floor"], **client_pid}
+        results["floor"] = await phase("floor", bare_stack, args.executions, args.concurrency, floor_pids)
+        # One at a time: the latency the daemon adds when nothing waits for a CPU.
+        unloaded = max(50, args.executions // 5)
+        results["direct 1"] = await timed(direct, unloaded, 1)
+        results["api 1"] = await timed(through_api, unloaded, 1)
+        results["floor 1"] = await timed(bare_stack, unloaded, 1)
+    return results
 
-        async def through_api() -> None:
-            nonlocal counter
-            counter += 1
-            runner = runners[counter % len(runners)]
-            url = (await http.post(f"/runners/{runner}/execute", json={"command": COMMAND})).json()[
-                "websocketUrl"
-            ]
-            async with trio_websocket.open_websocket_url(url) as ws:
-                while True:
-                    message = json.loads(await ws.get_message())
-                    if message["type"] in ("exit", "error", "timeout"):
-                        assert message == {"type": "exit", "data": 0}, message
-                        return
 
-        async with NomadClient(NomadSettings(addresses=(nomad,))) as client:
-            allocations = [(await client.job_allocations(r)).value[0].id for r in runners]
+async def serve_floor(args: argparse.Namespace) -> None:
+    """The daemon's API stack with nothing behind it: hypercorn (configured and patched as the daemon
+    does) and starlette, answering ``execute`` with a WebSocket URL whose socket sends ``start`` and
+    ``exit``. Its CPU time per execution is what the stack costs before the daemon does any work."""
+    import hypercorn.trio
+    from hypercorn.config import Config
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route, WebSocketRoute
+    from starlette.websockets import WebSocket
 
-            async def direct() -> None:
-                nonlocal counter
-                counter += 1
-                alloc_id = allocations[counter % len(allocations)]
-                async with client.open_exec(
-                    alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND]
-                ) as session:
-                    exited, _, _ = await session.wait_exit()
-                    assert exited.exit_code == 0
+    from supervisor import hypercorn_patch
 
-            await timed(direct, args.concurrency, args.concurrency)  # warm both paths up
-            await timed(through_api, args.concurrency, args.concurrency)
-            results: dict[str, tuple[float, list[float]]] = {}
-            for name, work in (("direct", direct), ("api", through_api)):
-                before = {who: cpu_seconds(pid) for who, pid in (pids or {}).items()}
-                results[name] = await timed(work, args.executions, args.concurrency)
-                for who, pid in (pids or {}).items():
-                    CPU[(name, who)] = (cpu_seconds(pid) - before[who]) / args.executions
-            return results
+    async def execute(request: Request) -> JSONResponse:
+        await request.json()
+        host = request.headers["host"]
+        runner = request.path_params["runner"]
+        return JSONResponse({"websocketUrl": f"ws://{host}/runners/{runner}/websocket?executionID=x"})
+
+    async def websocket(socket: WebSocket) -> None:
+        await socket.accept()
+        for message in ({"type": "start"}, {"type": "exit", "data": 0}):
+            await socket.send_text(json.dumps(message))
+        with contextlib.suppress(RuntimeError, trio.BrokenResourceError, trio.ClosedResourceError):
+            await socket.close(code=1000)
+
+    app = Starlette(
+        routes=[
+            Route("/runners/{runner}/execute", execute, methods=["POST"]),
+            WebSocketRoute("/runners/{runner}/websocket", websocket),
+        ]
+    )
+    hypercorn_patch.apply()
+    config = Config()
+    config.bind = [args.serve_floor]
+    config.accesslog = None
+    async with trio.open_nursery() as nursery:
+        addresses = await nursery.start(partial(hypercorn.trio.serve, app, config))  # type: ignore[arg-type]
+        print(f"{FLOOR_MARKER}{addresses[0]}", flush=True)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -158,57 +245,100 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--executions", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--runners", type=int, default=10)
+    parser.add_argument("--serve-floor", metavar="HOST:PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_floor:
+        trio.run(serve_floor, args)
+        return 0
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))}
     logs = Path(tempfile.mkdtemp(prefix="bench-exec-"))
-    simulate, exports = start(
-        [sys.executable, "-m", "supervisor", "simulate", "--listen", "127.0.0.1:0"],
-        env,
-        "export NOMAD_ADDR=",
-        logs / "simulate.log",
-    )
-    nomad = exports.split(",")[0]
-    daemon, api = start(
-        [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"],
-        {**env, "NOMAD_ADDR": exports},
-        "serving the API on ",
-        logs / "daemon.log",
-    )
-    print(f"logs in {logs}")
+    processes: list[subprocess.Popen[bytes]] = []
     try:
-        results = trio.run(measure, api, nomad, args, {"daemon": daemon.pid, "simulator": simulate.pid})
+        simulate, exports = start(
+            [sys.executable, "-m", "supervisor", "simulate", "--listen", "127.0.0.1:0"],
+            env,
+            "export NOMAD_ADDR=",
+            logs / "simulate.log",
+        )
+        processes.append(simulate)
+        daemon, api = start(
+            [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"],
+            {**env, "NOMAD_ADDR": exports},
+            "serving the API on ",
+            logs / "daemon.log",
+        )
+        processes.append(daemon)
+        floor_server, floor = start(
+            [sys.executable, __file__, "--serve-floor", "127.0.0.1:0"], env, FLOOR_MARKER, logs / "floor.log"
+        )
+        processes.append(floor_server)
+        print(f"logs in {logs}")
+        pids = {"daemon": daemon.pid, "simulator": simulate.pid, "floor": floor_server.pid}
+        results = trio.run(measure, api, exports.split(",")[0], floor, args, pids)
     finally:
-        for process in (daemon, simulate):
+        for process in processes:
             process.terminate()
-        for process in (daemon, simulate):
+        for process in processes:
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+    return report(results, args)
 
-    rows: dict[str, dict[str, Any]] = {}
+
+def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespace) -> int:
+    rows: dict[str, dict[str, float]] = {}
     for name, (elapsed, latencies) in results.items():
         rows[name] = {
             "throughput": len(latencies) / elapsed,
-            "p50": percentile(latencies, 0.5),
-            "p99": percentile(latencies, 0.99),
+            "p50": percentile(latencies, 0.5) * 1000,
+            "p99": percentile(latencies, 0.99) * 1000,
         }
+    labels = {
+        "direct": "simulator exec directly (baseline)",
+        "api": "through the daemon's API",
+        "floor": "hypercorn + starlette, no Nomad",
+        "direct 1": "one at a time: directly",
+        "api 1": "one at a time: through the API",
+        "floor 1": "one at a time: bare stack",
+    }
     shape = f"{args.concurrency} at a time, on {args.runners} runners"
     print(f"{args.executions} executions of {COMMAND!r}, {shape}")
-    print(f"{'path':<34}{'executions/s':>14}{'p50':>10}{'p99':>10}")
-    labels = {"direct": "simulator exec directly (baseline)", "api": "through the daemon's API"}
-    for name in ("direct", "api"):
-        row = rows[name]
-        p50, p99 = row["p50"] * 1000, row["p99"] * 1000
-        print(f"{labels[name]:<34}{row['throughput']:>14.1f}{p50:>8.1f}ms{p99:>8.1f}ms")
-    for name in ("direct", "api"):
-        spent = ", ".join(f"{who} {CPU[(path, who)] * 1000:.2f} ms" for path, who in CPU if path == name)
-        print(f"CPU per execution, {labels[name]}: {spent}")
-    added_p50 = (rows["api"]["p50"] - rows["direct"]["p50"]) * 1000
-    added_p99 = (rows["api"]["p99"] - rows["direct"]["p99"]) * 1000
+    print(f"{'path':<36}{'executions/s':>14}{'p50':>10}{'p99':>10}")
+    for name, row in rows.items():
+        print(f"{labels[name]:<36}{row['throughput']:>14.1f}{row['p50']:>8.1f}ms{row['p99']:>8.1f}ms")
+    print("CPU per execution:")
+    for path in ("direct", "api", "floor"):
+        spent = ", ".join(f"{who} {CPU[(p, who)] * 1000:.2f} ms" for p, who in CPU if p == path)
+        print(f"  {labels[path]}: {spent}")
+
+    added_p50 = rows["api"]["p50"] - rows["direct"]["p50"]
+    added_p99 = rows["api"]["p99"] - rows["direct"]["p99"]
     ratio = rows["api"]["throughput"] / rows["direct"]["throughput"]
-    print(f"added latency: p50 {added_p50:+.1f} ms, p99 {added_p99:+.1f} ms; throughput ratio {ratio:.2f}")
+    floor_ratio = rows["floor"]["throughput"] / rows["direct"]["throughput"]
+    print(
+        f"added latency: p50 {added_p50:+.1f} ms, p99 {added_p99:+.1f} ms; throughput ratio {ratio:.2f} "
+        f"(the bare stack, with nothing behind it, reaches {floor_ratio:.2f})"
+    )
+    unloaded_p50 = rows["api 1"]["p50"] - rows["direct 1"]["p50"]
+    unloaded_p99 = rows["api 1"]["p99"] - rows["direct 1"]["p99"]
+    # The API path makes the direct path's exec plus a POST and a WebSocket round through the stack.
+    print(
+        f"added latency one at a time: p50 {unloaded_p50:+.1f} ms, p99 {unloaded_p99:+.1f} ms; "
+        f"a POST and a WebSocket round through the bare stack take {rows['floor 1']['p50']:.1f} ms at p50"
+    )
+
+    # All processes share this machine's cores, so throughput follows the CPU an execution costs.
+    direct_total = sum(seconds for (path, _), seconds in CPU.items() if path == "direct")
+    others = sum(seconds for (path, who), seconds in CPU.items() if path == "api" and who != "daemon")
+    budget = direct_total / 0.8 - others
+    print(
+        f"CPU budget of the daemon for 80% of direct throughput: {budget * 1000:.2f} ms per execution "
+        f"(direct path {direct_total * 1000:.2f} ms / 0.8, less {others * 1000:.2f} ms of client and "
+        f"simulator); the daemon spent {CPU[('api', 'daemon')] * 1000:.2f} ms, of which the bare "
+        f"hypercorn + starlette stack costs {CPU[('floor', 'hypercorn + starlette')] * 1000:.2f} ms"
+    )
     checks = [
         (added_p50 < 3, f"added p50 under 3 ms ({added_p50:.1f} ms)"),
         (added_p99 < 15, f"added p99 under 15 ms ({added_p99:.1f} ms)"),
