@@ -93,8 +93,8 @@ def execution_command(
 
     Nomad gives every task ``NOMAD_*`` variables (addresses, tokens, IDs); ``nomad_variables`` names
     them and they are unset first, with a shell builtin (no process to start). The shell notes its
-    PID, so that stopping that PID stops the command: it runs the command itself (``eval``), or,
-    with an unprivileged wrapper, becomes it (``exec``).
+    PID, so that stopping that PID's process tree stops the command, and removes the note when it
+    exits. It runs the command itself (``eval``), or, with an unprivileged wrapper, as its child.
     """
     validate_environment(environment)
     unset = [name for name in nomad_variables if _ENV_NAME.match(name)]
@@ -102,10 +102,11 @@ def execution_command(
     if privileged or not unprivileged_wrapper:
         run = f"eval {shlex.quote(command)}"
     else:
-        run = f"exec {unprivileged_wrapper} /bin/sh -c {shlex.quote(command)}"
+        run = f"{unprivileged_wrapper} /bin/sh -c {shlex.quote(command)}"
+    noted = f'"{pid_file(execution_id)}"'
     script = (
         (f"unset {' '.join(unset)}; " if unset else "")
-        + f'echo $$ > "{pid_file(execution_id)}"; '
+        + f"echo $$ > {noted}; trap 'rm -f {noted}' EXIT; "
         + f"export {assignments}; "
         + run
     )

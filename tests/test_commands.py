@@ -29,14 +29,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_stop_ends_the_whole_process_tree(tmp_path: Path) -> None:
+@pytest.mark.parametrize("privileged", [True, False])
+def test_stop_ends_the_whole_process_tree(tmp_path: Path, privileged: bool) -> None:
     environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "NOMAD_TOKEN": "secret"}
     argv = execution_command(
         "sleep 60 & echo $! > child.pid; sleep 60",
         {},
         execution_id="e1",
-        privileged=True,
+        privileged=privileged,
         nomad_variables=nomad_variable_names(b"NOMAD_TOKEN=secret\nPATH=/bin\n"),
+        unprivileged_wrapper="env",
     )
     command = subprocess.Popen(argv, cwd=tmp_path, env=environ)
     try:
@@ -55,6 +57,21 @@ def test_stop_ends_the_whole_process_tree(tmp_path: Path) -> None:
     finally:
         command.kill()
         command.wait()
+
+
+@pytest.mark.parametrize("privileged", [True, False])
+@pytest.mark.parametrize(
+    ("command", "code"), [("true", 0), ("exit 3", 3), ("false", 1), ("sh -c 'kill -KILL $$'", 137)]
+)
+def test_an_ended_command_keeps_its_exit_code_and_leaves_no_pid_file(
+    tmp_path: Path, command: str, code: int, privileged: bool
+) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    argv = execution_command(
+        command, {}, execution_id="e3", privileged=privileged, nomad_variables=(), unprivileged_wrapper="env"
+    )
+    assert subprocess.run(argv, cwd=tmp_path, env=environ, timeout=10).returncode == code
+    assert not list(tmp_path.glob(".supervisor-*.pid")), "every execution would leave a file behind"
 
 
 def test_nomad_variables_are_unset_and_the_clients_set(tmp_path: Path) -> None:
