@@ -34,10 +34,12 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+import orjson
 import trio
-import trio_websocket
+from load_client import HttpPool, websocket_messages
 
 from supervisor.nomad import NomadClient, NomadSettings
+from supervisor.nomad.exec import exec_url
 
 COMMAND = "true"
 FLOOR_MARKER = "serving the bare stack on "
@@ -106,7 +108,7 @@ async def claim_runners(http: httpx.AsyncClient, count: int) -> list[str]:
     return runners
 
 
-def api_execution(http: httpx.AsyncClient, runners: list[str]) -> Callable[[], Awaitable[None]]:
+def api_execution(pool: HttpPool, prefix: str, runners: list[str]) -> Callable[[], Awaitable[None]]:
     """One execution the way a Poseidon client runs it: POST execute, then the WebSocket to ``exit``."""
     counter = 0
 
@@ -114,29 +116,29 @@ def api_execution(http: httpx.AsyncClient, runners: list[str]) -> Callable[[], A
         nonlocal counter
         counter += 1
         runner = runners[counter % len(runners)]
-        response = await http.post(f"/runners/{runner}/execute", json={"command": COMMAND})
-        async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
-            while True:
-                message = json.loads(await ws.get_message())
-                if message["type"] in ("exit", "error", "timeout"):
-                    assert message == {"type": "exit", "data": 0}, message
-                    return
+        status, body = await pool.post_json(f"{prefix}/runners/{runner}/execute", {"command": COMMAND})
+        assert status == 200, (status, body)
+        messages = await websocket_messages(body["websocketUrl"], _terminal)
+        assert orjson.loads(messages[-1]) == {"type": "exit", "data": 0}, messages
 
     return execute
 
 
+def _terminal(message: str) -> bool:
+    return orjson.loads(message)["type"] in ("exit", "error", "timeout")
+
+
 def direct_execution(client: NomadClient, allocations: list[str]) -> Callable[[], Awaitable[None]]:
+    """One execution through the simulated cluster's exec WebSocket, up to ``exited``."""
     counter = 0
 
     async def execute() -> None:
         nonlocal counter
         counter += 1
         alloc_id = allocations[counter % len(allocations)]
-        async with client.open_exec(
-            alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND]
-        ) as session:
-            exited, _, _ = await session.wait_exit()
-            assert exited.exit_code == 0
+        url = exec_url(client, alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND], tty=False)
+        messages = await websocket_messages(url, lambda message: "exited" in orjson.loads(message))
+        assert orjson.loads(messages[-1]) == {"exited": True, "result": {}}, messages
 
     return execute
 
@@ -162,16 +164,16 @@ async def measure(
 ) -> dict[str, tuple[float, list[float]]]:
     client_pid = {"this client": os.getpid()}
     results: dict[str, tuple[float, list[float]]] = {}
+    api_pool, floor_pool = HttpPool(api), HttpPool(floor)
     async with (
         http_client(api + "/api/v1", args.concurrency) as http,
-        http_client(floor, args.concurrency) as floor_http,
         NomadClient(NomadSettings(addresses=(nomad,))) as client,
     ):
         runners = await claim_runners(http, args.runners)
         allocations = [(await client.job_allocations(r)).value[0].id for r in runners]
         direct = direct_execution(client, allocations)
-        through_api = api_execution(http, runners)
-        bare_stack = api_execution(floor_http, runners)
+        through_api = api_execution(api_pool, "/api/v1", runners)
+        bare_stack = api_execution(floor_pool, "", runners)
         for work in (direct, through_api, bare_stack):  # warm every path up
             await timed(work, args.concurrency, args.concurrency)
         daemon_pids = {"daemon": pids["daemon"], "simulator": pids["simulator"], **client_pid}
@@ -184,6 +186,8 @@ async def measure(
         results["direct 1"] = await timed(direct, unloaded, 1)
         results["api 1"] = await timed(through_api, unloaded, 1)
         results["floor 1"] = await timed(bare_stack, unloaded, 1)
+    await api_pool.aclose()
+    await floor_pool.aclose()
     return results
 
 
