@@ -24,6 +24,10 @@ __all__ = ["HttpPool", "websocket_messages"]
 _RECEIVE: Final = 65536
 
 
+class _ClosedBeforeResponse(trio.BrokenResourceError):
+    pass
+
+
 class _Connection:
     def __init__(self, stream: trio.SocketStream, host: str) -> None:
         self.stream = stream
@@ -38,12 +42,19 @@ class _Connection:
             ("Content-Length", str(len(body))),
         ]
         connection = self.h11
-        await self.stream.send_all(
-            connection.send(h11.Request(method=method, target=target, headers=headers))
-            + connection.send(h11.Data(data=body))
-            + connection.send(h11.EndOfMessage())
-        )
         status = 0
+        try:
+            await self.stream.send_all(
+                connection.send(h11.Request(method=method, target=target, headers=headers))
+                + connection.send(h11.Data(data=body))
+                + connection.send(h11.EndOfMessage())
+            )
+            data = await self.stream.receive_some(_RECEIVE)
+        except trio.BrokenResourceError as exc:
+            raise _ClosedBeforeResponse(f"{method} {target}: the connection broke") from exc
+        if not data:
+            raise _ClosedBeforeResponse(f"{method} {target}: the server closed the connection")
+        connection.receive_data(data)
         chunks: list[bytes] = []
         while True:
             event = connection.next_event()
@@ -74,12 +85,20 @@ class HttpPool:
         self._idle: list[_Connection] = []
 
     async def post_json(self, target: str, body: Any) -> tuple[int, Any]:
-        connection = self._idle.pop() if self._idle else await self._open()
-        try:
-            status, data, reusable = await connection.request("POST", target, orjson.dumps(body))
-        except BaseException:
-            await connection.stream.aclose()
-            raise
+        while True:
+            reused = bool(self._idle)
+            connection = self._idle.pop() if reused else await self._open()
+            try:
+                status, data, reusable = await connection.request("POST", target, orjson.dumps(body))
+                break
+            except _ClosedBeforeResponse:
+                await connection.stream.aclose()
+                if not reused:
+                    raise
+                # The server closed the connection while it was idle, before reading this request.
+            except BaseException:
+                await connection.stream.aclose()
+                raise
         if reusable:
             self._idle.append(connection)
         else:
