@@ -107,6 +107,8 @@ class RunnerFactory:
             logger.debug("destroyed runner {}: {}", action.runner_id, action.reason)
             return
         await self._rate_limit()
+        if not self._still_wanted(action):
+            return  # the runner (or its environment) went while the action waited for its turn
         if isinstance(action, MarkUsed):
             job = runner_job(action.environment, action.runner_id, used=True, timeout=action.timeout)
             await self._client.register_job(job)
@@ -115,10 +117,8 @@ class RunnerFactory:
                 # registration brought the job back.
                 await self._client.deregister_job(action.runner_id, purge=True)
             return
-        runner = self._pool.runners.get(action.runner_id)
-        environment = (runner.environment if runner else None) or self._pool.environments[
-            action.environment_id
-        ]
+        runner = self._pool.runners[action.runner_id]
+        environment = runner.environment or self._pool.environments[action.environment_id]
         registered = await self._client.register_job(runner_job(environment, action.runner_id))
         self.created += 1
         if action.runner_id not in self._pool.runners:

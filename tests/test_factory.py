@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import trio
 import trio.testing
 
@@ -70,3 +71,33 @@ async def test_a_runner_released_while_marked_used_does_not_come_back() -> None:
         ("registered", runner_id),  # the write lands late and brings the job back...
         ("deregister", runner_id),  # ...so it is undone
     ]
+
+
+class _QuickNomad(_SlowNomad):
+    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+        self.calls.append(("register", job["ID"]))
+        return JobRegisterResponse(index=42)
+
+
+async def test_an_environment_removed_while_a_creation_waits_for_its_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    pool = RunnerPool()
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
+    nomad = _QuickNomad()
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1))  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in actions:
+            factory.submit(action)
+        await trio.testing.wait_all_tasks_blocked()  # the first is registered, the second waits
+        assert len(nomad.calls) == 1
+        for action in pool.remove_environment(10):
+            factory.submit(action)
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel("test over")
+    created = nomad.calls[0][1]
+    assert [call for call in nomad.calls if call[0] == "register"] == [("register", created)], (
+        "nothing is registered after the removal"
+    )
+    assert ("deregister", created) in nomad.calls
