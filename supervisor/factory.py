@@ -81,11 +81,19 @@ class RunnerFactory:
                 logger.warning("{} failed ({}); retry {} in {:.1f}s", _describe(action), exc, attempt, delay)
                 await trio.sleep(delay)
             except TerminalError as exc:
-                self.failed += 1
                 logger.error("{} refused by Nomad: {}", _describe(action), exc)
-                if isinstance(action, CreateRunner):
-                    self._pool.registration_failed(action.runner_id)
+                self._failed(action)
                 return
+            except Exception:
+                # A bug in one action must not end the daemon and the executions running in it.
+                logger.exception("{} failed unexpectedly", _describe(action))
+                self._failed(action)
+                return
+
+    def _failed(self, action: FactoryAction) -> None:
+        self.failed += 1
+        if isinstance(action, CreateRunner):
+            self._pool.registration_failed(action.runner_id)
 
     def _still_wanted(self, action: FactoryAction) -> bool:
         if isinstance(action, CreateRunner):

@@ -101,3 +101,31 @@ async def test_an_environment_removed_while_a_creation_waits_for_its_turn(
         "nothing is registered after the removal"
     )
     assert ("deregister", created) in nomad.calls
+
+
+class _BrokenOnceNomad(_QuickNomad):
+    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+        if not self.calls:
+            self.calls.append(("broken", job["ID"]))
+            raise ValueError("a bug in one action")
+        return await super().register_job(job)
+
+
+async def test_an_unexpected_error_fails_one_action_and_the_factory_goes_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    pool = RunnerPool()
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
+    nomad = _BrokenOnceNomad()
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=10))  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in actions:
+            factory.submit(action)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel("test over")
+    broken, created = nomad.calls[0][1], nomad.calls[1][1]
+    assert nomad.calls == [("broken", broken), ("register", created)]
+    assert factory.failed == 1
+    assert broken not in pool.runners, "the failed runner is forgotten, so the pool refills"
+    assert pool.runners[created].registered_index == 42
