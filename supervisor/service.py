@@ -50,6 +50,9 @@ class RunnerService:
         self.stream_losses = 0
         self.synced = trio.Event()
         self._expiry_changed = trio.Event()
+        # Environment writes, and reads of templates that update the pool, one at a time: a read
+        # answered before a write must not be applied after it (a deleted environment would return).
+        self._environments_lock = trio.Lock()
 
     # -- actions --------------------------------------------------------------------------------
 
@@ -64,19 +67,22 @@ class RunnerService:
 
     async def put_environment(self, environment: ExecutionEnvironment) -> bool:
         """Store the environment in Nomad (its template job), then warm its pool; True if new."""
-        await self.client.register_job(template_job(environment))
-        created, actions = self.pool.set_environment(environment)
+        async with self._environments_lock:
+            await self.client.register_job(template_job(environment))
+            created, actions = self.pool.set_environment(environment)
         self.apply(actions)
         return created
 
     async def delete_environment(self, environment_id: int) -> None:
-        self.apply(self.pool.remove_environment(environment_id))
-        await self.client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
+        async with self._environments_lock:
+            self.apply(self.pool.remove_environment(environment_id))
+            await self.client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
 
     async def load_environments(self) -> None:
         """Adopt every environment stored in Nomad, whatever its template job's status (a template
         job that ended dead but still exists is still a valid definition)."""
-        self._adopt_templates((await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
+        async with self._environments_lock:
+            self._adopt_templates((await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
 
     def _adopt_templates(self, jobs: Iterable[JobListStub]) -> None:
         for job in jobs:
@@ -87,14 +93,15 @@ class RunnerService:
                 self.apply(self.pool.set_environment(environment)[1])
 
     async def fetch_environment(self, environment_id: int) -> ExecutionEnvironment | None:
-        try:
-            job = (await self.client.get_job(f"{TEMPLATE_PREFIX}{environment_id}")).value
-        except NomadNotFound:
-            return None
-        environment = environment_from_template(job.meta) if not job.stop else None
-        if environment is not None:
-            self.apply(self.pool.set_environment(environment)[1])
-        return environment
+        async with self._environments_lock:
+            try:
+                job = (await self.client.get_job(f"{TEMPLATE_PREFIX}{environment_id}")).value
+            except NomadNotFound:
+                return None
+            environment = environment_from_template(job.meta) if not job.stop else None
+            if environment is not None:
+                self.apply(self.pool.set_environment(environment)[1])
+            return environment
 
     # -- runners --------------------------------------------------------------------------------
 
@@ -154,8 +161,9 @@ class RunnerService:
         """List jobs and allocations, reconcile in place; returns the index to watch from."""
         nodes = await self.client.list_nodes()
         self.apply(self.pool.set_draining_nodes(n.id for n in nodes.value if n.drain))
-        jobs = await self.client.list_jobs(meta=True)
-        self._adopt_templates(jobs.value)  # the listing holds the templates too: no second call
+        async with self._environments_lock:
+            jobs = await self.client.list_jobs(meta=True)
+            self._adopt_templates(jobs.value)  # the listing holds the templates too: no second call
         allocs = await self.client.list_allocations(resources=True)
         index = min(jobs.index, allocs.index)
         self.apply(self.pool.reconcile(jobs.value, allocs.value, trio.current_time(), index=index))

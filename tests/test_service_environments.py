@@ -1,0 +1,118 @@
+"""Environment writes against reads and each other, with Nomad's answers held back at chosen points.
+
+Whatever the interleaving, the pool and Nomad end up agreeing: an environment is in the pool exactly
+when its template job is in Nomad.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from supervisor.config import Settings
+from supervisor.environments import TEMPLATE_PREFIX, ExecutionEnvironment
+from supervisor.nomad.client import Indexed
+from supervisor.nomad.models import JobDeregisterResponse, JobListStub, JobRegisterResponse
+from supervisor.service import RunnerService
+
+ENVIRONMENT = ExecutionEnvironment(7, "python:3.12", 1, 100.0, 256, False, ())
+TEMPLATE = f"{TEMPLATE_PREFIX}7"
+
+
+class _GatedNomad:
+    """Jobs in a dict; a call named in ``gates`` stops there until its gate is set."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.gates: dict[str, trio.Event] = {}
+        self.reached: dict[str, trio.Event] = {}
+
+    def hold(self, call: str) -> trio.Event:
+        self.reached[call] = trio.Event()
+        self.gates[call] = trio.Event()
+        return self.gates[call]
+
+    async def _gate(self, call: str) -> None:
+        if call in self.gates:
+            self.reached[call].set()
+            await self.gates.pop(call).wait()
+
+    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+        await self._gate("register")
+        self.jobs[job["ID"]] = job
+        return JobRegisterResponse(index=1)
+
+    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+        await self._gate("deregister")
+        self.jobs.pop(job_id, None)
+        return JobDeregisterResponse()
+
+    async def list_jobs(self, prefix: str = "", *, meta: bool = False) -> Indexed[list[JobListStub]]:
+        listing = [JobListStub(id=i, meta=j["Meta"]) for i, j in self.jobs.items() if i.startswith(prefix)]
+        await self._gate("list")  # the listing was taken before the answer is held back
+        return Indexed(listing, 10)
+
+    async def list_nodes(self) -> Indexed[list[Any]]:
+        return Indexed([], 10)
+
+    async def list_allocations(self, *, resources: bool = False) -> Indexed[list[Any]]:
+        return Indexed([], 10)
+
+
+def _service(nomad: _GatedNomad) -> RunnerService:
+    return RunnerService(nomad, Settings())  # type: ignore[arg-type]
+
+
+def _agree(service: RunnerService, nomad: _GatedNomad) -> bool:
+    return (ENVIRONMENT.id in service.pool.environments) == (TEMPLATE in nomad.jobs)
+
+
+async def test_a_listing_taken_before_a_delete_does_not_bring_the_environment_back() -> None:
+    nomad = _GatedNomad()
+    service = _service(nomad)
+    await service.put_environment(ENVIRONMENT)
+    release = nomad.hold("list")
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.resync)
+            await nomad.reached["list"].wait()
+            nursery.start_soon(service.delete_environment, ENVIRONMENT.id)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+    assert ENVIRONMENT.id not in service.pool.environments
+    assert _agree(service, nomad)
+
+
+async def test_a_fetch_answered_before_a_delete_does_not_bring_the_environment_back() -> None:
+    nomad = _GatedNomad()
+    service = _service(nomad)
+    await service.put_environment(ENVIRONMENT)
+    release = nomad.hold("list")
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.load_environments)
+            await nomad.reached["list"].wait()
+            nursery.start_soon(service.delete_environment, ENVIRONMENT.id)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+    assert _agree(service, nomad)
+
+
+async def test_an_update_and_a_delete_at_once_leave_the_pool_and_nomad_agreeing() -> None:
+    nomad = _GatedNomad()
+    service = _service(nomad)
+    await service.put_environment(ENVIRONMENT)
+    registered, deregistered = nomad.hold("register"), nomad.hold("deregister")
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.put_environment, attrs.evolve(ENVIRONMENT, prewarming_pool_size=3))
+            await nomad.reached["register"].wait()
+            nursery.start_soon(service.delete_environment, ENVIRONMENT.id)
+            await trio.testing.wait_all_tasks_blocked()
+            registered.set()  # the update's write lands first...
+            await trio.testing.wait_all_tasks_blocked()
+            deregistered.set()  # ...then the delete's purge
+    assert _agree(service, nomad)
