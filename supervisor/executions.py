@@ -202,12 +202,12 @@ class ExecutionService:
                 error = f"Nomad refused the execution: {_first(group).reason}"
             except* SupervisorError as group:
                 error = f"Nomad could not run the execution: {_first(group)}"
+        if exited is not None:  # the outcome is known, whatever ended the session after it
+            return {"type": "exit", "data": max(0, min(255, exited.exit_code))}
         if running.scope.cancelled_caught:
             if running.gone_reason:
                 return {"type": "error", "data": running.gone_reason}
             timed_out = True
-        if exited is not None:
-            return {"type": "exit", "data": max(0, min(255, exited.exit_code))}
         if not (timed_out or client_closed or error):
             return None
         # The command may still run: stop it (a timeout, a client gone, a lost exec connection).

@@ -7,10 +7,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
+import trio.testing
 
+from supervisor.commands import NOMAD_VARIABLES_COMMAND
 from supervisor.config import ExecutionSettings
 from supervisor.errors import ExecConnectionLost
 from supervisor.executions import ExecutionRequest, ExecutionService, _Running
+from supervisor.nomad import ExecExited
 
 
 class _Unreachable:
@@ -59,3 +62,68 @@ async def test_pending_executions_are_single_use_and_expire(autojump_clock: trio
     third = service.prepare(request)
     service.runner_gone("10-runner", "gone")
     assert service.take(third) is None, "a gone runner takes its pending executions with it"
+
+
+class _SlowToClose:
+    """Exec sessions that exit at once with 0 and then take their time to close."""
+
+    def __init__(self) -> None:
+        self.closing = trio.Event()
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
+        yield _ExitedSession()
+        if command is not NOMAD_VARIABLES_COMMAND:
+            self.closing.set()
+            await trio.sleep_forever()
+
+
+class _ExitedSession:
+    async def wait_exit(self) -> tuple[ExecExited, bytes, bytes]:
+        return ExecExited(0), b"", b""
+
+    def __init__(self) -> None:
+        self.exited = False
+
+    def __aiter__(self) -> _ExitedSession:
+        return self
+
+    async def __anext__(self) -> ExecExited:
+        if self.exited:
+            raise StopAsyncIteration
+        self.exited = True
+        return ExecExited(0)
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    async def receive_text(self) -> str | None:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def test_a_runner_gone_after_the_command_exited_still_reports_the_exit() -> None:
+    nomad = _SlowToClose()
+    service = ExecutionService(
+        nomad,  # type: ignore[arg-type]
+        ExecutionSettings(),
+        alloc_of=lambda runner_id: "alloc-1",
+        activity=lambda runner_id, delta: None,
+        replace_runner=lambda runner_id, reason: None,
+    )
+    client = _Client()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            service.nursery = nursery
+            request = ExecutionRequest("10-runner", "true", {}, 0, False)
+            nursery.start_soon(service.serve, client, "exec-1", request)
+            await nomad.closing.wait()  # the command exited; its exec session is closing
+            service.runner_gone("10-runner", "the runner was destroyed by request")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel("test over")
+    assert client.sent == [{"type": "start"}, {"type": "exit", "data": 0}], "the outcome is known"
