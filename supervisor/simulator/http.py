@@ -110,6 +110,7 @@ class ServerWebSocket:
         self._stream = stream
         self._connection = connection
         self._pending: list[str] = []
+        self._partial: list[str | bytes] = []
         self._send_lock = trio.Lock()
         self.closed = False
 
@@ -131,10 +132,12 @@ class ServerWebSocket:
                 return None
             self._connection.receive_data(bytes(data))
             for event in self._connection.events():
-                if isinstance(event, TextMessage):
-                    self._pending.append(event.data)
-                elif isinstance(event, BytesMessage):
-                    self._pending.append(bytes(event.data).decode("utf-8", errors="replace"))
+                if isinstance(event, (TextMessage, BytesMessage)):
+                    # wsproto hands a large message over in pieces, as its frames arrive.
+                    self._partial.append(event.data if isinstance(event, TextMessage) else bytes(event.data))
+                    if event.message_finished:
+                        self._pending.append(_join(self._partial))
+                        self._partial.clear()
                 elif isinstance(event, Ping):
                     async with self._send_lock:
                         await self._stream.send_all(self._connection.send(event.response()))
@@ -152,6 +155,15 @@ class ServerWebSocket:
         """Close the TCP connection without a close frame (how Nomad ends an exec)."""
         self.closed = True
         await self._stream.aclose()
+
+
+def _join(pieces: list[str | bytes]) -> str:
+    """One message's pieces (all text, or all bytes) as text."""
+    text = [piece for piece in pieces if isinstance(piece, str)]
+    if len(text) == len(pieces):
+        return "".join(text)
+    raw = b"".join(piece if isinstance(piece, bytes) else piece.encode() for piece in pieces)
+    return raw.decode("utf-8", errors="replace")
 
 
 @define(eq=False)

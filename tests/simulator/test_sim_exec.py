@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from urllib.parse import urlencode
@@ -51,6 +52,19 @@ async def test_frames_exit_zero_and_no_close_frame(cluster: SimulatedCluster, cl
     assert {"stdout": {"data": "aGkK"}} in frames
     assert {"stdout": {"close": True}} in frames
     assert {"stderr": {"close": True}} in frames
+
+
+async def test_stdin_frames_larger_than_one_read_arrive_whole(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    alloc_id = await running_alloc(cluster, client)
+    data = os.urandom(300_000)  # one frame of 400 KB of base64: many TCP reads on the server
+    async with client.open_exec(alloc_id, task=TASK, command=["sh", "-c", "sha256sum"]) as session:
+        await session.send_stdin(data)
+        await session.close_stdin()
+        exited, stdout, _ = await session.wait_exit()
+    assert exited.exit_code == 0
+    assert stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
 
 
 async def test_environment_is_path_and_nomads_variables_only(
