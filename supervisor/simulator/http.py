@@ -20,7 +20,7 @@ import trio
 from attrs import define, field, frozen
 from loguru import logger
 from wsproto.connection import Connection as WsConnection
-from wsproto.connection import ConnectionType
+from wsproto.connection import ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import generate_accept_token
 
@@ -116,6 +116,8 @@ class ServerWebSocket:
 
     async def send_text(self, text: str) -> None:
         async with self._send_lock:
+            if self._connection.state is not ConnectionState.OPEN:
+                raise trio.BrokenResourceError("the peer closed the WebSocket")
             await self._stream.send_all(self._connection.send(TextMessage(data=text)))
 
     async def receive_text(self) -> str | None:
