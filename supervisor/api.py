@@ -19,7 +19,7 @@ import trio
 from loguru import logger
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -30,7 +30,7 @@ from .config import Settings
 from .environments import environment_from_dict
 from .errors import InvalidRequest, SupervisorError
 from .executions import ExecutionRequest
-from .files import FileNotAvailable, parse_patch
+from .files import Download, FileNotAvailable, parse_patch
 from .levels import StreamState
 from .observability import health_details, metrics_text
 from .pool import NoIdleRunner, Runner, UnknownEnvironment
@@ -268,10 +268,10 @@ class _Routes:
         if not path:
             raise InvalidRequest("query parameter path is required")
         _bool(request, "privilegedExecution", False)
-        content = await self.service.files.read(runner.alloc_id, path)
+        content = await self.service.files.download(runner.alloc_id, path)
         name = quote(posixpath.basename(path.rstrip("/")) or "file")
         headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{name}"}
-        return Response(content, media_type="application/octet-stream", headers=headers)
+        return _DownloadResponse(content, media_type="application/octet-stream", headers=headers)
 
     async def execute(self, request: Request) -> Response:
         runner = self._runner(request)
@@ -320,6 +320,21 @@ class _Routes:
         # hypercorn the loser of that race raises (BusyResourceError). Either way the socket is closing.
         with contextlib.suppress(RuntimeError, *_CLIENT_GONE):
             await websocket.close(code=1000)
+
+
+class _DownloadResponse(StreamingResponse):
+    """Closes its download when the response ends: starlette abandons the body iterator of a
+    client that disconnects, which would leave the reading task waiting to hand over its next chunk."""
+
+    def __init__(self, download: Download, **kwargs: Any) -> None:
+        super().__init__(download, **kwargs)
+        self._download = download
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._download.close()
 
 
 class _Gone(Exception):

@@ -3,7 +3,7 @@
 Daemon.run
 ├── [embedded simulated Nomad cluster, when no Nomad address is configured]
 ├── infrastructure: RunnerFactory.run, inactivity expiry, PrewarmingPoolAlerter.run
-│   └── execution nursery: one task per execution, each in its own cancel scope
+│   └── execution nursery: one task per execution (each in its own cancel scope) and per download
 │       └── intake: EventStreamWatcher.run, the API server (hypercorn)
 └── shutdown unwinds intake first (stop accepting, let running requests finish within the
     graceful timeout), then executions (given the same deadline), then infrastructure.
@@ -76,7 +76,7 @@ class Daemon:
             await infrastructure.start(service.run_expiry)
             await infrastructure.start(PrewarmingPoolAlerter(service, settings.alert).run)
             async with trio.open_nursery() as executions:
-                service.executions.nursery = executions
+                service.executions.nursery = service.files.nursery = executions
                 async with trio.open_nursery() as intake:
                     watcher = EventStreamWatcher(
                         service,

@@ -1,12 +1,22 @@
-"""File operations in runners, through Nomad's exec: copy (a tar on stdin), delete, list, download."""
+"""File operations in runners, through Nomad's exec: copy (a tar on stdin), delete, list, download.
+
+A download streams: a task in the execution nursery owns the exec session and hands its output over
+a small channel, so a file of any size passes through without being held in memory, and a client
+that goes away ends the session.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any, Final
+
+import trio
+from attrs import frozen
+from loguru import logger
 
 from .commands import (
     CLEAR_WORKSPACE,
@@ -19,12 +29,13 @@ from .commands import (
     workspace_path,
 )
 from .errors import InvalidRequest, SupervisorError
-from .nomad import NomadClient
+from .nomad import ExecExited, NomadClient
 
-__all__ = ["FileNotAvailable", "FileOperationFailed", "FileService"]
+__all__ = ["Download", "FileNotAvailable", "FileOperationFailed", "FileService"]
 
 _STDIN_CHUNK: Final = 64 * 1024
-_MAX_DOWNLOAD: Final = 256 * 1024 * 1024
+_DOWNLOAD_BUFFER: Final = 16  # exec output chunks (at most 4 KiB each) between Nomad and the client
+_MAX_STDERR: Final = 64 * 1024
 _MAX_LISTING: Final = 64 * 1024 * 1024
 
 
@@ -77,11 +88,21 @@ def parse_patch(body: Any, workspace: str) -> tuple[list[str], list[tuple[str, b
     return deletions, copies
 
 
+@frozen
+class _Ended:
+    exit_code: int
+    stderr: bytes
+
+
+_DownloadItem = bytes | _Ended | SupervisorError
+
+
 class FileService:
     def __init__(self, client: NomadClient, *, task: str, workspace: str) -> None:
         self._client = client
         self._task = task
         self.workspace = workspace
+        self.nursery: trio.Nursery | None = None
 
     async def _run(
         self, alloc_id: str, argv: Sequence[str], *, stdin: bytes | None = None, limit: int = _MAX_LISTING
@@ -91,7 +112,9 @@ class FileService:
                 for start in range(0, len(stdin), _STDIN_CHUNK):
                     await session.send_stdin(stdin[start : start + _STDIN_CHUNK])
                 await session.close_stdin()
-            exited, stdout, stderr = await session.wait_exit(max_output_bytes=limit)
+            exited, stdout, stderr = await session.wait_exit(max_output_bytes=limit + 1)
+        if len(stdout) > limit:
+            raise FileOperationFailed(f"the output is larger than the {limit >> 20} MiB this operation takes")
         return exited.exit_code, stdout, stderr
 
     async def update(
@@ -116,13 +139,86 @@ class FileService:
             )
         return parse_file_listing(stdout)
 
-    async def read(self, alloc_id: str, path: str) -> bytes:
+    async def download(self, alloc_id: str, path: str) -> Download:
+        """The file's content as it comes. Raises FileNotAvailable, before the response starts, when
+        the file does not exist or cannot be read; an error after that cuts the download short."""
+        assert self.nursery is not None, "the execution nursery is not open"
         relative = workspace_path(path, self.workspace)
-        code, stdout, stderr = await self._run(alloc_id, read_file_command(relative), limit=_MAX_DOWNLOAD)
-        if code == MISSING_EXIT_CODE:
+        send, receive = trio.open_memory_channel[_DownloadItem](_DOWNLOAD_BUFFER)
+        self.nursery.start_soon(self._read_into, send, alloc_id, relative)
+        try:
+            first = await receive.receive()
+        except trio.EndOfChannel:
+            first = SupervisorError(f"reading {path} was cut short")
+        if isinstance(first, bytes) or (isinstance(first, _Ended) and first.exit_code == 0):
+            return Download(first, receive, path)
+        receive.close()
+        if isinstance(first, _Ended) and first.exit_code == MISSING_EXIT_CODE:
             raise FileNotAvailable(f"{path}: no such file, or not readable")
-        if code != 0:
-            raise FileOperationFailed(
-                f"reading {path} failed (exit {code}): {stderr.decode(errors='replace').strip()}"
-            )
-        return stdout
+        raise _download_error(first, path)
+
+    async def _read_into(
+        self, send: trio.MemorySendChannel[_DownloadItem], alloc_id: str, relative: str
+    ) -> None:
+        async with send:
+            try:
+                async with self._client.open_exec(
+                    alloc_id, task=self._task, command=read_file_command(relative)
+                ) as session:
+                    stderr = bytearray()
+                    async for frame in session:
+                        if isinstance(frame, ExecExited):
+                            await send.send(_Ended(frame.exit_code, bytes(stderr)))
+                        elif frame.stream == "stdout":
+                            await send.send(frame.data)
+                        else:
+                            stderr += frame.data[: max(0, _MAX_STDERR - len(stderr))]
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the client went away: closing the session ends the command
+            except Exception as exc:
+                if not isinstance(exc, SupervisorError):
+                    # A bug in one download must not end the executions running beside it.
+                    logger.exception("reading {} in {} failed", relative, alloc_id)
+                    exc = SupervisorError("internal error of the supervisor")
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await send.send(exc)
+
+
+def _download_error(item: _DownloadItem, path: str) -> SupervisorError:
+    if isinstance(item, SupervisorError):
+        return item
+    assert isinstance(item, _Ended)
+    detail = item.stderr.decode(errors="replace").strip()
+    return FileOperationFailed(f"reading {path} failed (exit {item.exit_code}): {detail}")
+
+
+class Download:
+    """A file's content as it comes: an async iterator of chunks. ``close`` it when the response
+    ends, however it ends, so that the task reading the file stops too."""
+
+    def __init__(
+        self, first: _DownloadItem, receive: trio.MemoryReceiveChannel[_DownloadItem], path: str
+    ) -> None:
+        self._next: _DownloadItem | None = first
+        self._receive = receive
+        self._path = path
+
+    def __aiter__(self) -> Download:
+        return self
+
+    async def __anext__(self) -> bytes:
+        item, self._next = self._next, None
+        if item is None:
+            try:
+                item = await self._receive.receive()
+            except trio.EndOfChannel:
+                item = SupervisorError(f"reading {self._path} was cut short")
+        if isinstance(item, bytes):
+            return item
+        self.close()
+        if isinstance(item, _Ended) and item.exit_code == 0:
+            raise StopAsyncIteration
+        raise _download_error(item, self._path)
+
+    def close(self) -> None:
+        self._receive.close()

@@ -6,6 +6,8 @@ import base64
 
 import pytest
 
+from supervisor.files import FileOperationFailed
+
 from .conftest import Harness, output
 
 
@@ -115,3 +117,31 @@ async def test_missing_files_are_424(harness: Harness) -> None:
     assert escape.status_code == 400
     bad = await harness.http.get(f"/runners/{runner}/files", params={"recursive": "sometimes"})
     assert bad.status_code == 400
+
+
+async def test_a_large_download_streams_whole_and_a_client_leaving_ends_it(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    content = bytes(range(256)) * 20_000  # 5 MB: about 1,250 exec output chunks
+    patch = {"copy": [{"path": "big.bin", "content": base64.b64encode(content).decode()}]}
+    assert (await harness.http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
+    download = await harness.http.get(f"/runners/{runner}/files/raw", params={"path": "big.bin"})
+    assert download.status_code == 200
+    assert download.content == content
+    assert download.headers["content-type"] == "application/octet-stream"
+
+    async with harness.http.stream("GET", f"/runners/{runner}/files/raw", params={"path": "big.bin"}) as r:
+        async for _ in r.aiter_raw():
+            break  # the client reads a little, then goes away
+    await harness.wait_for(lambda: harness.cluster.execs.count == 0)
+
+
+async def test_an_operation_whose_output_is_over_its_limit_fails_clearly(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    files = harness.daemon.service.files
+    alloc_id = harness.daemon.service.pool.used_runner(runner).alloc_id  # type: ignore[union-attr]
+    with pytest.raises(FileOperationFailed, match="larger than the 0 MiB"):
+        await files._run(alloc_id, ["/bin/sh", "-c", "head -c 5000 /dev/zero"], limit=4096)
+    code, stdout, _ = await files._run(alloc_id, ["/bin/sh", "-c", "head -c 4096 /dev/zero"], limit=4096)
+    assert (code, len(stdout)) == (0, 4096), "output of exactly the limit is whole"
