@@ -37,6 +37,17 @@ async def test_stdin_lines_reach_the_command(harness: Harness) -> None:
     assert messages[-1] == {"type": "exit", "data": 0}
 
 
+async def test_large_output_and_stdin_arrive_whole_and_in_order(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    messages = await harness.execute(runner, command="seq 1 200000; echo done >&2")
+    assert output(messages) == "".join(f"{i}\n" for i in range(1, 200_001))
+    assert output(messages, "stderr") == "done\n"
+    line = "é" * 100_000 + "\n"  # one 200 KB text frame, two bytes a character
+    echoed = await harness.execute(runner, stdin=[line], command="head -n 1")
+    assert output(echoed) == line
+
+
 async def test_environment_variables(harness: Harness) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)
