@@ -24,6 +24,7 @@ __all__ = [
     "execution_command",
     "list_files_command",
     "nomad_variable_names",
+    "noted_command",
     "parse_file_listing",
     "pid_file",
     "read_file_command",
@@ -62,6 +63,20 @@ def workspace_path(path: str, workspace: str, *, field: str = "path") -> str:
 def pid_file(execution_id: str) -> str:
     """Where an execution's shell notes its PID, so that it can be stopped later."""
     return f"${{TMPDIR:-/tmp}}/.supervisor-{execution_id}.pid"
+
+
+def _note_pid(note_id: str) -> str:
+    """Script text noting the shell's PID under ``note_id`` for stop_command, removed at exit."""
+    noted = f'"{pid_file(note_id)}"'
+    return f"echo $$ > {noted}; trap 'rm -f {noted}' EXIT; "
+
+
+def noted_command(argv: Sequence[str], note_id: str) -> list[str]:
+    """A ``/bin/sh -c`` command that notes its PID first, so that stop_command can stop it: Nomad
+    does not stop a command whose exec session broke."""
+    if len(argv) != 3 or list(argv[:2]) != ["/bin/sh", "-c"]:
+        raise ValueError(f"not a /bin/sh -c command: {argv!r}")
+    return ["/bin/sh", "-c", _note_pid(note_id) + argv[2]]
 
 
 def validate_environment(environment: Mapping[str, str]) -> None:
@@ -103,10 +118,9 @@ def execution_command(
         run = f"eval {shlex.quote(command)}"
     else:
         run = f"{unprivileged_wrapper} /bin/sh -c {shlex.quote(command)}"
-    noted = f'"{pid_file(execution_id)}"'
     script = (
         (f"unset {' '.join(unset)}; " if unset else "")
-        + f"echo $$ > {noted}; trap 'rm -f {noted}' EXIT; "
+        + _note_pid(execution_id)
         + f"export {assignments}; "
         + run
     )
@@ -172,7 +186,7 @@ def list_files_command(path: str, *, recursive: bool) -> list[str]:
 def read_file_command(path: str) -> list[str]:
     quoted = shlex.quote(path)
     script = (
-        f"if [ -f {quoted} ] && [ -r {quoted} ]; then exec cat -- {quoted}; "
+        f"if [ -f {quoted} ] && [ -r {quoted} ]; then cat -- {quoted}; "
         f"else echo 'no such file or not readable' >&2; exit {MISSING_EXIT_CODE}; fi"
     )
     return ["/bin/sh", "-c", script]

@@ -32,7 +32,7 @@ from .config import ExecutionSettings
 from .errors import ExecConnectionLost, ExecRejected, SupervisorError
 from .nomad import ExecExited, ExecOutput, NomadClient
 
-__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
+__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService", "stop_noted"]
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -232,23 +232,36 @@ class ExecutionService:
         return names
 
     async def _stop(self, running: _Running, alloc_id: str) -> None:
-        grace = self._settings.stop_grace
-        with trio.move_on_after(grace + 5, shield=True) as scope:
-            try:
-                async with self._client.open_exec(
-                    alloc_id, task=self._settings.task, command=stop_command(running.execution_id, grace)
-                ) as session:
-                    await session.wait_exit()
-                return
-            except SupervisorError as exc:
-                logger.warning(
-                    "could not stop execution {} on {}: {}", running.execution_id, running.runner_id, exc
-                )
-        reason = "timed out" if scope.cancelled_caught else "failed"
-        logger.warning(
-            "stopping execution {} {}; replacing runner {}", running.execution_id, reason, running.runner_id
+        stopped = await stop_noted(
+            self._client,
+            task=self._settings.task,
+            alloc_id=alloc_id,
+            note_id=running.execution_id,
+            grace=self._settings.stop_grace,
         )
-        self._replace_runner(running.runner_id, "an execution could not be stopped")
+        if not stopped:
+            logger.warning(
+                "execution {} could not be stopped; replacing runner {}",
+                running.execution_id,
+                running.runner_id,
+            )
+            self._replace_runner(running.runner_id, "an execution could not be stopped")
+
+
+async def stop_noted(client: NomadClient, *, task: str, alloc_id: str, note_id: str, grace: float) -> bool:
+    """Stop the command that noted its PID under ``note_id``, with everything it started (Nomad
+    does not stop a command whose exec session ended early). False when that was not confirmed
+    within the grace period and a few seconds more."""
+    with trio.move_on_after(grace + 5, shield=True):
+        try:
+            async with client.open_exec(alloc_id, task=task, command=stop_command(note_id, grace)) as session:
+                await session.wait_exit()
+            return True
+        except SupervisorError as exc:
+            logger.warning("could not stop command {} in allocation {}: {}", note_id, alloc_id, exc)
+            return False
+    logger.warning("stopping command {} in allocation {} timed out", note_id, alloc_id)
+    return False
 
 
 def _first(group: BaseExceptionGroup[_E]) -> _E:

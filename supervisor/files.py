@@ -11,7 +11,8 @@ import base64
 import binascii
 import contextlib
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 import trio
@@ -23,13 +24,15 @@ from .commands import (
     MISSING_EXIT_CODE,
     delete_and_extract_command,
     list_files_command,
+    noted_command,
     parse_file_listing,
     read_file_command,
     tar_archive,
     workspace_path,
 )
 from .errors import InvalidRequest, SupervisorError
-from .nomad import ExecExited, NomadClient
+from .executions import stop_noted
+from .nomad import ExecExited, ExecSession, NomadClient
 
 __all__ = ["Download", "FileNotAvailable", "FileOperationFailed", "FileService"]
 
@@ -98,16 +101,37 @@ _DownloadItem = bytes | _Ended | SupervisorError
 
 
 class FileService:
-    def __init__(self, client: NomadClient, *, task: str, workspace: str) -> None:
+    """File operations, each a command in the runner through exec. A command whose session ends
+    before it does (a lost connection, a client gone, a cancelled request) is stopped, since Nomad
+    leaves it running: a tar would wait for the rest of its stdin for ever."""
+
+    def __init__(self, client: NomadClient, *, task: str, workspace: str, stop_grace: float) -> None:
         self._client = client
         self._task = task
+        self._stop_grace = stop_grace
         self.workspace = workspace
         self.nursery: trio.Nursery | None = None
+
+    @contextlib.asynccontextmanager
+    async def _session(self, alloc_id: str, argv: Sequence[str]) -> AsyncIterator[ExecSession]:
+        note_id = str(uuid.uuid4())
+        started = False
+        try:
+            async with self._client.open_exec(
+                alloc_id, task=self._task, command=noted_command(argv, note_id)
+            ) as session:
+                started = True
+                yield session
+        finally:
+            if started and session.exited is None:
+                await stop_noted(
+                    self._client, task=self._task, alloc_id=alloc_id, note_id=note_id, grace=self._stop_grace
+                )
 
     async def _run(
         self, alloc_id: str, argv: Sequence[str], *, stdin: bytes | None = None, limit: int = _MAX_LISTING
     ) -> tuple[int, bytes, bytes]:
-        async with self._client.open_exec(alloc_id, task=self._task, command=argv) as session:
+        async with self._session(alloc_id, argv) as session:
             if stdin is not None:
                 for start in range(0, len(stdin), _STDIN_CHUNK):
                     await session.send_stdin(stdin[start : start + _STDIN_CHUNK])
@@ -162,9 +186,7 @@ class FileService:
     ) -> None:
         async with send:
             try:
-                async with self._client.open_exec(
-                    alloc_id, task=self._task, command=read_file_command(relative)
-                ) as session:
+                async with self._session(alloc_id, read_file_command(relative)) as session:
                     stderr = bytearray()
                     async for frame in session:
                         if isinstance(frame, ExecExited):

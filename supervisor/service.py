@@ -45,7 +45,12 @@ class RunnerService:
             activity=self._execution_activity,
             replace_runner=lambda runner_id, reason: self.apply(self.pool.destroy(runner_id, reason)),
         )
-        self.files = FileService(client, task=settings.execution.task, workspace=settings.execution.workspace)
+        self.files = FileService(
+            client,
+            task=settings.execution.task,
+            workspace=settings.execution.workspace,
+            stop_grace=settings.execution.stop_grace,
+        )
         self.last_index = 0
         self.stream_losses = 0
         self.synced = trio.Event()

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from supervisor.commands import (
+    MISSING_EXIT_CODE,
     execution_command,
     list_files_command,
     nomad_variable_names,
+    noted_command,
     parse_file_listing,
+    read_file_command,
     stop_command,
     workspace_path,
 )
@@ -72,6 +75,20 @@ def test_an_ended_command_keeps_its_exit_code_and_leaves_no_pid_file(
     )
     assert subprocess.run(argv, cwd=tmp_path, env=environ, timeout=10).returncode == code
     assert not list(tmp_path.glob(".supervisor-*.pid")), "every execution would leave a file behind"
+
+
+def test_a_noted_file_command_keeps_its_output_and_exit_and_leaves_no_note(tmp_path: Path) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    (tmp_path / "f.txt").write_text("content")
+    read = subprocess.run(
+        noted_command(read_file_command("f.txt"), "n1"), cwd=tmp_path, env=environ, capture_output=True
+    )
+    assert (read.returncode, read.stdout) == (0, b"content")
+    missing = subprocess.run(noted_command(read_file_command("nope"), "n2"), cwd=tmp_path, env=environ)
+    assert missing.returncode == MISSING_EXIT_CODE
+    assert not list(tmp_path.glob(".supervisor-*.pid"))
+    with pytest.raises(ValueError, match="not a /bin/sh -c command"):
+        noted_command(["cat", "f.txt"], "n3")
 
 
 def test_nomad_variables_are_unset_and_the_clients_set(tmp_path: Path) -> None:

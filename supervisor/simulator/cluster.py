@@ -151,6 +151,7 @@ class SimulatedCluster:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._timers.nursery = nursery
+                self.execs.nursery = nursery
                 self.state.start_clock()
                 self.stats.started_at = trio.current_time()
                 for server in self.servers:
@@ -163,6 +164,7 @@ class SimulatedCluster:
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
+            await self.execs.kill_all()
             if self._own_root:
                 self.execs.remove_all_workspaces()
 

@@ -7,6 +7,11 @@ variables Nomad gives every task. It is killed when its
 allocation stops. Frames follow Nomad's (nomad-api.md §5): base64 output chunks of at most 4 KiB,
 stream closes, ``exited`` with ``"result": {}`` for exit 0, then the TCP connection is dropped
 without a close frame. A session cut by a server restart or an agent going away gets no ``exited``.
+
+As with Nomad's shared executor, a session that ends before its command (the client went away, the
+server or agent proxying it restarted) does not kill the command: its stdin is never closed and its
+output is no longer read, so it blocks on its next write once the pipe is full. Only its
+allocation stopping kills it; the client has to stop it itself.
 """
 
 from __future__ import annotations
@@ -72,9 +77,12 @@ class ExecSessions:
         self.state = state
         self.root = root
         self._sessions: set[_Session] = set()
+        # Where the commands of ended sessions are waited for; the cluster's own nursery.
+        self.nursery: trio.Nursery | None = None
 
     @property
     def count(self) -> int:
+        """Commands started by exec that still run, with or without their session."""
         return len(self._sessions)
 
     def workspace(self, alloc: SimAlloc, task: str) -> Path:
@@ -130,6 +138,15 @@ class ExecSessions:
     def remove_all_workspaces(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
+    async def kill_all(self) -> None:
+        """The cluster stops: every command goes, and is waited for."""
+        sessions = list(self._sessions)
+        self._sessions.clear()
+        with trio.move_on_after(2, shield=True):
+            for session in sessions:
+                session.kill()
+                await _reap(session.process)
+
     # -- one session ----------------------------------------------------------------------------
 
     async def run(
@@ -141,11 +158,27 @@ class ExecSessions:
             with session.scope:
                 await self._run(websocket, session, alloc, task, command)
         finally:
+            running = session.process is not None and session.process.returncode is None
+            if running and not session.killed and self.nursery is not None:
+                self.nursery.start_soon(self._outlive, session)
+            else:
+                self._sessions.discard(session)
+                session.kill()
+                with trio.move_on_after(2, shield=True):
+                    await _reap(session.process)
+            with trio.move_on_after(2, shield=True):
+                await websocket.abort()
+
+    async def _outlive(self, session: _Session) -> None:
+        """A command whose session ended first runs on, unread, until it exits or is killed."""
+        assert session.process is not None
+        try:
+            await session.process.wait()
+        finally:
             self._sessions.discard(session)
-            session.kill()
+            session.kill()  # the cluster is stopping, if the command still runs
             with trio.move_on_after(2, shield=True):
                 await _reap(session.process)
-                await websocket.abort()
 
     async def _run(
         self, websocket: ServerWebSocket, session: _Session, alloc: SimAlloc, task: str, command: list[str]
@@ -210,5 +243,5 @@ class ExecSessions:
                     await stdin.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
-        # The client went away: nobody can read the output any more.
-        session.kill()
+        # The client went away: the session ends; the command runs on (the client has to stop it).
+        session.scope.cancel("the client closed the exec session")

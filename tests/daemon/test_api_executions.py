@@ -165,4 +165,6 @@ async def test_a_lost_exec_connection_is_an_error_not_an_exit(harness: Harness) 
     messages = await harness.run_until_end(runner, "echo go; sleep 60", restart_leader)
     assert messages[-1] == {"type": "error", "data": MESSAGE_CONNECTION_LOST}, messages
     assert not any(m["type"] == "exit" for m in messages)
+    # Nomad (and the simulator) leave the command running when its session breaks: the daemon stops it.
+    await harness.wait_for(lambda: harness.cluster.execs.count == 0, within=10)
     await harness.wait_for(lambda: harness.service.pool.used_runner(runner) is not None)

@@ -155,7 +155,7 @@ async def test_stopping_the_allocation_kills_the_command(
     assert exited == ExecExited(exit_code=137)
 
 
-async def test_a_server_restart_drops_its_execs_without_an_exit(
+async def test_a_server_restart_drops_its_execs_without_an_exit_and_the_command_runs_on(
     cluster: SimulatedCluster, client: NomadClient
 ) -> None:
     alloc_id = await running_alloc(cluster, client)
@@ -167,7 +167,10 @@ async def test_a_server_restart_drops_its_execs_without_an_exit(
             assert first.data == b"started\n"  # type: ignore[union-attr]
             cluster.restart_server("server-1", downtime=0.5)
             await session.receive()
-    assert cluster.execs.count == 0, "the process was killed with its session"
+    assert cluster.execs.count == 1, "as with Nomad, the command outlives its session"
+    await settle(cluster, lambda: cluster.leader is not None)
+    await client.deregister_job("exec-1", purge=True)
+    await settle(cluster, lambda: cluster.execs.count == 0)
 
 
 async def test_restarted_task_gets_a_fresh_workspace(cluster: SimulatedCluster, client: NomadClient) -> None:

@@ -1,0 +1,64 @@
+"""FileService decisions that the end-to-end tests cannot provoke on the simulated cluster."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from supervisor.errors import ExecConnectionLost
+from supervisor.files import FileService
+from supervisor.nomad import ExecExited
+
+
+class _Session:
+    def __init__(self, *, breaks: bool) -> None:
+        self.breaks = breaks
+        self.exited: ExecExited | None = None
+
+    async def send_stdin(self, data: bytes) -> None:
+        if self.breaks:
+            raise ExecConnectionLost("a server restarted")
+
+    async def close_stdin(self) -> None:
+        pass
+
+    async def wait_exit(self, **_: Any) -> tuple[ExecExited, bytes, bytes]:
+        self.exited = ExecExited(0)
+        return self.exited, b"", b""
+
+
+class _Nomad:
+    """The first command's session breaks while its stdin is sent; every later one exits 0."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[_Session]:
+        self.commands.append(command[-1])
+        yield _Session(breaks=len(self.commands) == 1)
+
+
+async def test_an_upload_whose_session_breaks_is_stopped_in_the_runner() -> None:
+    nomad = _Nomad()
+    files = FileService(nomad, task="default-task", workspace="/workspace", stop_grace=0.1)  # type: ignore[arg-type]
+    with pytest.raises(ExecConnectionLost):
+        await files.update("alloc-1", [], [("a.txt", b"x")])
+    extract, stop = nomad.commands
+    note = re.search(r"\.supervisor-([0-9a-f-]+)\.pid", extract)
+    assert note is not None, "the command notes its PID"
+    assert "tar" in extract
+    assert f".supervisor-{note.group(1)}.pid" in stop, "the stop names the same command"
+    assert "kill -TERM" in stop
+
+
+async def test_a_file_command_that_ends_is_not_stopped() -> None:
+    nomad = _Nomad()
+    nomad.commands.append("(first session used)")
+    files = FileService(nomad, task="default-task", workspace="/workspace", stop_grace=0.1)  # type: ignore[arg-type]
+    await files.update("alloc-1", [], [("a.txt", b"x")])
+    assert len(nomad.commands) == 2, "one exec, no stop"
