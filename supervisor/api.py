@@ -251,9 +251,11 @@ class _Routes:
     async def list_files(self, request: Request) -> Response:
         runner = self._runner(request)
         recursive = _bool(request, "recursive", True)
-        _bool(request, "privilegedExecution", False)
+        privileged = _bool(request, "privilegedExecution", False)
         path = request.query_params.get("path") or "./"
-        files = await self.service.files.list(runner.alloc_id, path, recursive=recursive)
+        files = await self.service.files.list(
+            runner.alloc_id, path, recursive=recursive, privileged=privileged
+        )
         return JSONResponse({"files": files})
 
     async def update_files(self, request: Request) -> Response:
@@ -267,8 +269,8 @@ class _Routes:
         path = request.query_params.get("path")
         if not path:
             raise InvalidRequest("query parameter path is required")
-        _bool(request, "privilegedExecution", False)
-        content = await self.service.files.download(runner.alloc_id, path)
+        privileged = _bool(request, "privilegedExecution", False)
+        content = await self.service.files.download(runner.alloc_id, path, privileged=privileged)
         name = quote(posixpath.basename(path.rstrip("/")) or "file")
         headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{name}"}
         return _DownloadResponse(content, media_type="application/octet-stream", headers=headers)

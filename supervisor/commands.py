@@ -30,6 +30,7 @@ __all__ = [
     "read_file_command",
     "stop_command",
     "tar_archive",
+    "unprivileged_command",
     "validate_environment",
     "workspace_path",
 ]
@@ -74,9 +75,20 @@ def _note_pid(note_id: str) -> str:
 def noted_command(argv: Sequence[str], note_id: str) -> list[str]:
     """A ``/bin/sh -c`` command that notes its PID first, so that stop_command can stop it: Nomad
     does not stop a command whose exec session broke."""
+    return ["/bin/sh", "-c", _note_pid(note_id) + _script(argv)]
+
+
+def unprivileged_command(argv: Sequence[str], wrapper: str) -> list[str]:
+    """A ``/bin/sh -c`` command run under ``wrapper`` (for example ``/sbin/setuser user``), as an
+    unprivileged execution is; unchanged when no wrapper is configured."""
+    script = _script(argv)
+    return ["/bin/sh", "-c", f"{wrapper} /bin/sh -c {shlex.quote(script)}" if wrapper else script]
+
+
+def _script(argv: Sequence[str]) -> str:
     if len(argv) != 3 or list(argv[:2]) != ["/bin/sh", "-c"]:
         raise ValueError(f"not a /bin/sh -c command: {argv!r}")
-    return ["/bin/sh", "-c", _note_pid(note_id) + argv[2]]
+    return argv[2]
 
 
 def validate_environment(environment: Mapping[str, str]) -> None:

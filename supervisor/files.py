@@ -28,6 +28,7 @@ from .commands import (
     parse_file_listing,
     read_file_command,
     tar_archive,
+    unprivileged_command,
     workspace_path,
 )
 from .errors import InvalidRequest, SupervisorError
@@ -105,10 +106,19 @@ class FileService:
     before it does (a lost connection, a client gone, a cancelled request) is stopped, since Nomad
     leaves it running: a tar would wait for the rest of its stdin for ever."""
 
-    def __init__(self, client: NomadClient, *, task: str, workspace: str, stop_grace: float) -> None:
+    def __init__(
+        self,
+        client: NomadClient,
+        *,
+        task: str,
+        workspace: str,
+        stop_grace: float,
+        unprivileged_wrapper: str = "",
+    ) -> None:
         self._client = client
         self._task = task
         self._stop_grace = stop_grace
+        self._unprivileged_wrapper = unprivileged_wrapper
         self.workspace = workspace
         self.nursery: trio.Nursery | None = None
 
@@ -152,9 +162,16 @@ class FileService:
                 f"updating files failed (exit {code}): {stderr.decode(errors='replace').strip()}"
             )
 
-    async def list(self, alloc_id: str, path: str, *, recursive: bool) -> list[dict[str, Any]]:
+    def _as(self, argv: Sequence[str], *, privileged: bool) -> list[str]:
+        """Reads run as the client's executions would: unprivileged unless asked otherwise."""
+        return list(argv) if privileged else unprivileged_command(argv, self._unprivileged_wrapper)
+
+    async def list(
+        self, alloc_id: str, path: str, *, recursive: bool, privileged: bool = False
+    ) -> list[dict[str, Any]]:
         relative = workspace_path(path, self.workspace)
-        code, stdout, stderr = await self._run(alloc_id, list_files_command(relative, recursive=recursive))
+        argv = self._as(list_files_command(relative, recursive=recursive), privileged=privileged)
+        code, stdout, stderr = await self._run(alloc_id, argv)
         if code == MISSING_EXIT_CODE:
             raise FileNotAvailable(f"{path}: no such file or directory")
         if code != 0:
@@ -163,13 +180,14 @@ class FileService:
             )
         return parse_file_listing(stdout)
 
-    async def download(self, alloc_id: str, path: str) -> Download:
+    async def download(self, alloc_id: str, path: str, *, privileged: bool = False) -> Download:
         """The file's content as it comes. Raises FileNotAvailable, before the response starts, when
         the file does not exist or cannot be read; an error after that cuts the download short."""
         assert self.nursery is not None, "the execution nursery is not open"
         relative = workspace_path(path, self.workspace)
         send, receive = trio.open_memory_channel[_DownloadItem](_DOWNLOAD_BUFFER)
-        self.nursery.start_soon(self._read_into, send, alloc_id, relative)
+        argv = self._as(read_file_command(relative), privileged=privileged)
+        self.nursery.start_soon(self._read_into, send, alloc_id, argv)
         try:
             first = await receive.receive()
         except trio.EndOfChannel:
@@ -182,11 +200,11 @@ class FileService:
         raise _download_error(first, path)
 
     async def _read_into(
-        self, send: trio.MemorySendChannel[_DownloadItem], alloc_id: str, relative: str
+        self, send: trio.MemorySendChannel[_DownloadItem], alloc_id: str, argv: Sequence[str]
     ) -> None:
         async with send:
             try:
-                async with self._session(alloc_id, read_file_command(relative)) as session:
+                async with self._session(alloc_id, argv) as session:
                     stderr = bytearray()
                     async for frame in session:
                         if isinstance(frame, ExecExited):
@@ -200,7 +218,7 @@ class FileService:
             except Exception as exc:
                 if not isinstance(exc, SupervisorError):
                     # A bug in one download must not end the executions running beside it.
-                    logger.exception("reading {} in {} failed", relative, alloc_id)
+                    logger.exception("reading a file in {} failed: {}", alloc_id, argv[-1])
                     exc = SupervisorError("internal error of the supervisor")
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await send.send(exc)

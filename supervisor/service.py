@@ -50,6 +50,7 @@ class RunnerService:
             task=settings.execution.task,
             workspace=settings.execution.workspace,
             stop_grace=settings.execution.stop_grace,
+            unprivileged_wrapper=settings.execution.unprivileged_wrapper,
         )
         self.last_index = 0
         self.stream_losses = 0

@@ -18,6 +18,7 @@ from supervisor.commands import (
     parse_file_listing,
     read_file_command,
     stop_command,
+    unprivileged_command,
     workspace_path,
 )
 from supervisor.errors import InvalidRequest
@@ -89,6 +90,18 @@ def test_a_noted_file_command_keeps_its_output_and_exit_and_leaves_no_note(tmp_p
     assert not list(tmp_path.glob(".supervisor-*.pid"))
     with pytest.raises(ValueError, match="not a /bin/sh -c command"):
         noted_command(["cat", "f.txt"], "n3")
+
+
+def test_an_unprivileged_file_command_runs_under_the_wrapper(tmp_path: Path) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    (tmp_path / "f.txt").write_text("it's here")
+    wrapped = unprivileged_command(read_file_command("f.txt"), "env MARK=wrapped")
+    assert "env MARK=wrapped /bin/sh -c" in wrapped[-1]
+    read = subprocess.run(noted_command(wrapped, "n4"), cwd=tmp_path, env=environ, capture_output=True)
+    assert (read.returncode, read.stdout) == (0, b"it's here"), "quoting survives the wrapper"
+    refusing = unprivileged_command(read_file_command("f.txt"), f"sh -c 'exit {MISSING_EXIT_CODE}' --")
+    assert subprocess.run(refusing, cwd=tmp_path, env=environ).returncode == MISSING_EXIT_CODE
+    assert unprivileged_command(read_file_command("f.txt"), "") == read_file_command("f.txt")
 
 
 def test_nomad_variables_are_unset_and_the_clients_set(tmp_path: Path) -> None:

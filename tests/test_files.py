@@ -62,3 +62,22 @@ async def test_a_file_command_that_ends_is_not_stopped() -> None:
     files = FileService(nomad, task="default-task", workspace="/workspace", stop_grace=0.1)  # type: ignore[arg-type]
     await files.update("alloc-1", [], [("a.txt", b"x")])
     assert len(nomad.commands) == 2, "one exec, no stop"
+
+
+async def test_reads_run_unprivileged_unless_asked_otherwise() -> None:
+    nomad = _Nomad()
+    nomad.commands.append("(first session used)")
+    files = FileService(
+        nomad,  # type: ignore[arg-type]
+        task="default-task",
+        workspace="/workspace",
+        stop_grace=0.1,
+        unprivileged_wrapper="/sbin/setuser user",
+    )
+    await files.list("alloc-1", ".", recursive=True)
+    await files.list("alloc-1", ".", recursive=True, privileged=True)
+    await files.update("alloc-1", [], [("a.txt", b"x")])
+    unprivileged_list, privileged_list, update = nomad.commands[1:]
+    assert "/sbin/setuser user /bin/sh -c" in unprivileged_list
+    assert "setuser" not in privileged_list
+    assert "setuser" not in update, "writes run as the task's user, as Poseidon's do"
