@@ -27,18 +27,19 @@ import trio
 from attrs import define, field, frozen
 from loguru import logger
 
-from .commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names, stop_command
+from .commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
 from .config import ExecutionSettings
 from .errors import ExecConnectionLost, ExecRejected, SupervisorError
 from .nomad import ExecExited, ExecOutput, NomadClient
+from .stopping import StopOutcome, stop_noted, stop_until_reached
 
-__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService", "stop_noted"]
+__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
 
 _E = TypeVar("_E", bound=BaseException)
 
 _VARIABLES_CACHE: Final = 10_000
 MESSAGE_CONNECTION_LOST: Final = (
-    "exec connection lost (a Nomad server restarted): the command's outcome is unknown and it was stopped"
+    "exec connection lost (a Nomad server restarted): the command's outcome is unknown; it is stopped"
 )
 
 
@@ -232,36 +233,36 @@ class ExecutionService:
         return names
 
     async def _stop(self, running: _Running, alloc_id: str) -> None:
-        stopped = await stop_noted(
+        outcome = await stop_noted(
             self._client,
             task=self._settings.task,
             alloc_id=alloc_id,
             note_id=running.execution_id,
             grace=self._settings.stop_grace,
         )
-        if not stopped:
-            logger.warning(
-                "execution {} could not be stopped; replacing runner {}",
-                running.execution_id,
-                running.runner_id,
-            )
-            self._replace_runner(running.runner_id, "an execution could not be stopped")
+        if outcome is StopOutcome.UNREACHABLE and self.nursery is not None:
+            self.nursery.start_soon(self._stop_later, running, alloc_id)
+        elif outcome is not StopOutcome.STOPPED:
+            self._replace_unstoppable(running, alloc_id)
 
+    async def _stop_later(self, running: _Running, alloc_id: str) -> None:
+        outcome = await stop_until_reached(
+            self._client,
+            task=self._settings.task,
+            alloc_id=alloc_id,
+            note_id=running.execution_id,
+            grace=self._settings.stop_grace,
+        )
+        if outcome is StopOutcome.FAILED:
+            self._replace_unstoppable(running, alloc_id)
 
-async def stop_noted(client: NomadClient, *, task: str, alloc_id: str, note_id: str, grace: float) -> bool:
-    """Stop the command that noted its PID under ``note_id``, with everything it started (Nomad
-    does not stop a command whose exec session ended early). False when that was not confirmed
-    within the grace period and a few seconds more."""
-    with trio.move_on_after(grace + 5, shield=True):
-        try:
-            async with client.open_exec(alloc_id, task=task, command=stop_command(note_id, grace)) as session:
-                await session.wait_exit()
-            return True
-        except SupervisorError as exc:
-            logger.warning("could not stop command {} in allocation {}: {}", note_id, alloc_id, exc)
-            return False
-    logger.warning("stopping command {} in allocation {} timed out", note_id, alloc_id)
-    return False
+    def _replace_unstoppable(self, running: _Running, alloc_id: str) -> None:
+        if self._alloc_of(running.runner_id) != alloc_id:
+            return  # the runner, or the allocation the command ran in, is gone already
+        logger.warning(
+            "execution {} could not be stopped; replacing runner {}", running.execution_id, running.runner_id
+        )
+        self._replace_runner(running.runner_id, "an execution could not be stopped")
 
 
 def _first(group: BaseExceptionGroup[_E]) -> _E:

@@ -13,6 +13,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any, Final
 
 import trio
@@ -32,8 +33,8 @@ from .commands import (
     workspace_path,
 )
 from .errors import InvalidRequest, SupervisorError
-from .executions import stop_noted
 from .nomad import ExecExited, ExecSession, NomadClient
+from .stopping import StopOutcome, stop_noted, stop_until_reached
 
 __all__ = ["Download", "FileNotAvailable", "FileOperationFailed", "FileService"]
 
@@ -134,9 +135,22 @@ class FileService:
                 yield session
         finally:
             if started and session.exited is None:
-                await stop_noted(
-                    self._client, task=self._task, alloc_id=alloc_id, note_id=note_id, grace=self._stop_grace
-                )
+                await self._stop(alloc_id, note_id)
+
+    async def _stop(self, alloc_id: str, note_id: str) -> None:
+        outcome = await stop_noted(
+            self._client, task=self._task, alloc_id=alloc_id, note_id=note_id, grace=self._stop_grace
+        )
+        if outcome is StopOutcome.UNREACHABLE and self.nursery is not None:
+            retry = partial(
+                stop_until_reached,
+                self._client,
+                task=self._task,
+                alloc_id=alloc_id,
+                note_id=note_id,
+                grace=self._stop_grace,
+            )
+            self.nursery.start_soon(retry)
 
     async def _run(
         self, alloc_id: str, argv: Sequence[str], *, stdin: bytes | None = None, limit: int = _MAX_LISTING

@@ -11,7 +11,7 @@ import trio.testing
 
 from supervisor.commands import NOMAD_VARIABLES_COMMAND
 from supervisor.config import ExecutionSettings
-from supervisor.errors import ExecConnectionLost
+from supervisor.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
 from supervisor.executions import ExecutionRequest, ExecutionService, _Running
 from supervisor.nomad import ExecExited
 
@@ -29,9 +29,56 @@ class _Unreachable:
         yield  # pragma: no cover
 
 
+class _Refusing(_Unreachable):
+    """A Nomad client that refuses every exec with a close frame."""
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
+        self.commands.append(command)
+        raise ExecRejected(1011, "Permission denied")
+        yield  # pragma: no cover
+
+
+class _BackAfter(_Unreachable):
+    """Unreachable for the first ``failures`` execs, then every exec exits 0."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
+        self.commands.append(command)
+        if len(self.commands) <= self.failures:
+            raise NomadUnavailableError("connection refused: the server restarts")
+        yield _ExitedSession()
+
+
+async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    replaced: list[tuple[str, str]] = []
+    client = _BackAfter(failures=3)
+    service = ExecutionService(
+        client,  # type: ignore[arg-type]
+        ExecutionSettings(stop_grace=0.1),
+        alloc_of=lambda runner_id: "alloc-1",
+        activity=lambda runner_id, delta: None,
+        replace_runner=lambda runner_id, reason: replaced.append((runner_id, reason)),
+    )
+    async with trio.open_nursery() as nursery:
+        service.nursery = nursery
+        await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
+        assert len(client.commands) == 1, "the first attempt failed; the rest happen in the background"
+        await trio.sleep(60)
+    assert replaced == [], "a server restart is no reason to lose the runner's files"
+    assert len(client.commands) == 4
+    assert all("kill -TERM" in command[-1] for command in client.commands)
+
+
 async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced() -> None:
     replaced: list[tuple[str, str]] = []
-    client = _Unreachable()
+    client = _Refusing()
     service = ExecutionService(
         client,  # type: ignore[arg-type]
         ExecutionSettings(stop_grace=0.1),

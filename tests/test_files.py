@@ -8,8 +8,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+import trio
 
-from supervisor.errors import ExecConnectionLost
+from supervisor.errors import ExecConnectionLost, NomadUnavailableError
 from supervisor.files import FileService
 from supervisor.nomad import ExecExited
 
@@ -81,3 +82,26 @@ async def test_reads_run_unprivileged_unless_asked_otherwise() -> None:
     assert "/sbin/setuser user /bin/sh -c" in unprivileged_list
     assert "setuser" not in privileged_list
     assert "setuser" not in update, "writes run as the task's user, as Poseidon's do"
+
+
+class _RestartingNomad(_Nomad):
+    """The first session breaks; the next two execs find no server; later ones work."""
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[_Session]:
+        self.commands.append(command[-1])
+        if len(self.commands) in (2, 3):
+            raise NomadUnavailableError("connection refused: the server restarts")
+        yield _Session(breaks=len(self.commands) == 1)
+
+
+async def test_a_stop_that_cannot_reach_nomad_is_retried(autojump_clock: trio.abc.Clock) -> None:
+    nomad = _RestartingNomad()
+    files = FileService(nomad, task="default-task", workspace="/workspace", stop_grace=0.1)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        files.nursery = nursery
+        with pytest.raises(ExecConnectionLost):
+            await files.update("alloc-1", [], [("a.txt", b"x")])
+        await trio.sleep(60)
+    assert len(nomad.commands) == 4, "the upload, two stops that found no server, the one that worked"
+    assert all("kill -TERM" in command for command in nomad.commands[1:])

@@ -1,0 +1,75 @@
+"""Stopping a command in a runner after its exec session ended before it did.
+
+Nomad does not stop such a command (nomad-api.md §5): its stdin stays open and its output unread,
+so it runs on or blocks for ever. Every command the daemon starts notes its shell's PID
+(``execution_command``, ``noted_command``); stopping it is one more exec, running ``stop_command``
+for that note. When Nomad cannot be reached (its servers restarting), the stop is retried in the
+background until Nomad answers: replacing the runner instead would lose its files over a restart
+that its allocation survives.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import trio
+from loguru import logger
+
+from .commands import stop_command
+from .errors import SupervisorError, TransientError
+from .nomad import NomadClient
+
+__all__ = ["StopOutcome", "stop_noted", "stop_until_reached"]
+
+_MARGIN: Final = 5.0
+_FIRST_RETRY: Final = 1.0
+_MAX_RETRY: Final = 30.0
+
+
+class StopOutcome(enum.Enum):
+    STOPPED = "stopped"
+    # Nomad could not be reached, or the stop's own session broke: worth trying again later.
+    UNREACHABLE = "unreachable"
+    # Nomad refused the exec (the task is not running, say), or the stop did not finish in time.
+    FAILED = "failed"
+
+
+async def stop_noted(
+    client: NomadClient, *, task: str, alloc_id: str, note_id: str, grace: float
+) -> StopOutcome:
+    """Stop the command noted as ``note_id`` and everything it started: TERM, then KILL after
+    ``grace``. Shielded: it runs even when the caller is being cancelled."""
+    started = False
+    with trio.move_on_after(grace + _MARGIN, shield=True):
+        try:
+            async with client.open_exec(alloc_id, task=task, command=stop_command(note_id, grace)) as session:
+                started = True
+                await session.wait_exit()
+            return StopOutcome.STOPPED
+        except TransientError as exc:
+            logger.info(
+                "stopping command {} in allocation {}: Nomad unreachable ({})", note_id, alloc_id, exc
+            )
+            return StopOutcome.UNREACHABLE
+        except SupervisorError as exc:
+            logger.warning("could not stop command {} in allocation {}: {}", note_id, alloc_id, exc)
+            return StopOutcome.FAILED
+    if not started:
+        logger.info("stopping command {} in allocation {}: Nomad did not answer in time", note_id, alloc_id)
+        return StopOutcome.UNREACHABLE
+    logger.warning("stopping command {} in allocation {} did not finish in time", note_id, alloc_id)
+    return StopOutcome.FAILED
+
+
+async def stop_until_reached(
+    client: NomadClient, *, task: str, alloc_id: str, note_id: str, grace: float
+) -> StopOutcome:
+    """stop_noted, retried with backoff for as long as Nomad cannot be reached."""
+    delay = _FIRST_RETRY
+    while True:
+        await trio.sleep(delay)
+        outcome = await stop_noted(client, task=task, alloc_id=alloc_id, note_id=note_id, grace=grace)
+        if outcome is not StopOutcome.UNREACHABLE:
+            return outcome
+        delay = min(_MAX_RETRY, delay * 2)
