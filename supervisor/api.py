@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import posixpath
+from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -253,15 +254,23 @@ class _Routes:
         recursive = _bool(request, "recursive", True)
         privileged = _bool(request, "privilegedExecution", False)
         path = request.query_params.get("path") or "./"
-        files = await self.service.files.list(
-            runner.alloc_id, path, recursive=recursive, privileged=privileged
-        )
+        release = self.service.hold(runner.id)
+        try:
+            files = await self.service.files.list(
+                runner.alloc_id, path, recursive=recursive, privileged=privileged
+            )
+        finally:
+            release()
         return JSONResponse({"files": files})
 
     async def update_files(self, request: Request) -> Response:
         runner = self._runner(request)
         deletions, copies = parse_patch(await _json_body(request), self.service.files.workspace)
-        await self.service.files.update(runner.alloc_id, deletions, copies)
+        release = self.service.hold(runner.id)
+        try:
+            await self.service.files.update(runner.alloc_id, deletions, copies)
+        finally:
+            release()
         return Response(status_code=204)
 
     async def download_file(self, request: Request) -> Response:
@@ -270,10 +279,15 @@ class _Routes:
         if not path:
             raise InvalidRequest("query parameter path is required")
         privileged = _bool(request, "privilegedExecution", False)
-        content = await self.service.files.download(runner.alloc_id, path, privileged=privileged)
+        release = self.service.hold(runner.id)  # until the last byte is sent
+        try:
+            content = await self.service.files.download(runner.alloc_id, path, privileged=privileged)
+        except BaseException:
+            release()
+            raise
         name = quote(posixpath.basename(path.rstrip("/")) or "file")
         headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{name}"}
-        return _DownloadResponse(content, media_type="application/octet-stream", headers=headers)
+        return _DownloadResponse(content, release, media_type="application/octet-stream", headers=headers)
 
     async def execute(self, request: Request) -> Response:
         runner = self._runner(request)
@@ -328,15 +342,17 @@ class _DownloadResponse(StreamingResponse):
     """Closes its download when the response ends: starlette abandons the body iterator of a
     client that disconnects, which would leave the reading task waiting to hand over its next chunk."""
 
-    def __init__(self, download: Download, **kwargs: Any) -> None:
+    def __init__(self, download: Download, release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(download, **kwargs)
         self._download = download
+        self._release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self._download.close()
+            self._release()
 
 
 class _Gone(Exception):

@@ -6,7 +6,7 @@ stays synchronous and free of I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 import trio
@@ -139,6 +139,20 @@ class RunnerService:
     def _alloc_of(self, runner_id: str) -> str | None:
         runner = self.pool.used_runner(runner_id)
         return runner.alloc_id if runner is not None and runner.alloc_id else None
+
+    def hold(self, runner_id: str) -> Callable[[], None]:
+        """Keep the runner from expiring while a request works in it (a long upload or download, as
+        an execution does); returns the release, which may be called more than once."""
+        self._execution_activity(runner_id, +1)
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._execution_activity(runner_id, -1)
+
+        return release
 
     def _execution_activity(self, runner_id: str, delta: int) -> None:
         runner = self.pool.used_runner(runner_id)

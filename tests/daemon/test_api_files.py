@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+import trio
 
 from supervisor.files import FileOperationFailed
 
@@ -145,3 +146,20 @@ async def test_an_operation_whose_output_is_over_its_limit_fails_clearly(harness
         await files._run(alloc_id, ["/bin/sh", "-c", "head -c 5000 /dev/zero"], limit=4096)
     code, stdout, _ = await files._run(alloc_id, ["/bin/sh", "-c", "head -c 4096 /dev/zero"], limit=4096)
     assert (code, len(stdout)) == (0, 4096), "output of exactly the limit is whole"
+
+
+async def test_a_runner_does_not_expire_while_a_slow_download_runs(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10, inactivity_timeout=1)
+    made = await harness.execute(runner, command="head -c 20000000 /dev/zero > big.bin")
+    assert made[-1] == {"type": "exit", "data": 0}
+    received = 0
+    async with harness.http.stream("GET", f"/runners/{runner}/files/raw", params={"path": "big.bin"}) as r:
+        assert r.status_code == 200
+        async for chunk in r.aiter_raw():
+            if received == 0:
+                await trio.sleep(1.5)  # a slow client: longer than the inactivity timeout
+            received += len(chunk)
+    assert received == 20_000_000
+    assert harness.service.pool.used_runner(runner) is not None
+    await harness.wait_for(lambda: harness.service.pool.used_runner(runner) is None, within=10)
