@@ -21,6 +21,7 @@ import codecs
 import contextlib
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
 import trio
@@ -31,7 +32,7 @@ from .commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable
 from .config import ExecutionSettings
 from .errors import ExecConnectionLost, ExecRejected, SupervisorError
 from .nomad import ExecExited, ExecOutput, NomadClient
-from .stopping import StopOutcome, stop_noted, stop_until_reached
+from .stopping import stop_in_runner
 
 __all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
 
@@ -233,28 +234,15 @@ class ExecutionService:
         return names
 
     async def _stop(self, running: _Running, alloc_id: str) -> None:
-        outcome = await stop_noted(
+        await stop_in_runner(
             self._client,
             task=self._settings.task,
             alloc_id=alloc_id,
             note_id=running.execution_id,
             grace=self._settings.stop_grace,
+            nursery=self.nursery,
+            on_failure=partial(self._replace_unstoppable, running, alloc_id),
         )
-        if outcome is StopOutcome.UNREACHABLE and self.nursery is not None:
-            self.nursery.start_soon(self._stop_later, running, alloc_id)
-        elif outcome is not StopOutcome.STOPPED:
-            self._replace_unstoppable(running, alloc_id)
-
-    async def _stop_later(self, running: _Running, alloc_id: str) -> None:
-        outcome = await stop_until_reached(
-            self._client,
-            task=self._settings.task,
-            alloc_id=alloc_id,
-            note_id=running.execution_id,
-            grace=self._settings.stop_grace,
-        )
-        if outcome is StopOutcome.FAILED:
-            self._replace_unstoppable(running, alloc_id)
 
     def _replace_unstoppable(self, running: _Running, alloc_id: str) -> None:
         if self._alloc_of(running.runner_id) != alloc_id:

@@ -13,7 +13,6 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
 from typing import Any, Final
 
 import trio
@@ -34,7 +33,7 @@ from .commands import (
 )
 from .errors import InvalidRequest, SupervisorError
 from .nomad import ExecExited, ExecSession, NomadClient
-from .stopping import StopOutcome, stop_noted, stop_until_reached
+from .stopping import stop_in_runner
 
 __all__ = ["Download", "FileNotAvailable", "FileOperationFailed", "FileService"]
 
@@ -135,22 +134,14 @@ class FileService:
                 yield session
         finally:
             if started and session.exited is None:
-                await self._stop(alloc_id, note_id)
-
-    async def _stop(self, alloc_id: str, note_id: str) -> None:
-        outcome = await stop_noted(
-            self._client, task=self._task, alloc_id=alloc_id, note_id=note_id, grace=self._stop_grace
-        )
-        if outcome is StopOutcome.UNREACHABLE and self.nursery is not None:
-            retry = partial(
-                stop_until_reached,
-                self._client,
-                task=self._task,
-                alloc_id=alloc_id,
-                note_id=note_id,
-                grace=self._stop_grace,
-            )
-            self.nursery.start_soon(retry)
+                await stop_in_runner(
+                    self._client,
+                    task=self._task,
+                    alloc_id=alloc_id,
+                    note_id=note_id,
+                    grace=self._stop_grace,
+                    nursery=self.nursery,
+                )
 
     async def _run(
         self, alloc_id: str, argv: Sequence[str], *, stdin: bytes | None = None, limit: int = _MAX_LISTING

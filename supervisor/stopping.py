@@ -11,6 +11,8 @@ that its allocation survives.
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Final
 
 import trio
@@ -20,7 +22,7 @@ from .commands import stop_command
 from .errors import SupervisorError, TransientError
 from .nomad import NomadClient
 
-__all__ = ["StopOutcome", "stop_noted", "stop_until_reached"]
+__all__ = ["StopOutcome", "stop_in_runner", "stop_noted"]
 
 _MARGIN: Final = 5.0
 _FIRST_RETRY: Final = 1.0
@@ -62,14 +64,35 @@ async def stop_noted(
     return StopOutcome.FAILED
 
 
-async def stop_until_reached(
-    client: NomadClient, *, task: str, alloc_id: str, note_id: str, grace: float
-) -> StopOutcome:
-    """stop_noted, retried with backoff for as long as Nomad cannot be reached."""
+async def stop_in_runner(
+    client: NomadClient,
+    *,
+    task: str,
+    alloc_id: str,
+    note_id: str,
+    grace: float,
+    nursery: trio.Nursery | None,
+    on_failure: Callable[[], None] = lambda: None,
+) -> None:
+    """Stop the noted command now or, when no Nomad server answers, from a task in ``nursery`` as
+    soon as one does. ``on_failure`` runs if Nomad refuses the stop or the stop does not finish."""
+    stop = partial(stop_noted, client, task=task, alloc_id=alloc_id, note_id=note_id, grace=grace)
+    outcome = await stop()
+    if outcome is StopOutcome.UNREACHABLE and nursery is not None:
+        nursery.start_soon(_stop_when_reached, stop, on_failure)
+    elif outcome is StopOutcome.FAILED:
+        on_failure()
+
+
+async def _stop_when_reached(
+    stop: Callable[[], Awaitable[StopOutcome]], on_failure: Callable[[], None]
+) -> None:
     delay = _FIRST_RETRY
     while True:
         await trio.sleep(delay)
-        outcome = await stop_noted(client, task=task, alloc_id=alloc_id, note_id=note_id, grace=grace)
+        outcome = await stop()
+        if outcome is StopOutcome.FAILED:
+            on_failure()
         if outcome is not StopOutcome.UNREACHABLE:
-            return outcome
+            return
         delay = min(_MAX_RETRY, delay * 2)

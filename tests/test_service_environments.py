@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
@@ -70,34 +71,20 @@ def _agree(service: RunnerService, nomad: _GatedNomad) -> bool:
     return (ENVIRONMENT.id in service.pool.environments) == (TEMPLATE in nomad.jobs)
 
 
-async def test_a_listing_taken_before_a_delete_does_not_bring_the_environment_back() -> None:
+@pytest.mark.parametrize("read", ["resync", "load_environments"])
+async def test_a_listing_answered_before_a_delete_does_not_bring_the_environment_back(read: str) -> None:
     nomad = _GatedNomad()
     service = _service(nomad)
     await service.put_environment(ENVIRONMENT)
     release = nomad.hold("list")
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(service.resync)
+            nursery.start_soon(getattr(service, read))
             await nomad.reached["list"].wait()
             nursery.start_soon(service.delete_environment, ENVIRONMENT.id)
             await trio.testing.wait_all_tasks_blocked()
             release.set()
     assert ENVIRONMENT.id not in service.pool.environments
-    assert _agree(service, nomad)
-
-
-async def test_a_fetch_answered_before_a_delete_does_not_bring_the_environment_back() -> None:
-    nomad = _GatedNomad()
-    service = _service(nomad)
-    await service.put_environment(ENVIRONMENT)
-    release = nomad.hold("list")
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(service.load_environments)
-            await nomad.reached["list"].wait()
-            nursery.start_soon(service.delete_environment, ENVIRONMENT.id)
-            await trio.testing.wait_all_tasks_blocked()
-            release.set()
     assert _agree(service, nomad)
 
 
