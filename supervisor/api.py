@@ -254,23 +254,17 @@ class _Routes:
         recursive = _bool(request, "recursive", True)
         privileged = _bool(request, "privilegedExecution", False)
         path = request.query_params.get("path") or "./"
-        release = self.service.hold(runner.id)
-        try:
+        with self.service.held(runner.id):
             files = await self.service.files.list(
                 runner.alloc_id, path, recursive=recursive, privileged=privileged
             )
-        finally:
-            release()
         return JSONResponse({"files": files})
 
     async def update_files(self, request: Request) -> Response:
         runner = self._runner(request)
         deletions, copies = parse_patch(await _json_body(request), self.service.files.workspace)
-        release = self.service.hold(runner.id)
-        try:
+        with self.service.held(runner.id):
             await self.service.files.update(runner.alloc_id, deletions, copies)
-        finally:
-            release()
         return Response(status_code=204)
 
     async def download_file(self, request: Request) -> Response:

@@ -2,7 +2,7 @@
 
 A download streams: a task in the execution nursery owns the exec session and hands its output over
 a small channel, so a file of any size passes through without being held in memory, and a client
-that goes away ends the session.
+that goes away ends the session and has the command stopped.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ class FileService:
                         else:
                             stderr += frame.data[: max(0, _MAX_STDERR - len(stderr))]
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # the client went away: closing the session ends the command
+                return  # the client went away; leaving the session stopped the command
             except Exception as exc:
                 if not isinstance(exc, SupervisorError):
                     # A bug in one download must not end the executions running beside it.

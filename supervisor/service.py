@@ -6,7 +6,8 @@ stays synchronous and free of I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
 import trio
@@ -153,6 +154,15 @@ class RunnerService:
                 self._execution_activity(runner_id, -1)
 
         return release
+
+    @contextlib.contextmanager
+    def held(self, runner_id: str) -> Iterator[None]:
+        """hold() for the duration of a block."""
+        release = self.hold(runner_id)
+        try:
+            yield
+        finally:
+            release()
 
     def _execution_activity(self, runner_id: str, delta: int) -> None:
         runner = self.pool.used_runner(runner_id)
