@@ -82,7 +82,12 @@ def unprivileged_command(argv: Sequence[str], wrapper: str) -> list[str]:
     """A ``/bin/sh -c`` command run under ``wrapper`` (for example ``/sbin/setuser user``), as an
     unprivileged execution is; unchanged when no wrapper is configured."""
     script = _script(argv)
-    return ["/bin/sh", "-c", f"{wrapper} /bin/sh -c {shlex.quote(script)}" if wrapper else script]
+    return ["/bin/sh", "-c", _under(wrapper, script) if wrapper else script]
+
+
+def _under(wrapper: str, script: str) -> str:
+    """Script text running ``script`` in a shell of its own under ``wrapper``, as its child."""
+    return f"{wrapper} /bin/sh -c {shlex.quote(script)}"
 
 
 def _script(argv: Sequence[str]) -> str:
@@ -129,7 +134,7 @@ def execution_command(
     if privileged or not unprivileged_wrapper:
         run = f"eval {shlex.quote(command)}"
     else:
-        run = f"{unprivileged_wrapper} /bin/sh -c {shlex.quote(command)}"
+        run = _under(unprivileged_wrapper, command)
     script = (
         (f"unset {' '.join(unset)}; " if unset else "")
         + _note_pid(execution_id)
