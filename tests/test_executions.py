@@ -16,6 +16,24 @@ from supervisor.executions import ExecutionRequest, ExecutionService, _Running
 from supervisor.nomad import ExecExited
 
 
+def _service(
+    client: object,
+    settings: ExecutionSettings,
+    *,
+    alloc_id: str | None = "alloc-1",
+    replaced: list[tuple[str, str]] | None = None,
+) -> ExecutionService:
+    """An ExecutionService on a fake client: every runner is in ``alloc_id``; replacements are noted."""
+    noted = replaced if replaced is not None else []
+    return ExecutionService(
+        client,  # type: ignore[arg-type]
+        settings,
+        alloc_of=lambda runner_id: alloc_id,
+        activity=lambda runner_id, delta: None,
+        replace_runner=lambda runner_id, reason: noted.append((runner_id, reason)),
+    )
+
+
 class _Unreachable:
     """A Nomad client whose exec never connects."""
 
@@ -59,13 +77,7 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
 ) -> None:
     replaced: list[tuple[str, str]] = []
     client = _BackAfter(failures=3)
-    service = ExecutionService(
-        client,  # type: ignore[arg-type]
-        ExecutionSettings(stop_grace=0.1),
-        alloc_of=lambda runner_id: "alloc-1",
-        activity=lambda runner_id, delta: None,
-        replace_runner=lambda runner_id, reason: replaced.append((runner_id, reason)),
-    )
+    service = _service(client, ExecutionSettings(stop_grace=0.1), replaced=replaced)
     async with trio.open_nursery() as nursery:
         service.nursery = nursery
         await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
@@ -79,26 +91,14 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
 async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced() -> None:
     replaced: list[tuple[str, str]] = []
     client = _Refusing()
-    service = ExecutionService(
-        client,  # type: ignore[arg-type]
-        ExecutionSettings(stop_grace=0.1),
-        alloc_of=lambda runner_id: "alloc-1",
-        activity=lambda runner_id, delta: None,
-        replace_runner=lambda runner_id, reason: replaced.append((runner_id, reason)),
-    )
+    service = _service(client, ExecutionSettings(stop_grace=0.1), replaced=replaced)
     await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
     assert replaced == [("10-runner", "an execution could not be stopped")]
     assert "kill -TERM" in client.commands[0][-1]
 
 
 async def test_pending_executions_are_single_use_and_expire(autojump_clock: trio.abc.Clock) -> None:
-    service = ExecutionService(
-        _Unreachable(),  # type: ignore[arg-type]
-        ExecutionSettings(connect_timeout=60),
-        alloc_of=lambda runner_id: None,
-        activity=lambda runner_id, delta: None,
-        replace_runner=lambda runner_id, reason: None,
-    )
+    service = _service(_Unreachable(), ExecutionSettings(connect_timeout=60), alloc_id=None)
     request = ExecutionRequest("10-runner", "true", {}, 0, False)
     first = service.prepare(request)
     assert service.take(first) == request
@@ -156,13 +156,7 @@ class _Client:
 
 async def test_a_runner_gone_after_the_command_exited_still_reports_the_exit() -> None:
     nomad = _SlowToClose()
-    service = ExecutionService(
-        nomad,  # type: ignore[arg-type]
-        ExecutionSettings(),
-        alloc_of=lambda runner_id: "alloc-1",
-        activity=lambda runner_id, delta: None,
-        replace_runner=lambda runner_id, reason: None,
-    )
+    service = _service(nomad, ExecutionSettings())
     client = _Client()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:

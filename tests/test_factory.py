@@ -79,17 +79,26 @@ class _QuickNomad(_SlowNomad):
         return JobRegisterResponse(index=42)
 
 
+async def _two_creations(
+    nursery: trio.Nursery, nomad: _SlowNomad, *, registrations_per_second: float
+) -> tuple[RunnerPool, RunnerFactory]:
+    """A factory running in ``nursery`` with the two creations of a new environment submitted."""
+    pool = RunnerPool()
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
+    settings = FactorySettings(registrations_per_second=registrations_per_second)
+    factory = RunnerFactory(nomad, pool, settings)  # type: ignore[arg-type]
+    await nursery.start(factory.run)
+    for action in actions:
+        factory.submit(action)
+    return pool, factory
+
+
 async def test_an_environment_removed_while_a_creation_waits_for_its_turn(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    pool = RunnerPool()
-    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
     nomad = _QuickNomad()
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1))  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
-        await nursery.start(factory.run)
-        for action in actions:
-            factory.submit(action)
+        pool, factory = await _two_creations(nursery, nomad, registrations_per_second=1)
         await trio.testing.wait_all_tasks_blocked()  # the first is registered, the second waits
         assert len(nomad.calls) == 1
         for action in pool.remove_environment(10):
@@ -114,14 +123,9 @@ class _BrokenOnceNomad(_QuickNomad):
 async def test_an_unexpected_error_fails_one_action_and_the_factory_goes_on(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    pool = RunnerPool()
-    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
     nomad = _BrokenOnceNomad()
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=10))  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
-        await nursery.start(factory.run)
-        for action in actions:
-            factory.submit(action)
+        pool, factory = await _two_creations(nursery, nomad, registrations_per_second=10)
         await trio.sleep(1)
         nursery.cancel_scope.cancel("test over")
     broken, created = nomad.calls[0][1], nomad.calls[1][1]

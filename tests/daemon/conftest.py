@@ -48,6 +48,12 @@ class Harness:
             while not condition():
                 await trio.sleep(0.01)
 
+    async def restart_leader(self, downtime: float) -> None:
+        """Through the simulator's fault-injection API, as an operator's restart would come."""
+        async with httpx.AsyncClient() as http:
+            url = f"{self.cluster.addresses[0]}/sim/v1/servers/{self.cluster.leader}/restart"
+            await http.post(url, json={"downtime_s": downtime})
+
     async def environment(self, environment_id: int = 10, **fields: Any) -> None:
         response = await self.http.put(
             f"/execution-environments/{environment_id}", json={**ENVIRONMENT, **fields}

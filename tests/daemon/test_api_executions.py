@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
-import httpx
 import pytest
 import trio
 import trio_websocket
@@ -157,12 +157,7 @@ async def test_a_lost_exec_connection_is_an_error_not_an_exit(harness: Harness) 
     await harness.environment(10)
     runner = await harness.runner(10)
 
-    async def restart_leader() -> None:
-        async with httpx.AsyncClient() as http:
-            url = f"{harness.cluster.addresses[0]}/sim/v1/servers/{harness.cluster.leader}/restart"
-            await http.post(url, json={"downtime_s": 1})
-
-    messages = await harness.run_until_end(runner, "echo go; sleep 60", restart_leader)
+    messages = await harness.run_until_end(runner, "echo go; sleep 60", partial(harness.restart_leader, 1))
     assert messages[-1] == {"type": "error", "data": MESSAGE_CONNECTION_LOST}, messages
     assert not any(m["type"] == "exit" for m in messages)
     # Nomad (and the simulator) leave the command running when its session breaks: the daemon stops it.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import httpx
+from functools import partial
+
 import pytest
 
 from supervisor.config import ExecutionSettings, ServerSettings, Settings
@@ -28,12 +29,8 @@ async def test_the_only_server_restarting_under_an_execution_keeps_the_runner(ha
     await harness.environment(10)
     runner = await harness.runner(10)
 
-    async def restart_the_server() -> None:
-        async with httpx.AsyncClient() as http:
-            url = f"{harness.cluster.addresses[0]}/sim/v1/servers/{harness.cluster.leader}/restart"
-            await http.post(url, json={"downtime_s": 1.5})
-
-    messages = await harness.run_until_end(runner, "echo go; sleep 60", restart_the_server)
+    restart_the_only_server = partial(harness.restart_leader, 1.5)
+    messages = await harness.run_until_end(runner, "echo go; sleep 60", restart_the_only_server)
     assert messages[-1] == {"type": "error", "data": MESSAGE_CONNECTION_LOST}
     # The stop could not reach Nomad at first; it goes through once the server is back.
     await harness.wait_for(lambda: harness.cluster.execs.count == 0, within=20)
