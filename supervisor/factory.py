@@ -110,7 +110,7 @@ class RunnerFactory:
 
     async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):
-            await self._client.deregister_job(action.runner_id, purge=True)
+            await self._purge(action.runner_id)
             self.destroyed += 1
             logger.debug("destroyed runner {}: {}", action.runner_id, action.reason)
             return
@@ -123,7 +123,7 @@ class RunnerFactory:
             if self._pool.used_runner(action.runner_id) is None:
                 # Released while the write was under way: its purge may have come first and this
                 # registration brought the job back.
-                await self._client.deregister_job(action.runner_id, purge=True)
+                await self._purge(action.runner_id)
             return
         runner = self._pool.runners[action.runner_id]
         environment = runner.environment or self._pool.environments[action.environment_id]
@@ -131,9 +131,13 @@ class RunnerFactory:
         self.created += 1
         if action.runner_id not in self._pool.runners:
             # Destroyed while its registration was under way: the destroy may have come first.
-            await self._client.deregister_job(action.runner_id, purge=True)
+            await self._purge(action.runner_id)
             return
         self._pool.registered(action.runner_id, registered.index)
+
+    async def _purge(self, runner_id: str) -> None:
+        response = await self._client.deregister_job(runner_id, purge=True)
+        self._pool.purged(runner_id, response.index)
 
 
 def _describe(action: FactoryAction) -> str:

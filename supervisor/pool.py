@@ -9,6 +9,13 @@ existing runner objects (allocation, node, ports) instead of replacing them unde
 A runner is handed out only when its allocation runs. A used runner whose container is lost or
 replaced (restart, reschedule, migration, lost node) is gone for its client (410) and its job is
 destroyed: its files are gone, and its ID must never come back as another client's idle runner.
+
+A removed runner is gone for good. The pool keeps a tombstone for it: the Raft index from which
+Nomad no longer shows its job (the index of its purge, or of the listing that found it missing), or
+None while its purge is under way. A listing taken before that index still shows the job and never
+brings the runner back; a listing taken at or after it that still shows the job means the job
+outlived its purge, and it is destroyed again. A tombstone is dropped once a listing taken at or
+after its index no longer shows the job, so they stay as many as the runners recently removed.
 """
 
 from __future__ import annotations
@@ -147,6 +154,8 @@ class RunnerPool:
     environments: dict[int, ExecutionEnvironment] = field(factory=dict)
     runners: dict[str, Runner] = field(factory=dict)
     draining_nodes: set[str] = field(factory=set)
+    # Removed runners: the index from which Nomad no longer shows their job, None while unknown.
+    tombstones: dict[str, int | None] = field(factory=dict)
     # Idle runners per environment, oldest first (dicts keep insertion order).
     _idle: dict[int, dict[str, None]] = field(factory=dict)
 
@@ -254,6 +263,11 @@ class RunnerPool:
 
     # -- Nomad ----------------------------------------------------------------------------------
 
+    def purged(self, runner_id: str, index: int) -> None:
+        """Nomad confirmed the purge of a removed runner's job at ``index``."""
+        if runner_id in self.tombstones:
+            self.tombstones[runner_id] = max(self.tombstones[runner_id] or 0, index)
+
     def registered(self, runner_id: str, index: int) -> None:
         runner = self.runners.get(runner_id)
         if runner is not None and not runner.registered_index:
@@ -345,8 +359,10 @@ class RunnerPool:
     ) -> list[Action]:
         """Bring local state to what Nomad lists at ``index``, in place, then refill the pools.
 
-        A runner missing from the listing is gone only if its job was known to exist at or before
-        ``index``: one registered after the listing was taken is simply not in it yet.
+        ``allocs`` may hold the live allocations only: a runner whose known allocation was placed
+        before ``index`` and is not listed as live has ended. A runner missing from the listing is
+        gone only if its job was known to exist at or before ``index``: one registered after the
+        listing was taken is simply not in it yet. A tombstoned runner never comes back.
         """
         latest: dict[str, AllocListStub] = {}
         for alloc in allocs:
@@ -360,22 +376,40 @@ class RunnerPool:
             if environment_id is None or environment_id not in self.environments:
                 continue
             listed.add(job.id)
+            if job.id in self.tombstones:
+                actions += self._listed_after_removal(job.id, index)
+                continue
             job_alloc = latest.get(job.id)
             runner = self.runners.get(job.id)
             if job.stop or (job.status == "dead" and (job_alloc is None or not _live(job_alloc))):
                 if runner is not None:
                     actions += self._remove(runner, REASON_JOB_GONE)
                 else:
+                    self.tombstones[job.id] = None
                     actions.append(DestroyRunner(job.id, "its Nomad job is dead"))
                 continue
             if runner is None:
                 runner = self._adopt(job, environment_id, now)
             if job_alloc is not None:
                 actions += self.apply_allocation(job_alloc)
+            elif runner.alloc_id and runner.alloc_create_index <= index:
+                actions += self._remove(runner, REASON_ALLOCATION_STOPPED)
         for runner in list(self.runners.values()):
             if 0 < runner.registered_index <= index and runner.id not in listed:
-                actions += self._remove(runner, REASON_JOB_GONE, destroy_job=False)
+                actions += self._remove(runner, REASON_JOB_GONE, vanished_at=index)
+        for runner_id, gone_at in list(self.tombstones.items()):
+            if gone_at is not None and gone_at <= index and runner_id not in listed:
+                del self.tombstones[runner_id]
         return actions + self.fill_all()
+
+    def _listed_after_removal(self, runner_id: str, index: int) -> list[Action]:
+        """A removed runner's job in a listing: stale if taken before its purge; otherwise the job
+        came back (a write that raced the purge) and is destroyed again. Never handed out."""
+        gone_at = self.tombstones[runner_id]
+        if gone_at is None or index < gone_at:
+            return []
+        self.tombstones[runner_id] = None
+        return [DestroyRunner(runner_id, "a removed runner's job outlived its purge")]
 
     def _adopt(self, job: JobListStub, environment_id: int, now: float) -> Runner:
         """A runner job this process did not know: its meta says whether a client holds it."""
@@ -407,14 +441,16 @@ class RunnerPool:
         else:
             idle.pop(runner.id, None)
 
-    def _remove(self, runner: Runner, reason: str, *, destroy_job: bool = True) -> list[Action]:
-        """Forget the runner; destroy its job; tell its executions; refill its pool."""
+    def _remove(self, runner: Runner, reason: str, *, vanished_at: int | None = None) -> list[Action]:
+        """Forget the runner for good; tell its executions; destroy its job, unless a listing at
+        ``vanished_at`` showed it gone already; refill its pool."""
         self.runners.pop(runner.id, None)
         self._idle.get(runner.environment_id, {}).pop(runner.id, None)
+        self.tombstones[runner.id] = vanished_at
         actions: list[Action] = []
         if runner.state is RunnerState.USED:
             actions.append(RunnerGone(runner.id, reason))
-        if destroy_job:
+        if vanished_at is None:
             actions.append(DestroyRunner(runner.id, reason))
         return actions + self.fill(runner.environment_id)
 

@@ -205,3 +205,65 @@ def test_a_draining_node_takes_nothing_new() -> None:
     assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id), (
         "its client can still release it"
     )
+
+
+def listing(pool: RunnerPool, ids: list[str]) -> tuple[list[JobListStub], list[AllocListStub]]:
+    """What Nomad lists for ``ids``: their jobs, and their running allocations as warm_pool placed them."""
+    jobs = [JobListStub(id=runner_id, status="running") for runner_id in ids]
+    allocs = [
+        AllocListStub(id=f"a{i}", job_id=r, client_status="running", create_index=10 + i, modify_index=10 + i)
+        for i, r in enumerate(ids)
+    ]
+    return jobs, allocs
+
+
+def test_a_listing_taken_before_a_release_never_brings_the_runner_back() -> None:
+    pool, ids = warm_pool()
+    stale_jobs, stale_allocs = listing(pool, ids)  # taken at index 20
+    runner, _ = pool.claim(10, 0, now=0)
+    assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id)
+    actions = pool.reconcile(stale_jobs, stale_allocs, now=1.0, index=20)
+    assert runner.id not in pool.runners, "a released runner is gone for good"
+    assert all(getattr(a, "runner_id", None) != runner.id for a in actions)
+    handed_out = [pool.claim(10, 0, now=2.0)[0].id for _ in range(pool.statistics()["10"]["idleRunners"])]
+    assert handed_out, "the other runner is still idle"
+    assert runner.id not in handed_out
+
+
+def test_a_tombstone_stays_until_a_listing_after_the_purge_no_longer_shows_the_job() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    pool.release(runner.id)
+    jobs, allocs = listing(pool, ids)
+    assert pool.tombstones == {runner.id: None}, "its purge is under way"
+    pool.reconcile(jobs, allocs, now=1.0, index=500)
+    assert runner.id not in pool.runners, "while the purge is under way, any listing is stale"
+    pool.purged(runner.id, 30)
+    assert pool.reconcile(jobs, allocs, now=1.0, index=25) == []
+    assert runner.id not in pool.runners
+    assert pool.tombstones == {runner.id: 30}, "a listing before the purge keeps the tombstone"
+    outlived = pool.reconcile(jobs, allocs, now=1.0, index=40)
+    assert DestroyRunner(runner.id, "a removed runner's job outlived its purge") in outlived
+    assert runner.id not in pool.runners
+    pool.purged(runner.id, 45)
+    without = [j for j in jobs if j.id != runner.id]
+    pool.reconcile(without, allocs, now=2.0, index=44)
+    assert runner.id in pool.tombstones, "taken before the second purge"
+    pool.reconcile(without, allocs, now=2.0, index=45)
+    assert pool.tombstones == {}, "dropped: memory stays bounded"
+
+
+def test_a_runner_whose_allocation_is_no_longer_listed_as_live_has_ended() -> None:
+    pool, ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    idle = next(r for r in ids if r != runner.id)
+    jobs, _allocs = listing(pool, ids)
+    actions = pool.reconcile(jobs, [], now=1.0, index=100)
+    assert RunnerGone(runner.id, "the allocation stopped") in actions
+    assert DestroyRunner(idle, "the allocation stopped") in actions, "an idle runner is replaced"
+    assert idle not in pool.runners
+    fresh = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
+    pool.registered(fresh, 150)
+    pool.apply_allocation(alloc(fresh, "n1", "running", 160))
+    assert pool.reconcile([*jobs, JobListStub(id=fresh, status="running")], [], now=2.0, index=155) == []
+    assert pool.runners[fresh].state is RunnerState.IDLE, "placed after the listing: not judged by it"

@@ -267,9 +267,14 @@ class NomadClient:
         *,
         resources: bool = True,
         task_states: bool = True,
+        filter: str = "",
         per_page: int | None = None,
     ) -> Indexed[list[AllocListStub]]:
+        """Allocation stubs; ``filter`` is a Nomad filter expression, evaluated by Nomad against
+        each full allocation."""
         params = {"prefix": prefix} if prefix else {}
+        if filter:
+            params["filter"] = filter
         if resources:
             params["resources"] = "true"
         if not task_states:

@@ -8,8 +8,8 @@ validation and while the cluster has no leader.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import unquote
 
 import orjson
@@ -27,6 +27,7 @@ from .encode import (
     node_stub,
     summary_state,
 )
+from .filters import ALLOC_FIELDS, JOB_FIELDS, NODE_FIELDS, Getter, compile_filter
 from .http import Request, Response, StreamReply, WebSocketReply, json_response, text_response
 from .jobs import NomadError
 from .objects import SimAlloc, SimJob
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NomadAPI", "parse_go_duration"]
 
+_Item = TypeVar("_Item")
 Handler = Callable[[Request, dict[str, str]], Awaitable[Response | StreamReply | WebSocketReply]]
 
 _MAX_WAIT: Final = 300.0
@@ -204,9 +206,9 @@ class NomadAPI:
         return items[:per_page], key(items[per_page])
 
     @staticmethod
-    def _reject_filter(request: Request) -> None:
-        if request.arg("filter"):
-            raise NomadError(400, "filter expressions are not supported by the simulated cluster")
+    def _filtered(request: Request, items: list[_Item], fields: Mapping[str, Getter]) -> list[_Item]:
+        predicate = compile_filter(request.arg("filter"), fields)
+        return items if predicate is None else [item for item in items if predicate(item)]
 
     @staticmethod
     def _body(request: Request) -> Any:
@@ -220,7 +222,6 @@ class NomadAPI:
     # -- jobs -----------------------------------------------------------------------------------
 
     async def list_jobs(self, request: Request, params: dict[str, str]) -> Response:
-        self._reject_filter(request)
         index = await self._blocking(request, lambda: self.state.table_index["jobs"])
         namespace, prefix = self._namespace(request), request.arg("prefix")
         jobs = sorted(
@@ -231,6 +232,7 @@ class NomadAPI:
             ),
             key=lambda j: (j.namespace, j.id),
         )
+        jobs = self._filtered(request, jobs, JOB_FIELDS)
         page, next_token = self._paginate(request, jobs, lambda j: j.id)
         meta = request.arg("meta") in ("true", "1")
         body = [self._encoded_job_stub(j, meta) for j in page]
@@ -297,7 +299,6 @@ class NomadAPI:
     # -- allocations ----------------------------------------------------------------------------
 
     async def list_allocations(self, request: Request, params: dict[str, str]) -> Response:
-        self._reject_filter(request)
         index = await self._blocking(request, lambda: self.state.table_index["allocs"])
         namespace, prefix = self._namespace(request), request.arg("prefix")
         allocs = sorted(
@@ -308,6 +309,7 @@ class NomadAPI:
             ),
             key=lambda a: a.id,
         )
+        allocs = self._filtered(request, allocs, ALLOC_FIELDS)
         page, next_token = self._paginate(request, allocs, lambda a: a.id)
         resources = request.arg("resources") in ("true", "1")
         task_states = request.arg("task_states") not in ("false", "0")
@@ -339,10 +341,10 @@ class NomadAPI:
     # -- nodes ----------------------------------------------------------------------------------
 
     async def list_nodes(self, request: Request, params: dict[str, str]) -> Response:
-        self._reject_filter(request)
         index = await self._blocking(request, lambda: self.state.table_index["nodes"])
         prefix = request.arg("prefix")
         nodes = sorted((n for n in self.state.nodes.values() if n.id.startswith(prefix)), key=lambda n: n.id)
+        nodes = self._filtered(request, nodes, NODE_FIELDS)
         body = [node_stub(n, self.cluster.config.nomad_version) for n in nodes]
         return json_response(body, headers=self._headers(index))
 

@@ -144,10 +144,10 @@ def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
 
 
 def alloc_stub(alloc: SimAlloc, *, resources: bool, task_states: bool = True) -> dict[str, Any]:
-    """An AllocListStub: every field present."""
-    return {
+    """An AllocListStub: every field present, but AllocatedResources (``omitempty``) only with
+    ``resources``; TaskStates is null without ``task_states``."""
+    stub = {
         **_alloc_fields(alloc),
-        "AllocatedResources": _allocated_resources(alloc) if resources else None,
         "DeploymentStatus": None,
         "DesiredTransition": _desired_transition(alloc),
         "JobType": alloc.job.get("Type", ""),
@@ -156,6 +156,9 @@ def alloc_stub(alloc: SimAlloc, *, resources: bool, task_states: bool = True) ->
         "PreemptedByAllocation": "",
         "TaskStates": _task_states(alloc) if task_states else None,
     }
+    if resources:
+        stub["AllocatedResources"] = _allocated_resources(alloc)
+    return stub
 
 
 def _job_fields(job: SimJob) -> dict[str, Any]:

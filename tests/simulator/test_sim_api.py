@@ -75,7 +75,8 @@ async def test_list_stubs_carry_every_field(cluster: SimulatedCluster, client: N
     }
     assert stub["AllocatedResources"]["Tasks"]["default-task"]["Memory"]["MemoryMaxMB"] == 256
     bare = (await raw(cluster, "GET", "/v1/allocations")).json()[0]
-    assert bare["AllocatedResources"] is None, "resources only with resources=true"
+    assert "AllocatedResources" not in bare, "resources only with resources=true (omitempty on the stub)"
+    assert "TaskStates" in bare
     jobs = (await raw(cluster, "GET", "/v1/jobs")).json()
     assert "Meta" not in jobs[0], "Meta only with meta=true"
     assert jobs[0]["JobSummary"]["Summary"]["default-group"]["Running"] == 1
