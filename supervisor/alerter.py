@@ -1,10 +1,10 @@
 """The prewarming-pool alerter: per environment, ok -> depleting -> reloading.
 
 An environment whose idle runners stay below ``alert.prewarming_pool_threshold`` of its pool size for
-``alert.reload_timeout`` seconds is reloaded: Nomad is listed again and the pool reconciled, which
-finds runners lost without an event and refills what is missing. Poseidon's alert is the only way it
-ever replaced lost runners; here the pool refills on every loss and relists periodically, so this is
-the last line, and it says loudly when it had to act.
+``alert.reload_timeout`` seconds is reloaded: the event-stream watcher is asked to list Nomad again
+and reconcile the pool, which finds runners lost without an event and refills what is missing.
+Poseidon's alert is the only way it ever replaced lost runners; here the pool refills on every loss
+and relists periodically, so this is the last line, and it says loudly when it had to act.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from attrs import define, field
 from loguru import logger
 
 from .config import AlertSettings
-from .errors import SupervisorError
 from .service import RunnerService
 
 __all__ = ["AlertStates", "PrewarmingPoolAlerter"]
@@ -62,7 +61,6 @@ class PrewarmingPoolAlerter:
     def __init__(self, service: RunnerService, settings: AlertSettings) -> None:
         self.service = service
         self.states = AlertStates(settings.prewarming_pool_threshold, settings.reload_timeout)
-        self.reloads = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -74,10 +72,6 @@ class PrewarmingPoolAlerter:
             logger.warning(
                 "prewarming pool alert: environments {} stayed depleted; reloading", ", ".join(due)
             )
-            try:
-                await self.service.resync()
-                self.reloads += 1
-            except SupervisorError as exc:
-                logger.error("reloading the environments failed: {}", exc)
+            self.service.request_relist("prewarming pool alert")
             for environment_id in due:
                 self.states.reloaded(environment_id, trio.current_time())

@@ -26,6 +26,7 @@ __all__ = [
     "new_runner_id",
     "runner_environment_id",
     "runner_job",
+    "runner_prefix",
     "template_job",
 ]
 
@@ -179,8 +180,13 @@ def environment_from_template(meta: Mapping[str, str]) -> ExecutionEnvironment |
         return None
 
 
+def runner_prefix(environment_id: int) -> str:
+    """What every runner job ID of the environment starts with, and no other's does."""
+    return f"{environment_id}-"
+
+
 def new_runner_id(environment_id: int) -> str:
-    return f"{environment_id}-{uuid.uuid4()}"
+    return f"{runner_prefix(environment_id)}{uuid.uuid4()}"
 
 
 def runner_environment_id(job_id: str) -> int | None:

@@ -8,7 +8,7 @@ from typing import Generic, TypeVar
 
 import trio
 
-__all__ = ["AsyncValue", "StreamState"]
+__all__ = ["AsyncValue", "Requests", "StreamState"]
 
 T = TypeVar("T")
 
@@ -45,3 +45,28 @@ class AsyncValue(Generic[T]):
         while not predicate(self._value):
             await self._changed.wait()
         return self._value
+
+
+class Requests:
+    """Requests for one piece of work, coalesced: any number made before ``wait()`` returns are one."""
+
+    def __init__(self) -> None:
+        self._reasons: list[str] = []
+        self._pending = trio.Event()
+
+    def request(self, reason: str) -> None:
+        if reason not in self._reasons:
+            self._reasons.append(reason)
+        self._pending.set()
+
+    def clear(self) -> None:
+        """Drop the requests made so far: the work they ask for is about to be done anyway."""
+        self._reasons = []
+        self._pending = trio.Event()
+
+    async def wait(self) -> list[str]:
+        """Wait for a request; returns the reasons of every request made since the last wait."""
+        await self._pending.wait()
+        reasons = self._reasons
+        self.clear()
+        return reasons

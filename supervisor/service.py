@@ -14,18 +14,29 @@ import trio
 from loguru import logger
 
 from .config import Settings
-from .environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
+from .environments import (
+    TEMPLATE_PREFIX,
+    ExecutionEnvironment,
+    environment_from_template,
+    runner_prefix,
+    template_job,
+)
 from .errors import NomadNotFound, SupervisorError, TransientError
 from .executions import ExecutionService
 from .factory import RunnerFactory
 from .files import FileService
-from .levels import AsyncValue, StreamState
+from .levels import AsyncValue, Requests, StreamState
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
 from .pool import REASON_INACTIVITY, Action, Runner, RunnerGone, RunnerPool
 
 __all__ = ["NomadUnreachable", "RunnerService"]
 
 _EXPIRY_IDLE_WAKE: Final = 3600.0
+# Allocations that may still run: what a relist needs of Nomad's allocations (nomad-api.md §2).
+LIVE_ALLOCATIONS: Final = (
+    'DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
+    'and ClientStatus != "lost"'
+)
 
 
 class NomadUnreachable(SupervisorError):
@@ -54,6 +65,7 @@ class RunnerService:
             unprivileged_wrapper=settings.execution.unprivileged_wrapper,
         )
         self.last_index = 0
+        self.relists = Requests()
         self.stream_losses = 0
         self.synced = trio.Event()
         self._expiry_changed = trio.Event()
@@ -187,22 +199,43 @@ class RunnerService:
 
     # -- Nomad's view ---------------------------------------------------------------------------
 
-    async def resync(self) -> int:
-        """List jobs and allocations, reconcile in place; returns the index to watch from."""
+    def request_relist(self, reason: str) -> None:
+        """Ask the event-stream watcher, the one owner of the pool's view of Nomad, for a relist."""
+        self.relists.request(reason)
+
+    async def relist(self) -> int:
+        """List what the pool needs and reconcile it at the listing's index; returns that index.
+
+        Only the event-stream watcher calls this, between the batches it applies. The listing reads
+        the nodes, the template jobs, each environment's runner jobs by prefix, and the live
+        allocations through a filter, without task states: its cost follows the live runners, not
+        the terminal allocations Nomad keeps for hours. Environments stay as they are meanwhile.
+        """
         nodes = await self.client.list_nodes()
         self.apply(self.pool.set_draining_nodes(n.id for n in nodes.value if n.drain))
         async with self._environments_lock:
-            jobs = await self.client.list_jobs(meta=True)
-            self._adopt_templates(jobs.value)  # the listing holds the templates too: no second call
-        allocs = await self.client.list_allocations(resources=True)
-        index = min(jobs.index, allocs.index)
-        self.apply(self.pool.reconcile(jobs.value, allocs.value, trio.current_time(), index=index))
+            templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
+            self._adopt_templates(templates.value)
+            jobs: list[JobListStub] = []
+            index = templates.index
+            for environment_id in sorted(self.pool.environments):
+                runners = await self.client.list_jobs(runner_prefix(environment_id), meta=True)
+                jobs += runners.value
+                index = min(index, runners.index)
+            allocs = await self.client.list_allocations(
+                filter=LIVE_ALLOCATIONS, resources=True, task_states=False
+            )
+            index = min(index, allocs.index)
+            self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
         self._expiry_changed.set()  # adopted claims bring their inactivity deadlines
         self.last_index = max(self.last_index, index)
         self.synced.set()
         return self.last_index
 
     def apply_batch(self, batch: EventBatch) -> None:
+        """Apply a batch of the stream; one that a listing already covered is skipped."""
+        if batch.index <= self.last_index:
+            return
         for event in batch.events:
             payload = event.payload
             if isinstance(payload, Allocation):

@@ -1,8 +1,14 @@
-"""The event-stream watcher: list, then watch, and after every loss: relist, reconcile, watch again.
+"""The event-stream watcher: the one loop that owns the pool's view of Nomad.
+
+As client-go's Reflector does it: list, reconcile at the listing's index, then watch from that
+index; after every loss of the stream, the same again. Relists asked for meanwhile (the periodic
+safety net, the prewarming-pool alert, evidence that runners are gone) are carried out by this same
+loop, between two batches of the stream, never beside it: a listing is applied in order with the
+events, and a batch that a listing already covers is skipped.
 
 Its health is level state (``RunnerService.stream``): DOWN while it cannot follow Nomad, RECOVERING
-while it relists, UP while the stream runs. Nothing is cancelled when the stream drops; new claims
-and executions wait at the admission gate, running executions never notice.
+while it relists after a loss, UP while the stream runs. Nothing is cancelled when the stream drops;
+new claims and executions wait at the admission gate, running executions never notice.
 """
 
 from __future__ import annotations
@@ -12,15 +18,22 @@ from collections.abc import Callable
 from typing import Final
 
 import trio
+from attrs import frozen
 from loguru import logger
 
 from .errors import SupervisorError
 from .levels import StreamState
+from .nomad import EventBatch, EventStream
 from .service import RunnerService
 
 __all__ = ["EventStreamWatcher"]
 
 _TOPICS: Final = {"Job": "*", "Allocation": "*", "Node": "*"}
+
+
+@frozen
+class _RelistDue:
+    reasons: list[str]
 
 
 class EventStreamWatcher:
@@ -41,6 +54,7 @@ class EventStreamWatcher:
         self.max_delay = max_delay
         self._random_fraction = random_fraction
         self._failures = 0
+        self.relists = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Never returns; starts at once, with the stream DOWN until the first listing is in."""
@@ -62,22 +76,48 @@ class EventStreamWatcher:
             await trio.sleep(delay)
 
     async def _follow(self) -> None:
-        """List, then follow the stream, relisting every ``resync_interval``; raises when it ends."""
+        """List, then watch from the listing's index, relisting when asked; raises when the stream
+        ends."""
         service = self.service
         service.stream.value = StreamState.RECOVERING
-        index = await service.resync()
+        service.relists.clear()  # the connect's own listing serves every request made so far
+        index = await self._relist(["connect"])
         async with service.client.open_event_stream(
             _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
         ) as stream:
             service.stream.value = StreamState.UP
             self._failures = 0  # the backoff starts over after a good connection
+            send, receive = trio.open_memory_channel[EventBatch | _RelistDue](0)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._resync_periodically)
-                async for batch in stream:
-                    service.apply_batch(batch)
+                nursery.start_soon(self._read, stream, send.clone())
+                nursery.start_soon(self._forward_relist_requests, send)
+                nursery.start_soon(self._request_periodically)
+                async for item in receive:
+                    if isinstance(item, EventBatch):
+                        service.apply_batch(item)
+                    else:
+                        await self._relist(item.reasons)
 
-    async def _resync_periodically(self) -> None:
+    async def _relist(self, reasons: list[str]) -> int:
+        index = await self.service.relist()
+        self.relists += 1
+        logger.debug("relisted at index {} ({})", index, ", ".join(reasons))
+        return index
+
+    @staticmethod
+    async def _read(stream: EventStream, send: trio.MemorySendChannel[EventBatch | _RelistDue]) -> None:
+        """Hand each batch to the loop; while the loop relists, the stream waits in its socket."""
+        async with send:
+            while True:
+                await send.send(await stream.receive())
+
+    async def _forward_relist_requests(self, send: trio.MemorySendChannel[EventBatch | _RelistDue]) -> None:
+        async with send:
+            while True:
+                await send.send(_RelistDue(await self.service.relists.wait()))
+
+    async def _request_periodically(self) -> None:
         """Nomad can lose jobs without an event (all agents restarting): only a listing shows it."""
         while True:
             await trio.sleep(self.resync_interval)
-            await self.service.resync()
+            self.service.request_relist("periodic")

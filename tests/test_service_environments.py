@@ -59,7 +59,7 @@ class _GatedNomad:
     async def list_nodes(self) -> Indexed[list[Any]]:
         return Indexed([], 10)
 
-    async def list_allocations(self, *, resources: bool = False) -> Indexed[list[Any]]:
+    async def list_allocations(self, **_options: object) -> Indexed[list[Any]]:
         return Indexed([], 10)
 
 
@@ -71,7 +71,7 @@ def _agree(service: RunnerService, nomad: _GatedNomad) -> bool:
     return (ENVIRONMENT.id in service.pool.environments) == (TEMPLATE in nomad.jobs)
 
 
-@pytest.mark.parametrize("read", ["resync", "load_environments"])
+@pytest.mark.parametrize("read", ["relist", "load_environments"])
 async def test_a_listing_answered_before_a_delete_does_not_bring_the_environment_back(read: str) -> None:
     nomad = _GatedNomad()
     service = _service(nomad)
