@@ -12,7 +12,7 @@ destroyed: its files are gone, and its ID must never come back as another client
 
 A removed runner is gone for good. The pool keeps a tombstone for it: the Raft index from which
 Nomad no longer shows its job (the index of its purge, or of the listing that found it missing), or
-None while its purge is under way. A listing taken before that index still shows the job and never
+none while its purge is under way. A listing taken before that index still shows the job and never
 brings the runner back; a listing taken at or after it that still shows the job means the job
 outlived its purge, and it is destroyed again. A tombstone is dropped once a listing taken at or
 after its index no longer shows the job, so they stay as many as the runners recently removed.
@@ -40,6 +40,7 @@ __all__ = [
     "RunnerGone",
     "RunnerPool",
     "RunnerState",
+    "Tombstone",
     "UnknownEnvironment",
 ]
 
@@ -119,6 +120,19 @@ def _end_reason(alloc: Allocation | AllocListStub) -> str:
     return REASON_ALLOCATION_STOPPED
 
 
+@frozen
+class Tombstone:
+    """A removed runner: ``gone_at`` is the index from which Nomad no longer shows its job (None
+    while its purge is under way); it is never below ``floor``, the newest index at which the pool
+    knew the job to exist (Nomad answers a purge of a job it no longer knows with index 0)."""
+
+    floor: int
+    gone_at: int | None = None
+
+    def purged(self, index: int) -> Tombstone:
+        return Tombstone(self.floor, max(self.floor, self.gone_at or 0, index))
+
+
 @define(eq=False)
 class Runner:
     id: str
@@ -154,8 +168,9 @@ class RunnerPool:
     environments: dict[int, ExecutionEnvironment] = field(factory=dict)
     runners: dict[str, Runner] = field(factory=dict)
     draining_nodes: set[str] = field(factory=set)
-    # Removed runners: the index from which Nomad no longer shows their job, None while unknown.
-    tombstones: dict[str, int | None] = field(factory=dict)
+    tombstones: dict[str, Tombstone] = field(factory=dict)
+    # The index of the newest listing reconciled: an older one has nothing newer to tell.
+    listed_index: int = 0
     # Idle runners per environment, oldest first (dicts keep insertion order).
     _idle: dict[int, dict[str, None]] = field(factory=dict)
 
@@ -265,8 +280,9 @@ class RunnerPool:
 
     def purged(self, runner_id: str, index: int) -> None:
         """Nomad confirmed the purge of a removed runner's job at ``index``."""
-        if runner_id in self.tombstones:
-            self.tombstones[runner_id] = max(self.tombstones[runner_id] or 0, index)
+        tombstone = self.tombstones.get(runner_id)
+        if tombstone is not None:
+            self.tombstones[runner_id] = tombstone.purged(index)
 
     def registered(self, runner_id: str, index: int) -> None:
         runner = self.runners.get(runner_id)
@@ -362,8 +378,13 @@ class RunnerPool:
         ``allocs`` may hold the live allocations only: a runner whose known allocation was placed
         before ``index`` and is not listed as live has ended. A runner missing from the listing is
         gone only if its job was known to exist at or before ``index``: one registered after the
-        listing was taken is simply not in it yet. A tombstoned runner never comes back.
+        listing was taken is simply not in it yet. A tombstoned runner never comes back, and a
+        listing older than one reconciled before is ignored: the tombstones it could contradict may
+        have been dropped by the newer one.
         """
+        if index < self.listed_index:
+            return []
+        self.listed_index = index
         latest: dict[str, AllocListStub] = {}
         for alloc in allocs:
             current = latest.get(alloc.job_id)
@@ -385,7 +406,7 @@ class RunnerPool:
                 if runner is not None:
                     actions += self._remove(runner, REASON_JOB_GONE)
                 else:
-                    self.tombstones[job.id] = None
+                    self.tombstones[job.id] = Tombstone(index)
                     actions.append(DestroyRunner(job.id, "its Nomad job is dead"))
                 continue
             if runner is None:
@@ -397,7 +418,8 @@ class RunnerPool:
         for runner in list(self.runners.values()):
             if 0 < runner.registered_index <= index and runner.id not in listed:
                 actions += self._remove(runner, REASON_JOB_GONE, vanished_at=index)
-        for runner_id, gone_at in list(self.tombstones.items()):
+        for runner_id, tombstone in list(self.tombstones.items()):
+            gone_at = tombstone.gone_at
             if gone_at is not None and gone_at <= index and runner_id not in listed:
                 del self.tombstones[runner_id]
         return actions + self.fill_all()
@@ -405,10 +427,10 @@ class RunnerPool:
     def _listed_after_removal(self, runner_id: str, index: int) -> list[Action]:
         """A removed runner's job in a listing: stale if taken before its purge; otherwise the job
         came back (a write that raced the purge) and is destroyed again. Never handed out."""
-        gone_at = self.tombstones[runner_id]
-        if gone_at is None or index < gone_at:
+        tombstone = self.tombstones[runner_id]
+        if tombstone.gone_at is None or index < tombstone.gone_at:
             return []
-        self.tombstones[runner_id] = None
+        self.tombstones[runner_id] = Tombstone(index)
         return [DestroyRunner(runner_id, "a removed runner's job outlived its purge")]
 
     def _adopt(self, job: JobListStub, environment_id: int, now: float) -> Runner:
@@ -446,7 +468,8 @@ class RunnerPool:
         ``vanished_at`` showed it gone already; refill its pool."""
         self.runners.pop(runner.id, None)
         self._idle.get(runner.environment_id, {}).pop(runner.id, None)
-        self.tombstones[runner.id] = vanished_at
+        floor = max(runner.registered_index, runner.alloc_modify_index, self.listed_index)
+        self.tombstones[runner.id] = Tombstone(floor, vanished_at)
         actions: list[Action] = []
         if runner.state is RunnerState.USED:
             actions.append(RunnerGone(runner.id, reason))

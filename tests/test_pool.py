@@ -235,13 +235,13 @@ def test_a_tombstone_stays_until_a_listing_after_the_purge_no_longer_shows_the_j
     runner, _ = pool.claim(10, 0, now=0)
     pool.release(runner.id)
     jobs, allocs = listing(pool, ids)
-    assert pool.tombstones == {runner.id: None}, "its purge is under way"
-    pool.reconcile(jobs, allocs, now=1.0, index=500)
+    assert pool.tombstones[runner.id].gone_at is None, "its purge is under way"
+    pool.reconcile(jobs, allocs, now=1.0, index=22)
     assert runner.id not in pool.runners, "while the purge is under way, any listing is stale"
     pool.purged(runner.id, 30)
     assert pool.reconcile(jobs, allocs, now=1.0, index=25) == []
     assert runner.id not in pool.runners
-    assert pool.tombstones == {runner.id: 30}, "a listing before the purge keeps the tombstone"
+    assert pool.tombstones[runner.id].gone_at == 30, "a listing before the purge keeps the tombstone"
     outlived = pool.reconcile(jobs, allocs, now=1.0, index=40)
     assert DestroyRunner(runner.id, "a removed runner's job outlived its purge") in outlived
     assert runner.id not in pool.runners
@@ -267,3 +267,22 @@ def test_a_runner_whose_allocation_is_no_longer_listed_as_live_has_ended() -> No
     pool.apply_allocation(alloc(fresh, "n1", "running", 160))
     assert pool.reconcile([*jobs, JobListStub(id=fresh, status="running")], [], now=2.0, index=155) == []
     assert pool.runners[fresh].state is RunnerState.IDLE, "placed after the listing: not judged by it"
+
+
+def test_a_listing_older_than_one_reconciled_before_is_ignored() -> None:
+    pool, ids = warm_pool()
+    jobs, allocs = listing(pool, ids)
+    pool.reconcile(jobs, allocs, now=1.0, index=50)
+    assert pool.reconcile([], [], now=2.0, index=49) == []
+    assert set(ids) <= set(pool.runners), "nothing vanished by a listing older than the last one"
+    assert pool.listed_index == 50
+
+
+def test_a_purge_of_a_job_nomad_no_longer_knew_keeps_the_tombstone_above_the_job_s_last_sighting() -> None:
+    pool, _ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    pool.release(runner.id)
+    pool.purged(runner.id, 0)  # the job had vanished already: Nomad answers index 0
+    assert pool.tombstones[runner.id].gone_at == 10, "its allocation was seen running at index 10"
+    pool.reconcile([], [], now=1.0, index=5)
+    assert runner.id in pool.tombstones, "a listing from before the job existed proves nothing"
