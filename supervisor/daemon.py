@@ -37,6 +37,7 @@ class Daemon:
         self.settings = settings
         self.environ = dict(os.environ if environ is None else environ)
         self.service: RunnerService | None = None
+        self.watcher: EventStreamWatcher | None = None
         self.cluster: object | None = None
         self._stop = trio.Event()
         self.addresses: list[str] = []
@@ -78,7 +79,7 @@ class Daemon:
             async with trio.open_nursery() as executions:
                 service.executions.nursery = service.files.nursery = executions
                 async with trio.open_nursery() as intake:
-                    watcher = EventStreamWatcher(
+                    watcher = self.watcher = EventStreamWatcher(
                         service,
                         heartbeat_timeout=settings.watcher.heartbeat_timeout,
                         resync_interval=settings.watcher.resync_interval,

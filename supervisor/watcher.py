@@ -54,7 +54,8 @@ class EventStreamWatcher:
         self.max_delay = max_delay
         self._random_fraction = random_fraction
         self._failures = 0
-        self.relists = 0
+        # Relists carried out, by what asked for them ("connect", "periodic", ...).
+        self.relists: dict[str, int] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Never returns; starts at once, with the stream DOWN until the first listing is in."""
@@ -100,7 +101,8 @@ class EventStreamWatcher:
 
     async def _relist(self, reasons: list[str]) -> int:
         index = await self.service.relist()
-        self.relists += 1
+        for reason in reasons:
+            self.relists[reason] = self.relists.get(reason, 0) + 1
         logger.debug("relisted at index {} ({})", index, ", ".join(reasons))
         return index
 

@@ -134,9 +134,13 @@ class NomadAPI:
         if (denied := self._check_token(request)) is not None:
             return denied
         try:
-            return await handler(request, params)
+            reply = await handler(request, params)
         except NomadError as error:
-            return text_response(error.status, error.text)
+            reply = text_response(error.status, error.text)
+        if isinstance(reply, Response) and self.cluster.config.response_latency > 0:
+            # The answer was computed; it reaches the client this much later (network, load).
+            await trio.sleep(self.cluster.config.response_latency)
+        return reply
 
     def _check_token(self, request: Request) -> Response | None:
         expected = self.cluster.config.acl_token

@@ -32,6 +32,9 @@ class SimConfig:
     # With a token set, every request must carry it (X-Nomad-Token or Authorization: Bearer).
     acl_token: str = ""
 
+    # How long an answer of the HTTP API takes to reach its client once Nomad computed it.
+    response_latency: float = 0.0
+
     # Scheduler and client timings.
     eval_delay: float = 0.005
     alloc_start_delay: float = 0.05
