@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--token", default="", help="ACL token every request must carry (required off loopback)"
     )
+    simulate.add_argument(
+        "--history-allocations",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start with N terminal allocations of purged runner jobs, as a busy Nomad keeps them "
+        "for hours [%(default)s]",
+    )
     return parser
 
 
@@ -123,6 +131,8 @@ def _simulate(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen, default_port=4646)
     if args.nodes < 1 or args.servers < 1:
         raise UsageError("--nodes and --servers must be at least 1")
+    if args.history_allocations < 0:
+        raise UsageError("--history-allocations must not be negative")
     if not is_loopback(host) and not args.token:
         raise UsageError(
             f"--listen {host}: the simulated cluster runs commands as local processes; serving it off "
@@ -135,6 +145,7 @@ def _simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
         nomad_version=args.nomad_version,
         acl_token=args.token,
+        history_allocations=args.history_allocations,
     )
     return _run_trio(
         _serve_until_signalled,

@@ -25,6 +25,7 @@ from .broker import EventBroker, Subscription
 from .config import SimConfig
 from .control import ControlAPI
 from .exec import ExecSessions
+from .history import add_history
 from .http import HttpServer
 from .jobs import JobService
 from .scheduler import Scheduler
@@ -159,6 +160,7 @@ class SimulatedCluster:
                 self.leader = self.servers[0].name
                 for i in range(self.config.nodes):
                     self.agents.register_node(f"worker-{i + 1:02d}", f"10.0.1.{10 + i}")
+                add_history(self.state, self.config.history_allocations)
                 nursery.start_soon(self._collect_garbage)
                 logger.info("simulated Nomad cluster serving on {}", ", ".join(self.addresses))
                 task_status.started(self)

@@ -45,6 +45,9 @@ class SimConfig:
     heartbeat_grace: float = 20.0
     election_timeout: float = 1.5
 
+    # Terminal allocations of runner jobs purged before the cluster started (see history.py).
+    history_allocations: int = 0
+
     # Garbage collection of dead jobs and of terminal allocations.
     gc_interval: float = 60.0
     job_gc_threshold: float = 4 * 3600.0

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from supervisor.nomad import NomadClient
-from supervisor.simulator import SimulatedCluster
+from supervisor.simulator import SimConfig, SimulatedCluster
 
 from .conftest import batch_job, settle
 
@@ -96,3 +96,15 @@ async def test_an_unknown_field_on_an_empty_list_is_not_evaluated(cluster: Simul
     response = await listing(cluster, "/v1/allocations", 'Bogus == "x"')
     assert response.status_code == 200, "Nomad evaluates the expression per object"
     assert response.json() == []
+
+
+@pytest.mark.parametrize("sim_config", [SimConfig(seed=3, history_allocations=500)])
+async def test_history_of_purged_runners_is_read_only_by_a_listing_of_everything(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    everything = await client.list_allocations(resources=True)
+    assert len(everything.value) == 500
+    assert {a.client_status for a in everything.value} == {"complete"}
+    assert all(("default", a.job_id) not in cluster.state.jobs for a in everything.value), "jobs purged"
+    live = await client.list_allocations(filter=LIVE, task_states=False)
+    assert live.value == []

@@ -1,0 +1,205 @@
+"""What a relist reads, and the daemon's memory under claim-and-release churn.
+
+    python scripts/bench_relist.py [--cycles 10000] [--history 50000] [--workers 8]
+
+The simulated cluster runs in its own process, holding ``--history`` terminal allocations of purged
+runner jobs, as a busy Nomad keeps them for hours. The daemon runs in another, at its default
+settings, with one environment.
+
+1. The relist: the requests the daemon's relist sends (nodes, template jobs, the environment's
+   runner jobs by prefix, live allocations through a filter, without task states), decoded as the
+   daemon decodes them, against the baseline of a relist that lists every job and every
+   allocation. Median of 5 of each, time and bytes. Target: at least 10x less of both.
+2. Memory: ``--cycles`` claim-and-release cycles (claim, then DELETE) from ``--workers`` clients.
+   The daemon's RSS after 1,000 cycles and at the end. Target: within 10%. At the default
+   ``factory.registrations_per_second`` (20) the pool refills at 20 runners a second, so 10,000
+   cycles take about 9 minutes, with a periodic relist every minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+from bench_exec import ENVIRONMENT, start
+
+from supervisor.environments import TEMPLATE_PREFIX, runner_prefix
+from supervisor.nomad import NomadClient, NomadSettings
+from supervisor.service import LIVE_ALLOCATIONS
+
+ENVIRONMENT_ID = 1
+POOL_SIZE = 20
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+async def measure_relists(nomad_address: str) -> dict[str, tuple[float, int]]:
+    """Median seconds and bytes of each kind of relist, decoded as the daemon decodes them."""
+    received: list[int] = []
+
+    async def count(response: httpx.Response) -> None:
+        await response.aread()
+        received.append(len(response.content))
+
+    client = NomadClient(NomadSettings(addresses=(nomad_address,)))
+    client.http.event_hooks["response"].append(count)
+
+    async def ours() -> None:
+        await client.list_nodes()
+        await client.list_jobs(TEMPLATE_PREFIX, meta=True)
+        await client.list_jobs(runner_prefix(ENVIRONMENT_ID), meta=True)
+        await client.list_allocations(filter=LIVE_ALLOCATIONS, resources=True, task_states=False)
+
+    async def everything() -> None:
+        await client.list_nodes()
+        await client.list_jobs(meta=True)
+        await client.list_allocations(resources=True)
+
+    results: dict[str, tuple[float, int]] = {}
+    async with client:
+        for name, relist in (("filtered relist", ours), ("relist of everything", everything)):
+            seconds, sizes = [], []
+            for _ in range(5):
+                received.clear()
+                began = time.perf_counter()
+                await relist()
+                seconds.append(time.perf_counter() - began)
+                sizes.append(sum(received))
+            results[name] = (statistics.median(seconds), int(statistics.median(sizes)))
+    return results
+
+
+async def churn(api: str, cycles: int, workers: int, daemon_pid: int) -> dict[str, Any]:
+    done = 0
+    overloaded = 0
+    rss_at_1000 = 0
+    handed_out: set[str] = set()
+    twice = 0
+
+    async def worker(http: httpx.AsyncClient) -> None:
+        nonlocal done, overloaded, rss_at_1000, twice
+        while done < cycles:
+            response = await http.post("/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
+            if response.status_code == 500:
+                overloaded += 1
+                await trio.sleep(0.05)
+                continue
+            response.raise_for_status()
+            runner = response.json()["runnerId"]
+            twice += runner in handed_out
+            handed_out.add(runner)
+            (await http.delete(f"/runners/{runner}")).raise_for_status()
+            done += 1
+            if done == 1000:
+                rss_at_1000 = rss_kib(daemon_pid)
+            if done % 1000 == 0:
+                print(f"  {done} cycles, daemon RSS {rss_kib(daemon_pid) / 1024:.1f} MiB", flush=True)
+
+    async with httpx.AsyncClient(base_url=api, timeout=30) as http, trio.open_nursery() as nursery:
+        for _ in range(workers):
+            nursery.start_soon(worker, http)
+    return {
+        "cycles": done,
+        "overloaded": overloaded,
+        "rss_at_1000_kib": rss_at_1000,
+        "rss_at_end_kib": rss_kib(daemon_pid),
+        "handed_out_twice": twice,
+    }
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    logs = Path(tempfile.mkdtemp(prefix="bench-relist-"))
+    python = sys.executable
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUPERVISOR_", "NOMAD_"))}
+    simulator, addresses = start(
+        [
+            python,
+            "-m",
+            "supervisor",
+            "simulate",
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "5",
+            f"--history-allocations={args.history}",
+        ],
+        env,
+        "export NOMAD_ADDR=",
+        logs / "simulator.log",
+    )
+    daemon, api = start(
+        [python, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"],
+        {**env, "NOMAD_ADDR": addresses},
+        "serving the API on ",
+        logs / "daemon.log",
+    )
+    try:
+        api = api.split(",")[0].strip() + "/api/v1"
+        environment = {**ENVIRONMENT, "prewarmingPoolSize": POOL_SIZE}
+        async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+            (await http.put(f"/execution-environments/{ENVIRONMENT_ID}", json=environment)).raise_for_status()
+            with trio.fail_after(60):
+                while True:
+                    stats = (await http.get("/statistics/execution-environments")).json()
+                    if stats[str(ENVIRONMENT_ID)]["idleRunners"] == POOL_SIZE:
+                        break
+                    await trio.sleep(0.1)
+        relists = await measure_relists(addresses.split(",")[0])
+        print(f"cluster: 5 nodes, {args.history} terminal allocations of purged runners; logs in {logs}")
+        print(f"{'relist':<22} {'ms':>9} {'bytes':>12}")
+        for name, (seconds, size) in relists.items():
+            print(f"{name:<22} {seconds * 1000:>9.1f} {size:>12,}")
+        ours, baseline = relists["filtered relist"], relists["relist of everything"]
+        time_ratio, bytes_ratio = baseline[0] / ours[0], baseline[1] / max(1, ours[1])
+        print(f"{args.cycles} claim-and-release cycles, {args.workers} clients:", flush=True)
+        figures = await churn(api, args.cycles, args.workers, daemon.pid)
+    finally:
+        daemon.terminate()
+        simulator.terminate()
+        daemon.wait(timeout=30)
+        simulator.wait(timeout=30)
+    growth = figures["rss_at_end_kib"] / max(1, figures["rss_at_1000_kib"]) - 1
+    print(
+        f"daemon RSS after 1,000 cycles {figures['rss_at_1000_kib'] / 1024:.1f} MiB, after "
+        f"{figures['cycles']:,} {figures['rss_at_end_kib'] / 1024:.1f} MiB ({growth:+.1%}); "
+        f"{figures['overloaded']} claims found the pool empty and retried"
+    )
+    targets = [
+        ("relist time, everything / filtered", f"{time_ratio:.1f}x", ">= 10x", time_ratio >= 10),
+        ("relist bytes, everything / filtered", f"{bytes_ratio:.1f}x", ">= 10x", bytes_ratio >= 10),
+        ("daemon RSS growth, 1,000 cycles to end", f"{growth:+.1%}", "within 10%", abs(growth) <= 0.10),
+        (
+            "runner IDs handed out twice",
+            str(figures["handed_out_twice"]),
+            "0",
+            figures["handed_out_twice"] == 0,
+        ),
+    ]
+    for name, figure, target, ok in targets:
+        print(f"{name}: {figure} (target {target}) {'PASS' if ok else 'FAIL'}")
+    return 0 if all(ok for *_, ok in targets) else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=10_000)
+    parser.add_argument("--history", type=int, default=50_000)
+    parser.add_argument("--workers", type=int, default=8)
+    return trio.run(main_async, parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
