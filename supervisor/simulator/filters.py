@@ -18,7 +18,7 @@ operators (``in``, ``contains``, ``matches``, ``is empty``) and nested selectors
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -125,20 +125,22 @@ class _Parser:
         return predicate
 
     def _or(self) -> Predicate:
-        left = self._and()
-        while self._peek()[:2] == ("word", "or"):
-            self._take()
-            right = self._and()
-            left = (lambda a, b: lambda o: a(o) or b(o))(left, right)
-        return left
+        return self._chain("or", self._and, any)
 
     def _and(self) -> Predicate:
-        left = self._not()
-        while self._peek()[:2] == ("word", "and"):
+        return self._chain("and", self._not, all)
+
+    def _chain(
+        self, word: str, operand: Callable[[], Predicate], combine: Callable[[Iterable[bool]], bool]
+    ) -> Predicate:
+        """``operand (word operand)*``, left to right, short-circuiting as Go does."""
+        operands = [operand()]
+        while self._peek()[:2] == ("word", word):
             self._take()
-            right = self._not()
-            left = (lambda a, b: lambda o: a(o) and b(o))(left, right)
-        return left
+            operands.append(operand())
+        if len(operands) == 1:
+            return operands[0]
+        return lambda obj: combine(predicate(obj) for predicate in operands)
 
     def _not(self) -> Predicate:
         if self._peek()[:2] == ("word", "not"):

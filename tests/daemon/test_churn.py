@@ -12,11 +12,12 @@ from __future__ import annotations
 import base64
 import uuid
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
-from supervisor.config import ServerSettings, Settings
+from supervisor.config import Settings
 from supervisor.simulator import SimConfig
 
 from .conftest import Harness, output
@@ -31,14 +32,9 @@ def clock() -> trio.testing.MockClock:
 
 
 @pytest.fixture
-def sim_config() -> SimConfig:
+def sim_config(sim_config: SimConfig) -> SimConfig:
     """Answers take 5 ms to arrive, so a listing is in flight while clients give runners back."""
-    return SimConfig(seed=11, nodes=2, response_latency=0.005, alloc_start_delay=0.01, task_kill_delay=0.01)
-
-
-@pytest.fixture
-def settings() -> Settings:
-    return Settings(server=ServerSettings(port=0))
+    return attrs.evolve(sim_config, response_latency=0.005)
 
 
 async def test_no_runner_is_handed_out_twice_and_every_workspace_starts_empty(
