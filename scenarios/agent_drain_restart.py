@@ -51,7 +51,7 @@ async def main(args: argparse.Namespace) -> bool:
                 )
                 response.raise_for_status()
             scenario.event("agent restarting with drain", node=node.name)
-            await scenario.wait_for(lambda: node_id in pool.draining_nodes, within=10)
+            await scenario.wait_for(lambda: pool.nodes.draining(node_id), within=10)
             for runner in on_node:
                 attempt = await scenario.http.post(f"/runners/{runner}/execute", json={"command": "true"})
                 refused += attempt.status_code == 410

@@ -27,7 +27,8 @@ from typing import Final
 from attrs import define, field, frozen
 
 from .environments import ExecutionEnvironment, new_runner_id, runner_environment_id
-from .nomad import Allocation, AllocListStub, JobListStub, PortMapping
+from .nodes import NodeChanges, NodeTracker
+from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub, PortMapping
 
 __all__ = [
     "Action",
@@ -36,6 +37,7 @@ __all__ = [
     "FactoryAction",
     "MarkUsed",
     "NoIdleRunner",
+    "RelistWanted",
     "Runner",
     "RunnerGone",
     "RunnerPool",
@@ -89,8 +91,15 @@ class RunnerGone:
     reason: str
 
 
+@frozen
+class RelistWanted:
+    """Only a fresh listing can prove or dismiss some runners: ask the watcher for one now."""
+
+    reason: str
+
+
 FactoryAction = CreateRunner | DestroyRunner | MarkUsed
-Action = FactoryAction | RunnerGone
+Action = FactoryAction | RunnerGone | RelistWanted
 
 # Why a used runner ended, as its executions' error message says it.
 REASON_DESTROYED: Final = "the runner was destroyed by request"
@@ -105,6 +114,13 @@ REASON_INACTIVITY: Final = "the runner was idle for longer than its inactivity t
 REASON_OOM: Final = "the allocation was OOM Killed"
 REASON_DRAINED: Final = "the node was drained: the allocation was migrated and its files are gone"
 REASON_NODE_DOWN: Final = "the node went down: the allocation was lost"
+REASON_ALLOCATION_UNKNOWN: Final = "the runner is gone: Nomad no longer knows its allocation"
+
+# How a runner was found gone, for the figures (a runner given back or expired is not "found").
+FOUND_BY_EVENT: Final = "event"
+FOUND_BY_LISTING: Final = "listing"
+FOUND_BY_NODE_RESTART: Final = "node restart"
+FOUND_BY_EXEC_REFUSAL: Final = "exec refusal"
 
 
 def _end_reason(alloc: Allocation | AllocListStub) -> str:
@@ -154,6 +170,8 @@ class Runner:
     environment: ExecutionEnvironment | None = None
     # Its node drains: running executions go on, but nothing new starts on it (410 for its client).
     moving: bool = False
+    # The index of its agent's restart, until newer evidence proves it alive (0: proven).
+    suspect_since: int = 0
 
     def mapped_ports(self) -> list[dict[str, object]]:
         return [{"exposedPort": p.to, "hostAddress": f"{p.host_ip}:{p.value}"} for p in self.ports]
@@ -163,11 +181,21 @@ def _live(alloc: Allocation | AllocListStub) -> bool:
     return not alloc.client_terminal and not alloc.server_terminal
 
 
+def _running(alloc: Allocation | AllocListStub) -> bool:
+    return _live(alloc) and alloc.client_status == "running"
+
+
+def _found_by_listing(runner: Runner | None) -> str:
+    return FOUND_BY_NODE_RESTART if runner is not None and runner.suspect_since else FOUND_BY_LISTING
+
+
 @define
 class RunnerPool:
     environments: dict[int, ExecutionEnvironment] = field(factory=dict)
     runners: dict[str, Runner] = field(factory=dict)
-    draining_nodes: set[str] = field(factory=set)
+    nodes: NodeTracker = field(factory=NodeTracker)
+    # Runners found gone, by how (FOUND_BY_*).
+    found_gone: dict[str, int] = field(factory=dict)
     tombstones: dict[str, Tombstone] = field(factory=dict)
     # The index of the newest listing reconciled: an older one has nothing newer to tell.
     listed_index: int = 0
@@ -289,15 +317,27 @@ class RunnerPool:
         if runner is not None and not runner.registered_index:
             runner.registered_index = max(index, 1)
 
-    def set_node_draining(self, node_id: str, draining: bool) -> list[Action]:
-        """A node began (or stopped) draining. Its idle runners are replaced at once, elsewhere; its
-        used runners keep their running executions but take nothing new."""
-        if not draining:
-            self.draining_nodes.discard(node_id)
-            return []
-        if node_id in self.draining_nodes:
-            return []
-        self.draining_nodes.add(node_id)
+    def apply_node(self, event_type: str, node: Node, index: int) -> list[Action]:
+        """A Node event: drains, agent restarts and returns, as the node tracker reads them."""
+        return self._node_changes(self.nodes.apply_event(event_type, node, index))
+
+    def replace_nodes(self, nodes: Iterable[NodeListStub], index: int) -> list[Action]:
+        """Every node, from a listing at ``index``."""
+        return self._node_changes(self.nodes.replace(nodes, index))
+
+    def _node_changes(self, changes: NodeChanges) -> list[Action]:
+        actions: list[Action] = []
+        for node_id in changes.began_draining:
+            actions += self._node_draining(node_id)
+        for node_id, index in changes.restarted:
+            self._node_restarted(node_id, index)
+        if changes.ready_again:
+            actions.append(RelistWanted("an agent restarted"))
+        return actions
+
+    def _node_draining(self, node_id: str) -> list[Action]:
+        """Its idle runners are replaced at once, elsewhere; its used runners keep their running
+        executions but take nothing new."""
         actions: list[Action] = []
         for runner in [r for r in self.runners.values() if r.node_id == node_id]:
             if runner.state is RunnerState.USED:
@@ -306,15 +346,33 @@ class RunnerPool:
                 actions += self._remove(runner, "its node is draining")
         return actions
 
-    def set_draining_nodes(self, node_ids: Iterable[str]) -> list[Action]:
-        """The whole set from a node listing."""
-        wanted = set(node_ids)
-        actions: list[Action] = []
-        for node_id in self.draining_nodes - wanted:
-            actions += self.set_node_draining(node_id, False)
-        for node_id in wanted - self.draining_nodes:
-            actions += self.set_node_draining(node_id, True)
-        return actions
+    def _node_restarted(self, node_id: str, index: int) -> None:
+        """Its runners are suspect until evidence newer than ``index`` proves them: never handed out
+        meanwhile."""
+        for runner in self.runners.values():
+            if runner.node_id == node_id:
+                runner.suspect_since = max(runner.suspect_since, index)
+                self._set_state(runner, runner.state)
+
+    def prove(self, runner_id: str) -> None:
+        """Evidence newer than its agent's restart says the runner's allocation runs."""
+        runner = self.runners.get(runner_id)
+        if runner is not None and runner.suspect_since:
+            runner.suspect_since = 0
+            self._set_state(runner, runner.state)
+
+    def lost(self, runner_id: str, reason: str) -> list[Action]:
+        """Nomad refused an exec in the runner because it no longer knows its allocation."""
+        runner = self.runners.get(runner_id)
+        if runner is None:
+            return []
+        return [*self._remove(runner, reason, found=FOUND_BY_EXEC_REFUSAL), RelistWanted(reason)]
+
+    def set_moving(self, runner_id: str) -> None:
+        """Its agent stayed unreachable: nothing new starts on it (410 for its client)."""
+        runner = self.runners.get(runner_id)
+        if runner is not None:
+            runner.moving = True
 
     def registration_failed(self, runner_id: str) -> list[Action]:
         """Nomad refused the job for good: forget the runner (the pool is refilled on the next event)."""
@@ -323,7 +381,11 @@ class RunnerPool:
             self._idle.get(runner.environment_id, {}).pop(runner_id, None)
         return []
 
-    def apply_allocation(self, alloc: Allocation | AllocListStub) -> list[Action]:
+    def apply_allocation(
+        self, alloc: Allocation | AllocListStub, *, found: str = FOUND_BY_EVENT
+    ) -> list[Action]:
+        """An allocation's state, from an event or (``found``: how a runner found gone was found) a
+        listing."""
         runner = self.runners.get(alloc.job_id)
         if runner is None:
             return []
@@ -338,26 +400,26 @@ class RunnerPool:
         replaced = bool(runner.alloc_id) and alloc.id != runner.alloc_id
         if runner.state is RunnerState.USED:
             if replaced:
-                return self._remove(runner, REASON_REPLACED)
+                return self._remove(runner, REASON_REPLACED, found=found)
             if not _live(alloc):
-                return self._remove(runner, _end_reason(alloc))
+                return self._remove(runner, _end_reason(alloc), found=found)
             if alloc.client_status == "pending":
                 # Its task restarts in a fresh container.
                 reason = _end_reason(alloc)
                 return self._remove(
-                    runner, REASON_REPLACED if reason == REASON_ALLOCATION_STOPPED else reason
+                    runner, REASON_REPLACED if reason == REASON_ALLOCATION_STOPPED else reason, found=found
                 )
             self._update(runner, alloc)
-            runner.moving = runner.moving or alloc.node_id in self.draining_nodes
+            runner.moving = runner.moving or self.nodes.draining(alloc.node_id)
             return []
         if not _live(alloc):
             if alloc.next_allocation:
                 self._set_state(runner, RunnerState.STARTING)
                 self._update(runner, alloc)
                 return []
-            return self._remove(runner, REASON_ALLOCATION_STOPPED)
+            return self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)
         self._update(runner, alloc)
-        if alloc.node_id in self.draining_nodes:
+        if self.nodes.draining(alloc.node_id):
             return self._remove(runner, "its node is draining")
         self._set_state(
             runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
@@ -368,7 +430,7 @@ class RunnerPool:
         runner = self.runners.get(job_id)
         if runner is None or not (deleted or stopped):
             return []
-        return self._remove(runner, REASON_JOB_GONE)
+        return self._remove(runner, REASON_JOB_GONE, found=FOUND_BY_EVENT)
 
     def reconcile(
         self, jobs: Iterable[JobListStub], allocs: Iterable[AllocListStub], now: float, *, index: int
@@ -402,9 +464,10 @@ class RunnerPool:
                 continue
             job_alloc = latest.get(job.id)
             runner = self.runners.get(job.id)
+            found = _found_by_listing(runner)
             if job.stop or (job.status == "dead" and (job_alloc is None or not _live(job_alloc))):
                 if runner is not None:
-                    actions += self._remove(runner, REASON_JOB_GONE)
+                    actions += self._remove(runner, REASON_JOB_GONE, found=found)
                 else:
                     self.tombstones[job.id] = Tombstone(index)
                     actions.append(DestroyRunner(job.id, "its Nomad job is dead"))
@@ -412,12 +475,19 @@ class RunnerPool:
             if runner is None:
                 runner = self._adopt(job, environment_id, now)
             if job_alloc is not None:
-                actions += self.apply_allocation(job_alloc)
+                if (
+                    index > runner.suspect_since > 0
+                    and job_alloc.id == runner.alloc_id
+                    and _running(job_alloc)
+                ):
+                    self.prove(runner.id)  # its allocation runs, as listed after the restart
+                actions += self.apply_allocation(job_alloc, found=found)
             elif runner.alloc_id and runner.alloc_create_index <= index:
-                actions += self._remove(runner, REASON_ALLOCATION_STOPPED)
+                actions += self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)
         for runner in list(self.runners.values()):
             if 0 < runner.registered_index <= index and runner.id not in listed:
-                actions += self._remove(runner, REASON_JOB_GONE, vanished_at=index)
+                found = _found_by_listing(runner)
+                actions += self._remove(runner, REASON_JOB_GONE, vanished_at=index, found=found)
         for runner_id, tombstone in list(self.tombstones.items()):
             gone_at = tombstone.gone_at
             if gone_at is not None and gone_at <= index and runner_id not in listed:
@@ -448,6 +518,8 @@ class RunnerPool:
     # -- state changes --------------------------------------------------------------------------
 
     def _update(self, runner: Runner, alloc: Allocation | AllocListStub) -> None:
+        if alloc.modify_index > runner.suspect_since > 0 and _running(alloc) and alloc.id == runner.alloc_id:
+            runner.suspect_since = 0  # its client reported the allocation running since the restart
         runner.alloc_id = alloc.id
         runner.alloc_create_index = alloc.create_index
         runner.alloc_modify_index = alloc.modify_index
@@ -458,14 +530,19 @@ class RunnerPool:
     def _set_state(self, runner: Runner, state: RunnerState) -> None:
         runner.state = state
         idle = self._idle.setdefault(runner.environment_id, {})
-        if state is RunnerState.IDLE and not runner.retired:
+        if state is RunnerState.IDLE and not runner.retired and not runner.suspect_since:
             idle[runner.id] = None
         else:
             idle.pop(runner.id, None)
 
-    def _remove(self, runner: Runner, reason: str, *, vanished_at: int | None = None) -> list[Action]:
+    def _remove(
+        self, runner: Runner, reason: str, *, vanished_at: int | None = None, found: str | None = None
+    ) -> list[Action]:
         """Forget the runner for good; tell its executions; destroy its job, unless a listing at
-        ``vanished_at`` showed it gone already; refill its pool."""
+        ``vanished_at`` showed it gone already; refill its pool. ``found``: how it was found gone,
+        when nobody asked for its end."""
+        if found is not None:
+            self.found_gone[found] = self.found_gone.get(found, 0) + 1
         self.runners.pop(runner.id, None)
         self._idle.get(runner.environment_id, {}).pop(runner.id, None)
         floor = max(runner.registered_index, runner.alloc_modify_index, self.listed_index)

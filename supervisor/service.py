@@ -27,7 +27,7 @@ from .factory import RunnerFactory
 from .files import FileService
 from .levels import AsyncValue, Requests, StreamState
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
-from .pool import REASON_INACTIVITY, Action, Runner, RunnerGone, RunnerPool
+from .pool import REASON_INACTIVITY, Action, RelistWanted, Runner, RunnerGone, RunnerPool
 
 __all__ = ["NomadUnreachable", "RunnerService"]
 
@@ -79,6 +79,8 @@ class RunnerService:
         for action in actions:
             if isinstance(action, RunnerGone):
                 self.executions.runner_gone(action.runner_id, action.reason)
+            elif isinstance(action, RelistWanted):
+                self.request_relist(action.reason)
             else:
                 self.factory.submit(action)
 
@@ -212,7 +214,7 @@ class RunnerService:
         the terminal allocations Nomad keeps for hours. Environments stay as they are meanwhile.
         """
         nodes = await self.client.list_nodes()
-        self.apply(self.pool.set_draining_nodes(n.id for n in nodes.value if n.drain))
+        self.apply(self.pool.replace_nodes(nodes.value, nodes.index))
         async with self._environments_lock:
             templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
             self._adopt_templates(templates.value)
@@ -243,7 +245,7 @@ class RunnerService:
             elif isinstance(payload, Job):
                 self.apply(self.pool.apply_job(payload.id, deleted=event.deleted, stopped=payload.stop))
             elif isinstance(payload, Node):
-                self.apply(self.pool.set_node_draining(payload.id, payload.drain))
+                self.apply(self.pool.apply_node(event.type, payload, event.index))
         self.last_index = max(self.last_index, batch.index)
 
     async def ensure_environments(self, environments: Iterable[ExecutionEnvironment]) -> None:

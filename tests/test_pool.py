@@ -7,14 +7,16 @@ from typing import Any
 import pytest
 
 from supervisor.environments import ExecutionEnvironment
-from supervisor.nomad import Allocation, AllocListStub, JobListStub
+from supervisor.nomad import Allocation, AllocListStub, JobListStub, Node, NodeEvent, NodeListStub
 from supervisor.pool import (
+    REASON_ALLOCATION_UNKNOWN,
     REASON_DESTROYED,
     REASON_REPLACED,
     CreateRunner,
     DestroyRunner,
     MarkUsed,
     NoIdleRunner,
+    RelistWanted,
     RunnerGone,
     RunnerPool,
     RunnerState,
@@ -190,18 +192,24 @@ def test_a_runner_registered_after_the_listing_is_not_gone() -> None:
     assert fresh not in pool.runners, "missing from a listing taken after its registration: gone"
 
 
+def node(status: str = "ready", *, drain: bool = False, message: str = "Node registered") -> Node:
+    return Node(
+        id="node-1", name="worker-01", status=status, drain=drain, events=[NodeEvent(message=message)]
+    )
+
+
 def test_a_draining_node_takes_nothing_new() -> None:
     pool, ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
-    actions = pool.set_node_draining("node-1", True)
+    actions = pool.apply_node("NodeDrain", node(drain=True), 60)
     idle_left = [r for r in ids if r != runner.id]
     assert DestroyRunner(idle_left[0], "its node is draining") in actions, "idle runners there are replaced"
     assert sum(isinstance(a, CreateRunner) for a in actions) >= 1
     assert pool.used_runner(runner.id) is runner, "its running executions go on"
     assert pool.serving_runner(runner.id) is None, "but nothing new starts on it"
-    assert pool.set_node_draining("node-1", True) == [], "idempotent"
-    assert pool.set_draining_nodes([]) == []
-    assert "node-1" not in pool.draining_nodes
+    assert pool.apply_node("NodeDrain", node(drain=True), 61) == [], "idempotent"
+    assert pool.replace_nodes([NodeListStub(id="node-1", status="ready")], 70) == []
+    assert not pool.nodes.draining("node-1")
     assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id), (
         "its client can still release it"
     )
@@ -286,3 +294,43 @@ def test_a_purge_of_a_job_nomad_no_longer_knew_keeps_the_tombstone_above_the_job
     assert pool.tombstones[runner.id].gone_at == 10, "its allocation was seen running at index 10"
     pool.reconcile([], [], now=1.0, index=5)
     assert runner.id in pool.tombstones, "a listing from before the job existed proves nothing"
+
+
+def test_an_agent_restart_makes_its_runners_suspect_until_a_newer_listing_proves_them() -> None:
+    pool, ids = warm_pool()
+    pool.replace_nodes([NodeListStub(id="node-1", status="ready")], 15)
+    assert pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40) == []
+    assert pool.statistics()["10"]["idleRunners"] == 0, "suspect runners are not idle"
+    with pytest.raises(NoIdleRunner):
+        pool.claim(10, 0, now=0)
+    assert pool.apply_node("NodeStreamEvent", node("ready"), 41) == [RelistWanted("an agent restarted")]
+    jobs, allocs = listing(pool, ids)
+    assert pool.reconcile(jobs, allocs, now=1.0, index=40) == []
+    assert pool.statistics()["10"]["idleRunners"] == 0, "a listing at the restart's index proves nothing"
+    actions = pool.reconcile(jobs[:1], allocs[:1], now=1.0, index=42)
+    assert pool.statistics()["10"]["idleRunners"] == 1, "listed running after the restart: proven"
+    assert DestroyRunner(ids[1], "the runner's Nomad job is gone") not in actions, "it vanished with its job"
+    assert ids[1] not in pool.runners
+    assert pool.found_gone == {"node restart": 1}
+    assert sum(isinstance(a, CreateRunner) for a in actions) == 1, "replaced"
+
+
+def test_an_allocation_update_newer_than_the_restart_proves_a_runner() -> None:
+    pool, ids = warm_pool()
+    pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40)
+    pool.apply_allocation(alloc(ids[0], "a0", "running", 39))
+    assert pool.statistics()["10"]["idleRunners"] == 0, "older than the restart"
+    pool.apply_allocation(alloc(ids[0], "a0", "running", 45, created=10))
+    assert pool.statistics()["10"]["idleRunners"] == 1
+    assert pool.runners[ids[0]].suspect_since == 0
+
+
+def test_an_exec_refused_for_an_unknown_allocation_is_evidence_of_loss() -> None:
+    pool, _ids = warm_pool()
+    runner, _ = pool.claim(10, 0, now=0)
+    actions = pool.lost(runner.id, REASON_ALLOCATION_UNKNOWN)
+    assert RunnerGone(runner.id, REASON_ALLOCATION_UNKNOWN) in actions
+    assert DestroyRunner(runner.id, REASON_ALLOCATION_UNKNOWN) in actions
+    assert RelistWanted(REASON_ALLOCATION_UNKNOWN) in actions
+    assert pool.used_runner(runner.id) is None
+    assert pool.found_gone == {"exec refusal": 1}

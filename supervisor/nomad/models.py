@@ -35,6 +35,7 @@ __all__ = [
     "JobListStub",
     "JobRegisterResponse",
     "Node",
+    "NodeEvent",
     "NodeListStub",
     "NodeUpdateResponse",
     "PortMapping",
@@ -292,6 +293,15 @@ class DrainStrategy:
 
 
 @frozen
+class NodeEvent:
+    """One of the last 10 events of a node ("Node registered", "Node re-registered", ...)."""
+
+    message: str = ""
+    subsystem: str = ""
+    create_index: int = 0
+
+
+@frozen
 class _NodeFields:
     id: str = ""
     name: str = ""
@@ -319,6 +329,7 @@ class Node(_NodeFields):
     drain_strategy: DrainStrategy | None = None
     attributes: dict[str, str] = field(factory=_empty_dict)
     meta: dict[str, str] = field(factory=_empty_dict)
+    events: list[NodeEvent] = field(factory=list)
 
 
 @frozen

@@ -151,14 +151,22 @@ class Agents:
         self._evaluate(jobs, "node-update", node_id=node.id)
 
     def start_agent(self, node: SimNode, *, recreate_containers: bool = False) -> None:
-        """The agent is back: it re-registers by heartbeat and catches up with the servers."""
+        """The agent is back. A Nomad client registers on every start, whatever its node's status
+        (nomad-api.md §4): ``NodeRegistration`` with status ``initializing`` and the node event
+        "Node re-registered", then, once fingerprinted, ``NodeStreamEvent`` with ``ready``. It
+        restores its allocations meanwhile."""
         if node.agent_up:
             return
         node.agent_up = True
         node.back_since = self.state.now()
         node.placements_since_back = 0
-        if node.status == "down":
-            self._set_status(node, "ready", "Node reregistered by heartbeat")
+        state = self.state
+        with state.write("NodeRegistration") as tx:
+            node.status = "initializing"
+            node.status_updated_at = int(state.now_ns() // 10**9)
+            node.add_event("Node re-registered", "Cluster", state.time_string(), state.index + 1)
+            tx.touch(node)
+        state.timers.call_later(state.config.agent_ready_delay, lambda: self._ready_after_start(node))
         for alloc in [a for a in self.state.allocs.values() if a.node_id == node.id]:
             if alloc.client_status == "lost":
                 self.exec.kill_alloc(alloc.id)
@@ -166,7 +174,11 @@ class Agents:
                 self._restart_tasks(alloc, reason="Restart after the agent recreated the task")
             else:
                 self._schedule(alloc)
-        self.scheduler.unblock()
+
+    def _ready_after_start(self, node: SimNode) -> None:
+        if node.agent_up and node.status == "initializing":
+            self._set_status(node, "ready")
+            self.scheduler.unblock()
 
     def restart_agent(
         self,

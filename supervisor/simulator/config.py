@@ -43,6 +43,8 @@ class SimConfig:
     policy_delay_scale: float = 1.0
     # Missed heartbeats: a node whose agent is gone turns down after TTL + grace.
     heartbeat_grace: float = 20.0
+    # From an agent's registration (status initializing) to its node's ready: fingerprinting.
+    agent_ready_delay: float = 0.2
     election_timeout: float = 1.5
 
     # Terminal allocations of runner jobs purged before the cluster started (see history.py).

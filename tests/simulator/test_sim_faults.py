@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from supervisor.errors import NomadUnavailableError
-from supervisor.nomad import NomadClient, RetryPolicy
+from supervisor.nomad import Node, NomadClient, RetryPolicy
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 from .conftest import batch_job, make_client, settle
@@ -70,7 +70,35 @@ async def test_agent_down_past_the_grace_loses_and_replaces_allocations(
         assert replacement.previous_allocation == victim.id
         assert replacement.node_id != node.id
     await settle(cluster, lambda: node.status == "ready")
-    assert node.events[-1]["Message"] == "Node reregistered by heartbeat"
+    assert node.events[-1]["Message"] == "Node re-registered", "the agent registers again when it starts"
+
+
+@pytest.mark.parametrize("downtime", [5.0, 60.0], ids=["within-the-grace", "past-the-grace"])
+async def test_every_agent_start_registers_again_then_turns_ready(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient, downtime: float
+) -> None:
+    """nomad-api.md §4: registration sends ``initializing`` (NodeRegistration, "Node re-registered"
+    for a known node), then the status becomes ``ready`` (NodeStreamEvent); a missed heartbeat is
+    ``down`` (NodeStreamEvent, "Node heartbeat missed")."""
+    node = next(iter(cluster.state.nodes.values()))
+    seen: list[tuple[str, str, str]] = []
+    async with client.open_event_stream({"Node": node.id}, index=cluster.state.index + 1) as stream:
+        await control(cluster, f"/sim/v1/nodes/{node.name}/restart", {"downtime_s": downtime})
+        while not seen or seen[-1][1] != "ready" or len(seen) < 2:
+            batch = await stream.receive()
+            for event in batch.events:
+                payload = event.payload
+                assert isinstance(payload, Node)
+                seen.append(
+                    (event.type, payload.status, payload.events[-1].message if payload.events else "")
+                )
+    expected = [
+        ("NodeRegistration", "initializing", "Node re-registered"),
+        ("NodeStreamEvent", "ready", "Node re-registered"),
+    ]
+    if downtime > cluster.config.heartbeat_grace:
+        expected.insert(0, ("NodeStreamEvent", "down", "Node heartbeat missed"))
+    assert seen == expected
 
 
 async def test_drain_on_shutdown_migrates_batch_allocations_at_the_deadline(

@@ -1,0 +1,143 @@
+"""The drain-aware node tracker: which nodes are usable, which drain, and whose agent restarted.
+
+Synchronous and without I/O, like the pool: it takes Node events and node listings, keeps for each
+node its status, eligibility, drain strategy (with its force deadline) and the index of its last
+(re)registration, and says what changed. The pool owns one and reacts to its changes.
+
+An agent restart is seen in any of three ways (nomad-api.md §4): a ``NodeRegistration`` of a node
+already known (every agent start registers again, event "Node re-registered"), a status that turns
+``initializing``, or a ``down`` node that is ``ready`` again; a node that turns ``down`` (its agent
+missed its heartbeats) counts too. Until something newer than that proves them, the node's runners
+are suspect; once the node is ready again, a relist does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Final
+
+from attrs import define, field, frozen
+
+from .nomad import Node, NodeListStub
+
+__all__ = ["NodeChanges", "NodeTracker", "TrackedNode"]
+
+_REREGISTERED: Final = "Node re-registered"
+
+
+@define
+class TrackedNode:
+    id: str
+    name: str = ""
+    status: str = ""
+    eligible: bool = True
+    draining: bool = False
+    force_deadline: datetime | None = None
+    http_addr: str = ""
+    # The index of the agent's last restart this tracker saw (0: none).
+    restarted_at: int = 0
+    # A restart whose runners wait for the node to be ready again to be proven.
+    awaiting_ready: bool = False
+
+    @property
+    def usable(self) -> bool:
+        """Runners here may take new work."""
+        return self.status == "ready" and not self.draining
+
+
+@frozen
+class NodeChanges:
+    """What a node event or listing changed, for the pool to act on."""
+
+    began_draining: tuple[str, ...] = ()
+    stopped_draining: tuple[str, ...] = ()
+    # Nodes whose agent restarted, with the index of the restart: their runners are suspect.
+    restarted: tuple[tuple[str, int], ...] = ()
+    # Restarted nodes that are ready again: a listing now can prove or dismiss their runners.
+    ready_again: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.began_draining or self.stopped_draining or self.restarted or self.ready_again)
+
+
+def _agent_gone_or_back(previous: str, status: str) -> bool:
+    """A status change that makes the node's runners suspect: its agent left, or came back."""
+    if status == previous:
+        return False
+    return status in ("initializing", "down", "disconnected") or (previous == "down" and status == "ready")
+
+
+@define
+class NodeTracker:
+    nodes: dict[str, TrackedNode] = field(factory=dict)
+
+    def draining(self, node_id: str) -> bool:
+        node = self.nodes.get(node_id)
+        return node is not None and node.draining
+
+    def draining_nodes(self) -> list[TrackedNode]:
+        return [n for n in self.nodes.values() if n.draining]
+
+    def apply_event(self, event_type: str, node: Node, index: int) -> NodeChanges:
+        """A Node event (``NodeRegistration``, ``NodeStreamEvent``, ``NodeDrain``, ...) at ``index``."""
+        known = self.nodes.get(node.id)
+        reregistered = event_type == "NodeRegistration" and (
+            known is not None or (bool(node.events) and node.events[-1].message == _REREGISTERED)
+        )
+        tracked = known or TrackedNode(node.id)
+        was_draining, previous_status = tracked.draining, tracked.status
+        tracked.name, tracked.http_addr = node.name, node.http_addr or tracked.http_addr
+        tracked.eligible = node.eligible
+        tracked.draining = node.drain
+        tracked.force_deadline = node.drain_strategy.force_deadline if node.drain_strategy else None
+        restarted = reregistered or (
+            known is not None
+            and node.status != previous_status
+            and _agent_gone_or_back(previous_status, node.status)
+        )
+        return self._changes(tracked, was_draining, node.status, restarted, index)
+
+    def replace(self, listed: Iterable[NodeListStub], index: int) -> NodeChanges:
+        """The whole set from a listing at ``index``: status, eligibility and drain of every node."""
+        began: list[str] = []
+        stopped: list[str] = []
+        restarted: list[tuple[str, int]] = []
+        ready: list[str] = []
+        seen: set[str] = set()
+        for stub in listed:
+            seen.add(stub.id)
+            tracked = self.nodes.get(stub.id) or TrackedNode(stub.id)
+            was_draining, previous_status = tracked.draining, tracked.status
+            tracked.name, tracked.eligible, tracked.draining = stub.name, stub.eligible, stub.drain
+            came_back = bool(previous_status) and _agent_gone_or_back(previous_status, stub.status)
+            changes = self._changes(tracked, was_draining, stub.status, came_back, index)
+            began += changes.began_draining
+            stopped += changes.stopped_draining
+            restarted += changes.restarted
+            ready += changes.ready_again
+        for node_id in set(self.nodes) - seen:  # purged from Nomad
+            if self.nodes.pop(node_id).draining:
+                stopped.append(node_id)
+        return NodeChanges(tuple(began), tuple(stopped), tuple(restarted), tuple(ready))
+
+    def _changes(
+        self, tracked: TrackedNode, was_draining: bool, status: str, restarted: bool, index: int
+    ) -> NodeChanges:
+        self.nodes[tracked.id] = tracked
+        tracked.status = status
+        restarts: tuple[tuple[str, int], ...] = ()
+        if restarted:
+            tracked.restarted_at = max(tracked.restarted_at, index)
+            tracked.awaiting_ready = True
+            restarts = ((tracked.id, index),)
+        ready: tuple[str, ...] = ()
+        if tracked.awaiting_ready and status == "ready":
+            tracked.awaiting_ready = False
+            ready = (tracked.id,)
+        return NodeChanges(
+            began_draining=(tracked.id,) if tracked.draining and not was_draining else (),
+            stopped_draining=(tracked.id,) if was_draining and not tracked.draining else (),
+            restarted=restarts,
+            ready_again=ready,
+        )

@@ -1,0 +1,86 @@
+"""The node tracker's decisions, as plain synchronous tests: Node events and listings in, changes out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from supervisor.nodes import NodeChanges, NodeTracker
+from supervisor.nomad import DrainStrategy, Node, NodeEvent, NodeListStub
+
+
+def node(
+    status: str = "ready", *, message: str = "Node registered", drain: bool = False, **fields: object
+) -> Node:
+    return Node(
+        id="n1", name="worker-01", status=status, drain=drain, events=[NodeEvent(message=message)], **fields
+    )
+
+
+def registered(tracker: NodeTracker) -> None:
+    assert tracker.apply_event("NodeRegistration", node("initializing"), 5) == NodeChanges()
+    assert tracker.apply_event("NodeStreamEvent", node("ready"), 6) == NodeChanges()
+
+
+def test_a_first_registration_is_no_restart() -> None:
+    tracker = NodeTracker()
+    registered(tracker)
+    assert tracker.nodes["n1"].usable
+    assert tracker.nodes["n1"].restarted_at == 0
+
+
+def test_an_agent_that_registers_again_restarted_and_is_proven_once_ready() -> None:
+    tracker = NodeTracker()
+    registered(tracker)
+    changes = tracker.apply_event("NodeRegistration", node("initializing", message="Node re-registered"), 40)
+    assert changes.restarted == (("n1", 40),)
+    assert not tracker.nodes["n1"].usable, "initializing"
+    assert tracker.apply_event(
+        "NodeStreamEvent", node("ready", message="Node re-registered"), 41
+    ) == NodeChanges(ready_again=("n1",))
+    assert tracker.nodes["n1"].usable
+    assert tracker.apply_event("NodeStreamEvent", node("ready"), 42) == NodeChanges(), "once"
+
+
+def test_a_re_registration_of_a_node_not_seen_before_is_a_restart() -> None:
+    tracker = NodeTracker()
+    changes = tracker.apply_event("NodeRegistration", node("initializing", message="Node re-registered"), 9)
+    assert changes.restarted == (("n1", 9),), "the daemon started after the node's first registration"
+
+
+def test_a_node_that_goes_down_and_comes_back() -> None:
+    tracker = NodeTracker()
+    registered(tracker)
+    down = tracker.apply_event("NodeStreamEvent", node("down", message="Node heartbeat missed"), 20)
+    assert down.restarted == (("n1", 20),), "its runners are suspect while its agent is away"
+    back = tracker.apply_event("NodeStreamEvent", node("ready", message="Node reregistered by heartbeat"), 30)
+    assert back.restarted == (("n1", 30),)
+    assert back.ready_again == ("n1",)
+    assert tracker.nodes["n1"].restarted_at == 30
+
+
+def test_drains_from_events_and_listings() -> None:
+    tracker = NodeTracker()
+    registered(tracker)
+    deadline = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    strategy = DrainStrategy(deadline_ns=3_600_000_000_000, force_deadline=deadline)
+    began = tracker.apply_event("NodeDrain", node(drain=True, drain_strategy=strategy), 50)
+    assert began == NodeChanges(began_draining=("n1",))
+    assert tracker.draining("n1")
+    assert tracker.nodes["n1"].force_deadline == deadline
+    assert not tracker.nodes["n1"].usable
+    assert (
+        tracker.replace([NodeListStub(id="n1", name="worker-01", status="ready", drain=True)], 51)
+        == NodeChanges()
+    )
+    ended = tracker.replace([NodeListStub(id="n1", name="worker-01", status="ready")], 60)
+    assert ended == NodeChanges(stopped_draining=("n1",))
+    assert [n.id for n in tracker.draining_nodes()] == []
+
+
+def test_a_listing_sees_a_node_back_from_down_and_forgets_purged_nodes() -> None:
+    tracker = NodeTracker()
+    tracker.replace([NodeListStub(id="n1", status="down"), NodeListStub(id="n2", status="ready")], 10)
+    changes = tracker.replace([NodeListStub(id="n1", status="ready")], 20)
+    assert changes.restarted == (("n1", 20),)
+    assert changes.ready_again == ("n1",)
+    assert set(tracker.nodes) == {"n1"}
