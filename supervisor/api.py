@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import posixpath
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -29,7 +30,7 @@ from . import __version__
 from .commands import validate_environment
 from .config import Settings
 from .environments import environment_from_dict
-from .errors import InvalidRequest, SupervisorError
+from .errors import InvalidRequest, RunnerGoneError, SupervisorError
 from .executions import ExecutionRequest
 from .files import Download, FileNotAvailable, parse_patch
 from .levels import StreamState
@@ -235,11 +236,13 @@ class _Routes:
             return client_error(404, f"execution environment {environment_id} does not exist")
         return JSONResponse({"runnerId": runner.id, "mappedPorts": runner.mapped_ports()})
 
-    def _runner(self, request: Request) -> Runner:
+    async def _runner(self, request: Request) -> Runner:
+        """The request's runner, if it may start something new; a suspect one is proven first."""
         runner = self.service.pool.serving_runner(request.path_params["runner_id"])
         if runner is None:
-            raise _Gone
+            raise RunnerGoneError(_RUNNER_GONE)
         self.service.touch(runner.id)
+        await self.service.prove(runner)
         return runner
 
     async def delete_runner(self, request: Request) -> Response:
@@ -250,32 +253,35 @@ class _Routes:
         return Response(status_code=204)
 
     async def list_files(self, request: Request) -> Response:
-        runner = self._runner(request)
+        runner = await self._runner(request)
         recursive = _bool(request, "recursive", True)
         privileged = _bool(request, "privilegedExecution", False)
         path = request.query_params.get("path") or "./"
+        listing = partial(
+            self.service.files.list, runner.alloc_id, path, recursive=recursive, privileged=privileged
+        )
         with self.service.held(runner.id):
-            files = await self.service.files.list(
-                runner.alloc_id, path, recursive=recursive, privileged=privileged
-            )
+            files = await self.service.in_runner(runner.id, listing)
         return JSONResponse({"files": files})
 
     async def update_files(self, request: Request) -> Response:
-        runner = self._runner(request)
+        runner = await self._runner(request)
         deletions, copies = parse_patch(await _json_body(request), self.service.files.workspace)
+        update = partial(self.service.files.update, runner.alloc_id, deletions, copies)
         with self.service.held(runner.id):
-            await self.service.files.update(runner.alloc_id, deletions, copies)
+            await self.service.in_runner(runner.id, update)
         return Response(status_code=204)
 
     async def download_file(self, request: Request) -> Response:
-        runner = self._runner(request)
+        runner = await self._runner(request)
         path = request.query_params.get("path")
         if not path:
             raise InvalidRequest("query parameter path is required")
         privileged = _bool(request, "privilegedExecution", False)
         release = self.service.hold(runner.id)  # until the last byte is sent
+        download = partial(self.service.files.download, runner.alloc_id, path, privileged=privileged)
         try:
-            content = await self.service.files.download(runner.alloc_id, path, privileged=privileged)
+            content = await self.service.in_runner(runner.id, download)
         except BaseException:
             release()
             raise
@@ -284,7 +290,7 @@ class _Routes:
         return _DownloadResponse(content, release, media_type="application/octet-stream", headers=headers)
 
     async def execute(self, request: Request) -> Response:
-        runner = self._runner(request)
+        runner = await self._runner(request)
         body = _fields(
             await _json_body(request), {"command", "privilegedExecution", "environment", "timeLimit"}
         )
@@ -349,16 +355,15 @@ class _DownloadResponse(StreamingResponse):
             self._release()
 
 
-class _Gone(Exception):
-    """The runner of the request is not (or no longer) handed out."""
-
-
 def _error_response(status: int, code: str = "") -> Any:
     async def handle(request: Request, exc: Exception) -> Response:
         if status == 500:
             logger.warning("{} {} failed: {}", request.method, request.url.path, exc)
             return server_error(str(exc), code, retry_after=5 if code == "NOMAD_UNREACHABLE" else None)
-        return client_error(status, _RUNNER_GONE if isinstance(exc, _Gone) else str(exc))
+        message = str(exc)
+        if isinstance(exc, RunnerGoneError) and message != _RUNNER_GONE:
+            message = f"{_RUNNER_GONE}: {message}"
+        return client_error(status, message)
 
     return handle
 
@@ -387,7 +392,7 @@ def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
             Route(environment, routes.delete_environment, methods=["DELETE"]),
         ],
         exception_handlers={
-            _Gone: _error_response(410),
+            RunnerGoneError: _error_response(410),
             InvalidRequest: _error_response(400),
             FileNotAvailable: _error_response(424),
             NomadUnreachable: _error_response(500, "NOMAD_UNREACHABLE"),

@@ -18,6 +18,9 @@ most specific class here, with the original chained as ``__cause__``.
         │   ├── NomadPermissionDenied  403
         │   └── NomadNotFound          404
         ├── ExecRejected               Nomad closed the exec WebSocket with 1008/1011 and a reason
+        │   ├── ExecAllocationUnknown  Nomad no longer knows the allocation: the runner is gone
+        │   └── ExecAgentUnreachable   the server could not reach the client agent: nothing ran
+        ├── RunnerGoneError            the runner is gone or moving: its client takes another (410)
         ├── ConfigError                a setting is missing or invalid
         └── InvalidRequest             a client's request body or parameters are invalid (HTTP 400)
 
@@ -30,6 +33,8 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "EventStreamError",
+    "ExecAgentUnreachable",
+    "ExecAllocationUnknown",
     "ExecConnectionLost",
     "ExecRejected",
     "InvalidRequest",
@@ -37,6 +42,7 @@ __all__ = [
     "NomadPermissionDenied",
     "NomadRequestError",
     "NomadUnavailableError",
+    "RunnerGoneError",
     "StreamConnectionLost",
     "StreamEnded",
     "StreamHeartbeatTimeout",
@@ -139,6 +145,21 @@ class ExecRejected(TerminalError):
         super().__init__(f"Nomad refused the exec (close {code}): {reason}")
         self.code = code
         self.reason = reason
+
+
+class ExecAllocationUnknown(ExecRejected):
+    """Nomad refused the exec because it no longer knows the allocation (close 1008 "Unknown
+    allocation", or a 404 before the upgrade): the runner is gone with it."""
+
+
+class ExecAgentUnreachable(ExecRejected):
+    """The server could not reach the allocation's client agent ("failed to connect to client ...:
+    no path to node"), so nothing ran; the agent may be restarting."""
+
+
+class RunnerGoneError(TerminalError):
+    """The runner is gone (Nomad no longer knows its allocation) or moving (its agent stayed out of
+    reach): its client gets 410 and takes another runner."""
 
 
 class ConfigError(TerminalError):

@@ -8,9 +8,11 @@ command's output as it comes, then exactly one terminal message:
 - ``exit`` with the exit code;
 - ``timeout`` when ``timeLimit`` passes: the command is then stopped (TERM, then KILL), and if it will
   not stop within the grace period its runner is replaced;
-- ``error`` with a text that says what happened: the runner was destroyed by request, its
-  allocation stopped or was replaced, or the exec connection was lost when a Nomad server restarted
-  (then the command's outcome is unknown, and it is stopped).
+- ``error`` with a text that says what happened: the runner was destroyed by request; its
+  allocation stopped, was replaced, was OOM-killed or was migrated off a draining node; Nomad no
+  longer knows its allocation (the runner is gone, and replaced); its agent could not be reached
+  within ``admission.wait_timeout`` (nothing ran); or the exec connection was lost, because a Nomad
+  server or the runner's agent restarted (then the command's outcome is unknown, and it is stopped).
 
 A client that closes its WebSocket early gets nothing more; its command is stopped.
 """
@@ -30,11 +32,18 @@ from loguru import logger
 
 from .commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
 from .config import ExecutionSettings
-from .errors import ExecConnectionLost, ExecRejected, SupervisorError
+from .errors import (
+    ExecAgentUnreachable,
+    ExecAllocationUnknown,
+    ExecConnectionLost,
+    ExecRejected,
+    SupervisorError,
+)
 from .nomad import ExecExited, ExecOutput, NomadClient
-from .stopping import stop_in_runner
+from .pool import REASON_ALLOCATION_UNKNOWN
+from .stopping import StopOutcome, stop_in_runner
 
-__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
+__all__ = ["AGENT_RETRY", "ClientSocket", "ExecutionRequest", "ExecutionService"]
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -42,6 +51,15 @@ _VARIABLES_CACHE: Final = 10_000
 MESSAGE_CONNECTION_LOST: Final = (
     "exec connection lost (a Nomad server restarted): the command's outcome is unknown; it is stopped"
 )
+MESSAGE_AGENT_RESTARTED: Final = (
+    "exec connection lost (the runner's Nomad agent restarted): the command's outcome is unknown; "
+    "it is stopped once the agent is back"
+)
+MESSAGE_AGENT_AWAY: Final = (
+    "the runner's Nomad agent cannot be reached (it may be restarting): nothing ran; take another runner"
+)
+# How long to wait between two tries of an exec that a server could not take to the agent.
+AGENT_RETRY: Final = 0.5
 
 
 class ClientSocket(Protocol):
@@ -63,6 +81,13 @@ class ExecutionRequest:
     privileged: bool
 
 
+@define
+class _Attempt:
+    exited: ExecExited | None = None
+    client_closed: bool = False
+    failure: SupervisorError | None = None
+
+
 @define(eq=False)
 class _Running:
     execution_id: str
@@ -82,12 +107,18 @@ class ExecutionService:
         alloc_of: Callable[[str], str | None],
         activity: Callable[[str, int], None],
         replace_runner: Callable[[str, str], None],
+        runner_lost: Callable[[str], None] = lambda runner_id: None,
+        agent_away: Callable[[str], None] = lambda runner_id: None,
+        agent_wait: float = 5.0,
     ) -> None:
         self._client = client
         self._settings = settings
         self._alloc_of = alloc_of
         self._activity = activity
         self._replace_runner = replace_runner
+        self._runner_lost = runner_lost
+        self._agent_away = agent_away
+        self._agent_wait = agent_wait
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
         self._variables: dict[str, tuple[str, ...]] = {}
         # Ended executions by their terminal message ("closed": the client left first).
@@ -167,56 +198,86 @@ class ExecutionService:
         self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
     ) -> dict[str, Any] | None:
         """The terminal message; None when the client closed first."""
-        client_closed = False
-        timed_out = False
-        exited: ExecExited | None = None
-        error = ""
+        attempt = _Attempt()
         with running.scope:
             if request.time_limit > 0:
                 running.scope.deadline = trio.current_time() + request.time_limit
-            try:
-                argv = execution_command(
-                    request.command,
-                    request.environment,
-                    execution_id=running.execution_id,
-                    privileged=request.privileged,
-                    nomad_variables=await self._nomad_variables(alloc_id),
-                    unprivileged_wrapper=self._settings.unprivileged_wrapper,
-                )
-                async with (
-                    self._client.open_exec(alloc_id, task=self._settings.task, command=argv) as session,
-                    trio.open_nursery() as nursery,
-                ):
-
-                    async def forward_stdin() -> None:
-                        nonlocal client_closed
-                        while (text := await socket.receive_text()) is not None:
-                            await session.send_stdin(text.encode())
-                        client_closed = True
-                        nursery.cancel_scope.cancel("the client closed its WebSocket")
-
-                    nursery.start_soon(forward_stdin)
-                    exited = await _forward_output(socket, session)
-                    nursery.cancel_scope.cancel("the command exited")
-            except* ExecConnectionLost:
-                error = MESSAGE_CONNECTION_LOST
-            except* ExecRejected as group:
-                error = f"Nomad refused the execution: {_first(group).reason}"
-            except* SupervisorError as group:
-                error = f"Nomad could not run the execution: {_first(group)}"
-        if exited is not None:  # the outcome is known, whatever ended the session after it
-            return {"type": "exit", "data": max(0, min(255, exited.exit_code))}
+            give_up = trio.current_time() + self._agent_wait
+            while True:
+                attempt = _Attempt()  # filled as it goes: a cancellation keeps what it found
+                await self._attempt(attempt, socket, running, alloc_id, request)
+                # An agent the server cannot reach ran nothing: it may be restarting, so try again.
+                if not isinstance(attempt.failure, ExecAgentUnreachable) or trio.current_time() >= give_up:
+                    break
+                await trio.sleep(min(AGENT_RETRY, max(0.0, give_up - trio.current_time())))
+        if attempt.exited is not None:  # the outcome is known, whatever ended the session after it
+            return {"type": "exit", "data": max(0, min(255, attempt.exited.exit_code))}
+        failure = attempt.failure
         if running.scope.cancelled_caught:
             if running.gone_reason:
                 return {"type": "error", "data": running.gone_reason}
-            timed_out = True
-        if not (timed_out or client_closed or error):
+            failure = None  # the time limit passed
+        if isinstance(failure, ExecAllocationUnknown):
+            self._runner_lost(running.runner_id)
+            return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
+        if isinstance(failure, ExecAgentUnreachable):
+            self._agent_away(running.runner_id)
+            return {"type": "error", "data": MESSAGE_AGENT_AWAY}
+        if attempt.client_closed and failure is None and not running.scope.cancelled_caught:
+            await self._stop(running, alloc_id)
             return None
-        # The command may still run: stop it (a timeout, a client gone, a lost exec connection).
-        await self._stop(running, alloc_id)
-        if timed_out:
+        # The command may still run: stop it (a timeout, a lost exec connection, a refusal).
+        outcome = await self._stop(running, alloc_id)
+        if failure is None:
             return {"type": "timeout"}
-        return {"type": "error", "data": error} if error else None
+        if isinstance(failure, ExecConnectionLost):
+            if outcome is StopOutcome.ALLOCATION_GONE:
+                self._runner_lost(running.runner_id)
+                return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
+            lost = (
+                MESSAGE_AGENT_RESTARTED
+                if outcome is StopOutcome.AGENT_UNREACHABLE
+                else MESSAGE_CONNECTION_LOST
+            )
+            return {"type": "error", "data": lost}
+        if isinstance(failure, ExecRejected):
+            return {"type": "error", "data": f"Nomad refused the execution: {failure.reason}"}
+        return {"type": "error", "data": f"Nomad could not run the execution: {failure}"}
+
+    async def _attempt(
+        self,
+        attempt: _Attempt,
+        socket: ClientSocket,
+        running: _Running,
+        alloc_id: str,
+        request: ExecutionRequest,
+    ) -> None:
+        """One exec session for the execution; ``attempt`` records what ended it."""
+        try:
+            argv = execution_command(
+                request.command,
+                request.environment,
+                execution_id=running.execution_id,
+                privileged=request.privileged,
+                nomad_variables=await self._nomad_variables(alloc_id),
+                unprivileged_wrapper=self._settings.unprivileged_wrapper,
+            )
+            async with (
+                self._client.open_exec(alloc_id, task=self._settings.task, command=argv) as session,
+                trio.open_nursery() as nursery,
+            ):
+
+                async def forward_stdin() -> None:
+                    while (text := await socket.receive_text()) is not None:
+                        await session.send_stdin(text.encode())
+                    attempt.client_closed = True
+                    nursery.cancel_scope.cancel("the client closed its WebSocket")
+
+                nursery.start_soon(forward_stdin)
+                attempt.exited = await _forward_output(socket, session)
+                nursery.cancel_scope.cancel("the command exited")
+        except* SupervisorError as group:
+            attempt.failure = _first(group)
 
     async def _nomad_variables(self, alloc_id: str) -> tuple[str, ...]:
         """The allocation's NOMAD_* variable names, read once per allocation (they never change)."""
@@ -233,8 +294,8 @@ class ExecutionService:
                 del self._variables[next(iter(self._variables))]
         return names
 
-    async def _stop(self, running: _Running, alloc_id: str) -> None:
-        await stop_in_runner(
+    async def _stop(self, running: _Running, alloc_id: str) -> StopOutcome:
+        return await stop_in_runner(
             self._client,
             task=self._settings.task,
             alloc_id=alloc_id,

@@ -7,8 +7,8 @@ stays synchronous and free of I/O.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Final, TypeVar
 
 import trio
 from loguru import logger
@@ -21,15 +21,32 @@ from .environments import (
     runner_prefix,
     template_job,
 )
-from .errors import NomadNotFound, SupervisorError, TransientError
-from .executions import ExecutionService
+from .errors import (
+    ExecAgentUnreachable,
+    ExecAllocationUnknown,
+    NomadNotFound,
+    RunnerGoneError,
+    SupervisorError,
+    TransientError,
+)
+from .executions import AGENT_RETRY, MESSAGE_AGENT_AWAY, ExecutionService
 from .factory import RunnerFactory
 from .files import FileService
 from .levels import AsyncValue, Requests, StreamState
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
-from .pool import REASON_INACTIVITY, Action, RelistWanted, Runner, RunnerGone, RunnerPool
+from .pool import (
+    REASON_ALLOCATION_UNKNOWN,
+    REASON_INACTIVITY,
+    Action,
+    RelistWanted,
+    Runner,
+    RunnerGone,
+    RunnerPool,
+)
 
 __all__ = ["NomadUnreachable", "RunnerService"]
+
+T = TypeVar("T")
 
 _EXPIRY_IDLE_WAKE: Final = 3600.0
 # Allocations that may still run: what a relist needs of Nomad's allocations (nomad-api.md §2).
@@ -56,6 +73,9 @@ class RunnerService:
             alloc_of=self._alloc_of,
             activity=self._execution_activity,
             replace_runner=lambda runner_id, reason: self.apply(self.pool.destroy(runner_id, reason)),
+            runner_lost=self.runner_lost,
+            agent_away=self.pool.set_moving,
+            agent_wait=settings.admission.wait_timeout,
         )
         self.files = FileService(
             client,
@@ -141,6 +161,52 @@ class RunnerService:
         self._expiry_changed.set()  # a new inactivity deadline
         logger.info("runner {} claimed (inactivity timeout {}s)", runner.id, inactivity_timeout)
         return runner
+
+    def runner_lost(self, runner_id: str) -> None:
+        """Nomad refused an exec in the runner because it no longer knows its allocation."""
+        logger.warning("runner {} is gone: Nomad no longer knows its allocation", runner_id)
+        self.apply(self.pool.lost(runner_id, REASON_ALLOCATION_UNKNOWN))
+
+    async def in_runner(self, runner_id: str, operation: Callable[[], Awaitable[T]]) -> T:
+        """Carry out a file operation in the runner. If Nomad no longer knows its allocation, the
+        runner is gone; if the server cannot reach its agent (nothing ran), the operation is tried
+        again while the agent may be restarting, up to ``admission.wait_timeout``, and then the
+        runner counts as moving. Either way its client gets RunnerGoneError (410)."""
+        give_up = trio.current_time() + self.settings.admission.wait_timeout
+        while True:
+            unreachable = lost = False
+            try:
+                return await operation()
+            except* ExecAllocationUnknown:
+                lost = True
+            except* ExecAgentUnreachable:
+                unreachable = True
+            if lost:
+                self.runner_lost(runner_id)
+                raise RunnerGoneError(REASON_ALLOCATION_UNKNOWN)
+            if unreachable and trio.current_time() >= give_up:
+                logger.warning(
+                    "runner {}: its Nomad agent stayed out of reach; it counts as moving", runner_id
+                )
+                self.pool.set_moving(runner_id)
+                raise RunnerGoneError(MESSAGE_AGENT_AWAY)
+            await trio.sleep(min(AGENT_RETRY, max(0.0, give_up - trio.current_time())))
+
+    async def prove(self, runner: Runner) -> None:
+        """Before new work starts in a suspect runner (its agent restarted since it was last seen
+        running), one GET of its allocation proves it; RunnerGoneError if it is gone."""
+        if not runner.suspect_since:
+            return
+        try:
+            alloc = (await self.client.get_allocation(runner.alloc_id)).value
+        except NomadNotFound:
+            self.runner_lost(runner.id)
+            raise RunnerGoneError(REASON_ALLOCATION_UNKNOWN) from None
+        self.apply(self.pool.apply_allocation(alloc))
+        if alloc.client_status == "running" and self.pool.serving_runner(runner.id) is runner:
+            self.pool.prove(runner.id)
+            return
+        raise RunnerGoneError(f"its allocation is {alloc.client_status}")
 
     def release(self, runner_id: str) -> None:
         self.apply(self.pool.release(runner_id))

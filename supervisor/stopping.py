@@ -3,9 +3,9 @@
 Nomad does not stop such a command (nomad-api.md §5): its stdin stays open and its output unread,
 so it runs on or blocks for ever. Every command the daemon starts notes its shell's PID
 (``execution_command``, ``noted_command``); stopping it is one more exec, running ``stop_command``
-for that note. When Nomad cannot be reached (its servers restarting), the stop is retried in the
-background until Nomad answers: replacing the runner instead would lose its files over a restart
-that its allocation survives.
+for that note. When Nomad cannot reach the command (its servers restarting, or the runner's agent),
+the stop is retried in the background until it can: replacing the runner instead would lose its
+files over a restart that its allocation survives.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import trio
 from loguru import logger
 
 from .commands import stop_command
-from .errors import SupervisorError, TransientError
+from .errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
 from .nomad import NomadClient
 
 __all__ = ["StopOutcome", "stop_in_runner", "stop_noted"]
@@ -31,10 +31,18 @@ _MAX_RETRY: Final = 30.0
 
 class StopOutcome(enum.Enum):
     STOPPED = "stopped"
-    # Nomad could not be reached, or the stop's own session broke: worth trying again later.
+    # No Nomad server answered, or the stop's own session broke: worth trying again later.
     UNREACHABLE = "unreachable"
+    # A server answered but could not reach the runner's agent (restarting): try again later.
+    AGENT_UNREACHABLE = "agent unreachable"
+    # Nomad no longer knows the allocation: the command went with it.
+    ALLOCATION_GONE = "allocation gone"
     # Nomad refused the exec (the task is not running, say), or the stop did not finish in time.
     FAILED = "failed"
+
+    @property
+    def retry(self) -> bool:
+        return self in (StopOutcome.UNREACHABLE, StopOutcome.AGENT_UNREACHABLE)
 
 
 async def stop_noted(
@@ -54,6 +62,11 @@ async def stop_noted(
                 "stopping command {} in allocation {}: Nomad unreachable ({})", note_id, alloc_id, exc
             )
             return StopOutcome.UNREACHABLE
+        except ExecAgentUnreachable as exc:
+            logger.info("stopping command {} in allocation {}: {}", note_id, alloc_id, exc.reason)
+            return StopOutcome.AGENT_UNREACHABLE
+        except ExecAllocationUnknown:
+            return StopOutcome.ALLOCATION_GONE
         except SupervisorError as exc:
             logger.warning("could not stop command {} in allocation {}: {}", note_id, alloc_id, exc)
             return StopOutcome.FAILED
@@ -73,15 +86,17 @@ async def stop_in_runner(
     grace: float,
     nursery: trio.Nursery | None,
     on_failure: Callable[[], None] = lambda: None,
-) -> None:
-    """Stop the noted command now or, when no Nomad server answers, from a task in ``nursery`` as
-    soon as one does. ``on_failure`` runs if Nomad refuses the stop or the stop does not finish."""
+) -> StopOutcome:
+    """Stop the noted command now or, when Nomad cannot reach it (no server, or its agent away),
+    from a task in ``nursery`` as soon as it can. ``on_failure`` runs if Nomad refuses the stop or
+    the stop does not finish. Returns the first attempt's outcome."""
     stop = partial(stop_noted, client, task=task, alloc_id=alloc_id, note_id=note_id, grace=grace)
     outcome = await stop()
-    if outcome is StopOutcome.UNREACHABLE and nursery is not None:
+    if outcome.retry and nursery is not None:
         nursery.start_soon(_stop_when_reached, stop, on_failure)
     elif outcome is StopOutcome.FAILED:
         on_failure()
+    return outcome
 
 
 async def _stop_when_reached(
@@ -93,6 +108,6 @@ async def _stop_when_reached(
         outcome = await stop()
         if outcome is StopOutcome.FAILED:
             on_failure()
-        if outcome is not StopOutcome.UNREACHABLE:
+        if not outcome.retry:
             return
         delay = min(_MAX_RETRY, delay * 2)

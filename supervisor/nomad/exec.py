@@ -6,7 +6,9 @@ true}}`` when a stream ends, then ``{"exited": true, "result": {"exit_code": N}}
 is encoded as ``"result": {}``. After ``exited`` Nomad drops the TCP connection without a close frame;
 that is the normal end. Failures:
 
-- a close frame (1008 for a 4xx cause, 1011 otherwise) carries Nomad's reason: ExecRejected;
+- a close frame (1008 for a 4xx cause, 1011 otherwise) carries Nomad's reason: ExecRejected, or
+  ExecAllocationUnknown when Nomad no longer knows the allocation (a 404 before the upgrade too),
+  or ExecAgentUnreachable when the server cannot reach the client agent (nothing ran);
 - no connection, or an HTTP error instead of the upgrade (Nomad <= 2.0.2 checks the command first):
   NomadUnavailableError or the status's error; nothing ran;
 - a drop before ``exited`` (a server proxying the session restarted): ExecConnectionLost, since the
@@ -26,7 +28,13 @@ import trio
 import trio_websocket
 from attrs import frozen
 
-from ..errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
+from ..errors import (
+    ExecAgentUnreachable,
+    ExecAllocationUnknown,
+    ExecConnectionLost,
+    ExecRejected,
+    NomadUnavailableError,
+)
 from .boundary import translate_status
 
 if TYPE_CHECKING:
@@ -145,11 +153,22 @@ class ExecSession:
     def _closed_error(self, exc: trio_websocket.ConnectionClosed) -> Exception:
         close = exc.reason or trio_websocket.CloseReason(1006, None)
         if close.code in _REJECTION_CODES:
-            return ExecRejected(close.code, close.reason or "")
+            return rejection(close.code, close.reason or "")
         return ExecConnectionLost(
             f"exec connection lost before the command exited (close {close.code} {close.name}): "
             f"{self._what}; the outcome is unknown"
         )
+
+
+def rejection(code: int, reason: str) -> ExecRejected:
+    """The most specific error for Nomad's close frame: an allocation Nomad no longer knows, an
+    agent the server cannot reach, or another refusal."""
+    lowered = reason.lower()
+    if code == 1008 and ("unknown allocation" in lowered or "alloc not found" in lowered):
+        return ExecAllocationUnknown(code, reason)
+    if "no path to node" in lowered or "failed to connect to client" in lowered:
+        return ExecAgentUnreachable(code, reason)
+    return ExecRejected(code, reason)
 
 
 def exec_url(client: NomadClient, alloc_id: str, *, task: str, command: Sequence[str], tty: bool) -> str:
@@ -192,6 +211,8 @@ async def open_exec(
             yield ExecSession(connection, what)
     except trio_websocket.ConnectionRejected as exc:
         body = (exc.body or b"").decode("utf-8", errors="replace")
+        if exc.status_code == 404:
+            raise ExecAllocationUnknown(1008, body.strip() or "alloc not found") from exc
         error = translate_status(exc.status_code, body, what)
         raise (error or ExecConnectionLost(f"{what}: unexpected handshake status {exc.status_code}")) from exc
     except (trio_websocket.HandshakeError, OSError, trio.BrokenResourceError) as exc:

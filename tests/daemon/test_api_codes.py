@@ -61,17 +61,6 @@ async def test_a_released_runner_is_gone_for_every_route(harness: Harness) -> No
     assert rejected.value.status_code == 404, "a released runner takes its pending executions with it"
 
 
-async def test_nomad_failing_under_a_file_operation_is_a_500(harness: Harness) -> None:
-    await harness.environment(10)
-    runner = await harness.runner(10)
-    node = harness.cluster.state.nodes[harness.service.pool.runners[runner].node_id]
-    harness.cluster.agents.stop_agent(node)  # its exec answers "no path to node"
-    response = await harness.http.get(f"/runners/{runner}/files")
-    assert response.status_code == 500
-    assert response.json()["errorCode"] == "NOMAD_INTERNAL_SERVER_ERROR"
-    assert "no path to node" in response.json()["message"]
-
-
 @pytest.mark.parametrize(
     "settings", [Settings(server=ServerSettings(port=0), admission=AdmissionSettings(wait_timeout=0.2))]
 )

@@ -1,0 +1,106 @@
+"""How the daemon learns that a runner is gone from what Nomad answers its execs, and what a client
+sees: 410 (take another runner), never a 500, and an execution's error that names the cause.
+
+Real clock: the simulated cluster's commands are real processes. Where the agent-unreachable wait
+is what a test is about, it shortens ``admission.wait_timeout`` and says so.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import trio
+
+from supervisor.config import AdmissionSettings, ServerSettings, Settings
+from supervisor.executions import MESSAGE_AGENT_AWAY
+from supervisor.nomad import Node, NodeEvent
+from supervisor.pool import REASON_ALLOCATION_UNKNOWN
+
+from .conftest import Harness
+
+SHORT_WAIT = [Settings(server=ServerSettings(port=0), admission=AdmissionSettings(wait_timeout=0.3))]
+
+
+def vanish(harness: Harness, runner: str) -> None:
+    """The runner's job vanishes without any event, as when every agent restarts at once."""
+    harness.cluster.state.forget_job_silently(("default", runner))
+
+
+def suspect(harness: Harness, runner: str) -> None:
+    """Its agent re-registered, as the event stream tells it."""
+    node_id = harness.service.pool.runners[runner].node_id
+    event = Node(id=node_id, status="initializing", events=[NodeEvent(message="Node re-registered")])
+    harness.service.apply(
+        harness.service.pool.apply_node("NodeRegistration", event, harness.service.last_index)
+    )
+
+
+async def test_an_exec_refused_for_an_unknown_allocation_ends_with_the_cause_and_the_runner_is_gone(
+    harness: Harness,
+) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    vanish(harness, runner)
+    messages = await harness.execute(runner, command="echo ok")
+    assert messages[-1] == {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
+    again = await harness.http.post(f"/runners/{runner}/execute", json={"command": "true"})
+    assert again.status_code == 410, "its client takes another runner"
+    assert harness.service.pool.found_gone.get("exec refusal") == 1
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+
+
+async def test_a_file_operation_on_a_runner_nomad_no_longer_knows_is_a_410(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    vanish(harness, runner)
+    patch = {"delete": ["./*"], "copy": [{"path": "a.txt", "content": base64.b64encode(b"a").decode()}]}
+    response = await harness.http.patch(f"/runners/{runner}/files", json=patch)
+    assert response.status_code == 410, response.text
+    assert REASON_ALLOCATION_UNKNOWN in response.json()["message"]
+    assert (await harness.http.get(f"/runners/{runner}/files")).status_code == 410
+
+
+async def test_execute_on_a_suspect_runner_proves_it_first(harness: Harness) -> None:
+    await harness.environment(10, prewarmingPoolSize=1)
+    alive, gone = await harness.runner(10), await harness.runner(10)
+    for runner in (alive, gone):
+        suspect(harness, runner)
+    vanish(harness, gone)
+    refused = await harness.http.post(f"/runners/{gone}/execute", json={"command": "echo ok"})
+    assert refused.status_code == 410, "proven gone by one GET of its allocation, before anything starts"
+    assert harness.service.pool.runners[alive].suspect_since > 0
+    messages = await harness.execute(alive, command="echo ok")
+    assert messages[-1] == {"type": "exit", "data": 0}
+    assert harness.service.pool.runners[alive].suspect_since == 0, "proven alive"
+
+
+@pytest.mark.parametrize("settings", SHORT_WAIT)
+async def test_an_agent_out_of_reach_past_the_wait_makes_the_runner_move(
+    harness: Harness, settings: Settings
+) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    node = harness.cluster.state.nodes[harness.service.pool.runners[runner].node_id]
+    harness.cluster.agents.stop_agent(node)  # its exec answers "no path to node"
+    started = trio.current_time()
+    response = await harness.http.get(f"/runners/{runner}/files")
+    assert response.status_code == 410, response.text
+    assert trio.current_time() - started >= 0.3, "retried for admission.wait_timeout first"
+    assert MESSAGE_AGENT_AWAY in response.json()["message"]
+    assert harness.service.pool.serving_runner(runner) is None, "moving: nothing new starts on it"
+    other = await harness.runner(10)
+    if harness.service.pool.runners[other].node_id != node.id:
+        execution = await harness.execute(other, command="echo ok")
+        assert execution[-1] == {"type": "exit", "data": 0}
+
+
+async def test_an_agent_back_within_the_wait_serves_the_request(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    node = harness.cluster.state.nodes[harness.service.pool.runners[runner].node_id]
+    harness.cluster.agents.restart_agent(node, downtime=1.0)
+    response = await harness.http.get(f"/runners/{runner}/files")
+    assert response.status_code == 200, response.text
+    messages = await harness.execute(runner, command="echo ok")
+    assert messages[-1] == {"type": "exit", "data": 0}
