@@ -9,7 +9,7 @@ import trio
 from .config import Settings
 from .errors import SupervisorError
 from .levels import StreamState
-from .pool import RunnerState
+from .pool import FOUND_BY, RunnerState
 from .service import RunnerService
 
 __all__ = ["health_details", "metrics_text"]
@@ -37,16 +37,21 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "losses": service.stream_losses,
     }
     nomad: dict[str, Any] = {"status": "ok", "address": service.client.address}
-    draining: list[str] = []
     try:
         with trio.fail_after(_NOMAD_CHECK_TIMEOUT):
             nomad["leader"] = await service.client.leader(attempts=1, http_timeout=_NOMAD_CHECK_TIMEOUT)
-            nodes = await service.client.list_nodes()
-        draining = sorted(node.name for node in nodes.value if node.drain)
     except (SupervisorError, trio.TooSlowError) as exc:
         nomad.update(status="critical", error=str(exc) or "no answer in time")
     checks["nomad"] = nomad
+    draining = sorted(node.name or node.id for node in service.pool.nodes.draining_nodes())
     checks["draining_nodes"] = {"status": "warning" if draining else "ok", "nodes": draining}
+    suspect = service.pool.suspect_runners()
+    checks["runners"] = {
+        "status": "ok",
+        "suspect": len(suspect),
+        "suspect_ids": suspect[:20],
+        "found_gone": dict(service.pool.found_gone),
+    }
     threshold = settings.alert.prewarming_pool_threshold
     pools = service.pool.statistics()
     depleting = [
@@ -120,6 +125,18 @@ def metrics_text(service: RunnerService) -> str:
                 )
             )
     metric("supervisor_runners", "gauge", "Runners by environment and state.", samples)
+    metric(
+        "supervisor_runners_suspect",
+        "gauge",
+        "Runners whose agent restarted since they were last seen running, not handed out until proven.",
+        [(None, len(service.pool.suspect_runners()))],
+    )
+    metric(
+        "supervisor_runners_found_gone_total",
+        "counter",
+        "Runners found gone, by how: event, listing, node restart, exec refusal.",
+        [({"path": path}, service.pool.found_gone.get(path, 0)) for path in FOUND_BY],
+    )
     metric(
         "supervisor_executions_running",
         "gauge",

@@ -31,6 +31,7 @@ from .nodes import NodeChanges, NodeTracker
 from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub, PortMapping
 
 __all__ = [
+    "FOUND_BY",
     "Action",
     "CreateRunner",
     "DestroyRunner",
@@ -121,6 +122,7 @@ FOUND_BY_EVENT: Final = "event"
 FOUND_BY_LISTING: Final = "listing"
 FOUND_BY_NODE_RESTART: Final = "node restart"
 FOUND_BY_EXEC_REFUSAL: Final = "exec refusal"
+FOUND_BY: Final = (FOUND_BY_EVENT, FOUND_BY_LISTING, FOUND_BY_NODE_RESTART, FOUND_BY_EXEC_REFUSAL)
 
 
 def _end_reason(alloc: Allocation | AllocListStub) -> str:
@@ -367,6 +369,9 @@ class RunnerPool:
         if runner is None:
             return []
         return [*self._remove(runner, reason, found=FOUND_BY_EXEC_REFUSAL), RelistWanted(reason)]
+
+    def suspect_runners(self) -> list[str]:
+        return [r.id for r in self.runners.values() if r.suspect_since]
 
     def set_moving(self, runner_id: str) -> None:
         """Its agent stayed unreachable: nothing new starts on it (410 for its client)."""

@@ -16,7 +16,8 @@ async def test_details_name_every_check(harness: Harness) -> None:
     await harness.execute(runner, command="true")
     details = (await harness.http.get("/health/details")).json()
     checks = details["checks"]
-    assert set(checks) == {"event_stream", "nomad", "draining_nodes", "pools", "executions"}
+    assert set(checks) == {"event_stream", "nomad", "draining_nodes", "pools", "executions", "runners"}
+    assert checks["runners"] == {"status": "ok", "suspect": 0, "suspect_ids": [], "found_gone": {}}
     assert checks["event_stream"]["state"] == "up"
     assert checks["event_stream"]["last_index"] > 0
     assert checks["nomad"]["status"] == "ok"
@@ -28,9 +29,11 @@ async def test_details_name_every_check(harness: Harness) -> None:
 async def test_details_report_draining_nodes_and_a_down_stream(harness: Harness) -> None:
     await harness.environment(10)
     await harness.wait_for(lambda: harness.idle(10) == 2)
-    runner = next(iter(harness.service.pool.runners.values()))
-    node = harness.cluster.state.nodes[runner.node_id]
-    await harness.service.client.drain_node(node.id, deadline=3600)  # batch runners keep it draining
+    claimed = await harness.runner(10)
+    node = harness.cluster.state.nodes[harness.service.pool.runners[claimed].node_id]
+    # A used runner's batch allocation keeps the node draining until the deadline.
+    await harness.service.client.drain_node(node.id, deadline=3600)
+    await harness.wait_for(lambda: harness.service.pool.nodes.draining(node.id))
     harness.service.stream.value = StreamState.DOWN
     details = (await harness.http.get("/health/details")).json()
     assert details["status"] == "warning", "down only briefly: recovering is a warning"
@@ -50,5 +53,7 @@ async def test_metrics_in_prometheus_text(harness: Harness) -> None:
     assert "supervisor_event_stream_up 1" in lines
     assert 'supervisor_runners{environment="10",state="idle"} 2' in lines
     assert "# TYPE supervisor_executions_total counter" in lines
+    assert "supervisor_runners_suspect 0" in lines
+    assert 'supervisor_runners_found_gone_total{path="exec refusal"} 0' in lines
     samples = [line for line in lines if not line.startswith("#")]
     assert all(len(line.rsplit(" ", 1)) == 2 for line in samples)

@@ -6,7 +6,7 @@ import httpx
 import pytest
 import trio
 
-from supervisor.config import ServerSettings, Settings, WatcherSettings
+from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
 from supervisor.pool import REASON_DRAINED, REASON_OOM
 
@@ -107,12 +107,7 @@ async def test_a_graceful_stop_lets_running_executions_finish(harness: Harness) 
         await harness.http.get("/version")  # it stopped accepting
 
 
-@pytest.mark.parametrize(
-    "settings", [Settings(server=ServerSettings(port=0), watcher=WatcherSettings(resync_interval=0.5))]
-)
-async def test_jobs_lost_without_an_event_are_replaced_by_the_periodic_resync(
-    harness: Harness, settings: Settings
-) -> None:
+async def test_jobs_lost_without_an_event_are_replaced_once_the_agents_are_back(harness: Harness) -> None:
     await harness.environment(10, prewarmingPoolSize=6)
     await harness.wait_for(lambda: harness.idle(10) == 6)
     claimed = await harness.runner(10)
@@ -133,6 +128,11 @@ async def test_jobs_lost_without_an_event_are_replaced_by_the_periodic_resync(
             and all(("default", r) in harness.cluster.state.jobs for r in harness.service.pool.runners)
         ),
         within=20,
+    )
+    assert harness.service.pool.found_gone.get("node restart", 0) >= 1
+    assert harness.daemon.watcher is not None
+    assert "periodic" not in harness.daemon.watcher.relists, (
+        "found by the relist the agents' re-registration asked for, not the periodic one (60 s)"
     )
     if claimed in lost:
         assert (await harness.http.get(f"/runners/{claimed}/files")).status_code == 410
