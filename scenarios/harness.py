@@ -108,6 +108,22 @@ class Scenario:
         response.raise_for_status()
         return str(response.json()["runnerId"])
 
+    async def claim_run_release(self, command: str = "echo ok", *, within: float = 30.0) -> str:
+        """Claim a runner as CodeOcean does (500 NOMAD_OVERLOAD: try again shortly), run
+        ``command`` in it and give it back; returns "exit 0", or what ended it otherwise."""
+        with trio.move_on_after(within):
+            while True:
+                response = await self.http.post("/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
+                if response.status_code == 500 and response.json().get("errorCode") == "NOMAD_OVERLOAD":
+                    await trio.sleep(0.1)
+                    continue
+                response.raise_for_status()
+                runner = response.json()["runnerId"]
+                ends = terminal_messages(await self.execute(runner, command))
+                (await self.http.delete(f"/runners/{runner}")).raise_for_status()
+                return "exit 0" if ends == EXIT_0 else json.dumps(ends)
+        return f"no runner within {within:g} s"
+
     async def execute(self, runner_id: str, command: str) -> list[dict[str, Any]]:
         """Every message of one execution, up to the WebSocket's close."""
         response = await self.http.post(f"/runners/{runner_id}/execute", json={"command": command})

@@ -15,7 +15,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCENARIOS = {
     "server_restart": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
-    "all_agents_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
+    "all_agents_restart": {"quick": ["--runners", "6"], "full": ["--runners", "100"]},
+    "rolling_agent_restart": {"quick": ["--runners", "6"], "full": ["--runners", "100"]},
     "agent_drain_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
 }
 

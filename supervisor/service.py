@@ -278,7 +278,13 @@ class RunnerService:
         the nodes, the template jobs, each environment's runner jobs by prefix, and the live
         allocations through a filter, without task states: its cost follows the live runners, not
         the terminal allocations Nomad keeps for hours. Environments stay as they are meanwhile.
+
+        The listing's index is the lowest ``X-Nomad-Index`` of its reads, but never below the index
+        of the last event applied before it began: Nomad answered every read after committing that
+        event, so the listing shows at least that state, even where a table's own index (the jobs
+        table's, say, after a node event) is older.
         """
+        seen = self.last_index
         nodes = await self.client.list_nodes()
         self.apply(self.pool.replace_nodes(nodes.value, nodes.index))
         async with self._environments_lock:
@@ -293,7 +299,7 @@ class RunnerService:
             allocs = await self.client.list_allocations(
                 filter=LIVE_ALLOCATIONS, resources=True, task_states=False
             )
-            index = min(index, allocs.index)
+            index = max(seen, min(index, allocs.index))
             self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
         self._expiry_changed.set()  # adopted claims bring their inactivity deadlines
         self.last_index = max(self.last_index, index)
