@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from supervisor.config import AdmissionSettings, ServerSettings, Settings
-from supervisor.executions import MESSAGE_AGENT_AWAY
+from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
 from supervisor.nomad import Node, NodeEvent
 from supervisor.pool import REASON_ALLOCATION_UNKNOWN
 
@@ -104,3 +104,19 @@ async def test_an_agent_back_within_the_wait_serves_the_request(harness: Harness
     assert response.status_code == 200, response.text
     messages = await harness.execute(runner, command="echo ok")
     assert messages[-1] == {"type": "exit", "data": 0}
+
+
+async def test_an_execution_cut_by_its_agent_restarting_says_so(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    node = harness.cluster.state.nodes[harness.service.pool.runners[runner].node_id]
+
+    async def restart_the_agent() -> None:
+        harness.cluster.agents.restart_agent(node, downtime=1.0)
+
+    messages = await harness.run_until_end(runner, "echo started; sleep 30", restart_the_agent)
+    assert messages[-1] == {"type": "error", "data": MESSAGE_AGENT_RESTARTED}, messages
+    await harness.wait_for(lambda: node.agent_up and node.status == "ready")
+    assert harness.service.pool.used_runner(runner) is not None, "its allocation survived: the runner is kept"
+    again = await harness.execute(runner, command="echo ok")
+    assert again[-1] == {"type": "exit", "data": 0}
