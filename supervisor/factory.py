@@ -16,6 +16,7 @@ from typing import Final
 import trio
 from loguru import logger
 
+from .backoff import Backoff, BackoffPolicy
 from .config import FactorySettings
 from .environments import runner_job
 from .errors import TerminalError, TransientError
@@ -70,15 +71,18 @@ class RunnerFactory:
             await self._perform(action)
 
     async def _perform(self, action: FactoryAction) -> None:
-        attempt = 0
+        backoff = Backoff(
+            BackoffPolicy(0.5, self._settings.max_backoff), random_fraction=self._random_fraction
+        )
         while self._still_wanted(action):
             try:
                 await self._once(action)
                 return
             except TransientError as exc:
-                attempt += 1
-                delay = self._random_fraction() * min(self._settings.max_backoff, 0.5 * 2 ** min(attempt, 16))
-                logger.warning("{} failed ({}); retry {} in {:.1f}s", _describe(action), exc, attempt, delay)
+                delay = backoff.failed(trio.current_time())
+                logger.warning(
+                    "{} failed ({}); retry {} in {:.1f}s", _describe(action), exc, backoff.failures, delay
+                )
                 await trio.sleep(delay)
             except TerminalError as exc:
                 logger.error("{} refused by Nomad: {}", _describe(action), exc)

@@ -13,6 +13,7 @@ from typing import Final, TypeVar
 import trio
 from loguru import logger
 
+from .backoff import Backoff, BackoffPolicy
 from .config import Settings
 from .environments import (
     TEMPLATE_PREFIX,
@@ -323,10 +324,17 @@ class RunnerService:
     async def ensure_environments(self, environments: Iterable[ExecutionEnvironment]) -> None:
         """Register the environments declared in the configuration, retrying until Nomad answers."""
         for environment in environments:
+            backoff = Backoff(BackoffPolicy(1.0, 30.0))
             while True:
                 try:
                     await self.put_environment(environment)
                     break
                 except TransientError as exc:
-                    logger.warning("environment {} not registered yet ({}); retrying", environment.id, exc)
-                    await trio.sleep(2)
+                    delay = backoff.failed(trio.current_time())
+                    logger.warning(
+                        "environment {} not registered yet ({}); retrying in {:.1f}s",
+                        environment.id,
+                        exc,
+                        delay,
+                    )
+                    await trio.sleep(delay)

@@ -18,6 +18,7 @@ from typing import Final
 import trio
 from loguru import logger
 
+from .backoff import Backoff, BackoffPolicy
 from .commands import stop_command
 from .errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
 from .nomad import NomadClient
@@ -25,8 +26,7 @@ from .nomad import NomadClient
 __all__ = ["StopOutcome", "stop_in_runner", "stop_noted"]
 
 _MARGIN: Final = 5.0
-_FIRST_RETRY: Final = 1.0
-_MAX_RETRY: Final = 30.0
+_RETRY: Final = BackoffPolicy(base=2.0, cap=30.0)
 
 
 class StopOutcome(enum.Enum):
@@ -102,12 +102,11 @@ async def stop_in_runner(
 async def _stop_when_reached(
     stop: Callable[[], Awaitable[StopOutcome]], on_failure: Callable[[], None]
 ) -> None:
-    delay = _FIRST_RETRY
+    backoff = Backoff(_RETRY)
     while True:
-        await trio.sleep(delay)
+        await trio.sleep(backoff.failed(trio.current_time()))
         outcome = await stop()
         if outcome is StopOutcome.FAILED:
             on_failure()
         if not outcome.retry:
             return
-        delay = min(_MAX_RETRY, delay * 2)

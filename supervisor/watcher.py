@@ -13,14 +13,13 @@ new claims and executions wait at the admission gate, running executions never n
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
 from typing import Final
 
 import trio
 from attrs import frozen
 from loguru import logger
 
+from .backoff import Backoff, BackoffPolicy
 from .errors import SupervisorError
 from .levels import StreamState
 from .nomad import EventBatch, EventStream
@@ -43,17 +42,14 @@ class EventStreamWatcher:
         *,
         heartbeat_timeout: float = 45.0,
         resync_interval: float = 60.0,
-        base_delay: float = 0.5,
-        max_delay: float = 30.0,
-        random_fraction: Callable[[], float] = random.random,
+        backoff: Backoff | None = None,
     ) -> None:
         self.service = service
         self.heartbeat_timeout = heartbeat_timeout
         self.resync_interval = resync_interval
-        self.base_delay = base_delay
-        self.max_delay = max_delay
-        self._random_fraction = random_fraction
-        self._failures = 0
+        # A connection must stay up this long before its failures are forgotten: a server that
+        # flaps must not earn a full relist every half second.
+        self.backoff = backoff or Backoff(BackoffPolicy(0.5, 30.0), healthy_after=resync_interval)
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
         self.relists: dict[str, int] = {}
 
@@ -66,12 +62,9 @@ class EventStreamWatcher:
                 await self._follow()
             except* SupervisorError as group:
                 error = group.exceptions[0]
-            self._failures += 1
             self.service.stream_losses += 1
             self.service.stream.value = StreamState.DOWN
-            delay = self._random_fraction() * min(
-                self.max_delay, self.base_delay * 2 ** min(self._failures, 16)
-            )
+            delay = self.backoff.failed(trio.current_time())
             logger.warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
             self.service.client.rotate_address()
             await trio.sleep(delay)
@@ -87,7 +80,7 @@ class EventStreamWatcher:
             _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
         ) as stream:
             service.stream.value = StreamState.UP
-            self._failures = 0  # the backoff starts over after a good connection
+            self.backoff.healthy(trio.current_time())
             send, receive = trio.open_memory_channel[EventBatch | _RelistDue](0)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read, stream, send.clone())

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from attrs import field, frozen
 
+from ..backoff import BackoffPolicy
 from ..errors import ConfigError
 
 __all__ = ["DEFAULT_NOMAD_ADDR", "NomadSettings", "RetryPolicy"]
@@ -38,7 +39,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, random_fraction: float) -> float:
         """The pause before try ``attempt + 1`` (``attempt`` >= 1), given a uniform number in [0, 1)."""
-        return float(random_fraction * min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1)))
+        return BackoffPolicy(self.base_delay, self.max_delay).delay(attempt, random_fraction)
 
 
 @frozen
