@@ -216,6 +216,8 @@ class ExecutionService:
         if running.scope.cancelled_caught:
             if running.gone_reason:
                 return {"type": "error", "data": running.gone_reason}
+            if isinstance(failure, ExecAgentUnreachable):
+                return {"type": "timeout"}  # it passed while the agent was away: nothing ran
             failure = None  # the time limit passed
         if isinstance(failure, ExecAllocationUnknown):
             self._runner_lost(running.runner_id)

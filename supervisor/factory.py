@@ -44,6 +44,8 @@ class RunnerFactory:
         self._queue: deque[FactoryAction] = deque()
         self._wakeup = trio.Event()
         self._next_registration = 0.0
+        # Runners whose registration is queued or under way: a purge may come before it lands.
+        self._creating: set[str] = set()
         self.created = 0
         self.destroyed = 0
         self.failed = 0
@@ -53,6 +55,8 @@ class RunnerFactory:
         return len(self._queue)
 
     def submit(self, action: FactoryAction) -> None:
+        if isinstance(action, CreateRunner):
+            self._creating.add(action.runner_id)
         self._queue.append(action)
         self._wakeup.set()
 
@@ -71,6 +75,13 @@ class RunnerFactory:
             await self._perform(action)
 
     async def _perform(self, action: FactoryAction) -> None:
+        try:
+            await self._retrying(action)
+        finally:
+            if isinstance(action, CreateRunner):
+                self._creating.discard(action.runner_id)
+
+    async def _retrying(self, action: FactoryAction) -> None:
         backoff = Backoff(
             BackoffPolicy(0.5, self._settings.max_backoff), random_fraction=self._random_fraction
         )
@@ -93,11 +104,16 @@ class RunnerFactory:
                 logger.exception("{} failed unexpectedly", _describe(action))
                 self._failed(action)
                 return
+        if isinstance(action, CreateRunner):
+            self._pool.purged(action.runner_id, 0)  # destroyed before its turn: never registered
 
     def _failed(self, action: FactoryAction) -> None:
         self.failed += 1
         if isinstance(action, CreateRunner):
             self._pool.registration_failed(action.runner_id)
+        elif isinstance(action, DestroyRunner):
+            # Its job may still be there: a listing that shows it has it destroyed again.
+            self._pool.purged(action.runner_id, 0)
 
     def _still_wanted(self, action: FactoryAction) -> bool:
         if isinstance(action, CreateRunner):
@@ -114,13 +130,16 @@ class RunnerFactory:
 
     async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):
-            await self._purge(action.runner_id)
+            await self._purge(action.runner_id, registration_may_follow=action.runner_id in self._creating)
             self.destroyed += 1
             logger.debug("destroyed runner {}: {}", action.runner_id, action.reason)
             return
         await self._rate_limit()
         if not self._still_wanted(action):
-            return  # the runner (or its environment) went while the action waited for its turn
+            # The runner (or its environment) went while the action waited for its turn.
+            if isinstance(action, CreateRunner):
+                self._pool.purged(action.runner_id, 0)
+            return
         if isinstance(action, MarkUsed):
             job = runner_job(action.environment, action.runner_id, used=True, timeout=action.timeout)
             await self._client.register_job(job)
@@ -139,8 +158,12 @@ class RunnerFactory:
             return
         self._pool.registered(action.runner_id, registered.index)
 
-    async def _purge(self, runner_id: str) -> None:
+    async def _purge(self, runner_id: str, *, registration_may_follow: bool = False) -> None:
         response = await self._client.deregister_job(runner_id, purge=True)
+        if response.index == 0 and registration_may_follow:
+            # Nomad did not know the job, but its registration may still land: that path purges it
+            # again and settles the tombstone, so no listing meanwhile may drop it.
+            return
         self._pool.purged(runner_id, response.index)
 
 

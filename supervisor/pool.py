@@ -174,6 +174,8 @@ class Runner:
     moving: bool = False
     # The index of its agent's restart, until newer evidence proves it alive (0: proven).
     suspect_since: int = 0
+    # Its node is ready again since the restart: the next listing reconciled proves or dismisses it.
+    proof_pending: bool = False
 
     def mapped_ports(self) -> list[dict[str, object]]:
         return [{"exposedPort": p.to, "hostAddress": f"{p.host_ip}:{p.value}"} for p in self.ports]
@@ -333,6 +335,10 @@ class RunnerPool:
             actions += self._node_draining(node_id)
         for node_id, index in changes.restarted:
             self._node_restarted(node_id, index)
+        for node_id in changes.ready_again:
+            for runner in self.runners.values():
+                if runner.node_id == node_id and runner.suspect_since:
+                    runner.proof_pending = True
         if changes.ready_again:
             actions.append(RelistWanted("an agent restarted"))
         return actions
@@ -349,11 +355,12 @@ class RunnerPool:
         return actions
 
     def _node_restarted(self, node_id: str, index: int) -> None:
-        """Its runners are suspect until evidence newer than ``index`` proves them: never handed out
-        meanwhile."""
+        """Its runners are suspect, never handed out, until evidence newer than ``index`` proves
+        them: an allocation update written after it, or (once the node is ready again) a listing."""
         for runner in self.runners.values():
             if runner.node_id == node_id:
                 runner.suspect_since = max(runner.suspect_since, index)
+                runner.proof_pending = False
                 self._set_state(runner, runner.state)
 
     def prove(self, runner_id: str) -> None:
@@ -361,6 +368,7 @@ class RunnerPool:
         runner = self.runners.get(runner_id)
         if runner is not None and runner.suspect_since:
             runner.suspect_since = 0
+            runner.proof_pending = False
             self._set_state(runner, runner.state)
 
     def lost(self, runner_id: str, reason: str) -> list[Action]:
@@ -447,7 +455,8 @@ class RunnerPool:
         gone only if its job was known to exist at or before ``index``: one registered after the
         listing was taken is simply not in it yet. A tombstoned runner never comes back, and a
         listing older than one reconciled before is ignored: the tombstones it could contradict may
-        have been dropped by the newer one.
+        have been dropped by the newer one. A suspect runner whose node was ready again before the
+        listing began is proven if listed running; one that is missing is removed.
         """
         if index < self.listed_index:
             return []
@@ -480,12 +489,10 @@ class RunnerPool:
             if runner is None:
                 runner = self._adopt(job, environment_id, now)
             if job_alloc is not None:
-                if (
-                    index > runner.suspect_since > 0
-                    and job_alloc.id == runner.alloc_id
-                    and _running(job_alloc)
-                ):
-                    self.prove(runner.id)  # its allocation runs, as listed after the restart
+                if runner.proof_pending and job_alloc.id == runner.alloc_id and _running(job_alloc):
+                    # Listed running by a listing that began after its node was ready again (the
+                    # watcher's one loop applies events and listings in turn).
+                    self.prove(runner.id)
                 actions += self.apply_allocation(job_alloc, found=found)
             elif runner.alloc_id and runner.alloc_create_index <= index:
                 actions += self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)

@@ -36,6 +36,7 @@ from .files import FileService
 from .levels import AsyncValue, Requests, StreamState
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
 from .pool import (
+    FOUND_BY_NODE_RESTART,
     REASON_ALLOCATION_UNKNOWN,
     REASON_INACTIVITY,
     Action,
@@ -203,11 +204,11 @@ class RunnerService:
         except NomadNotFound:
             self.runner_lost(runner.id)
             raise RunnerGoneError(REASON_ALLOCATION_UNKNOWN) from None
-        self.apply(self.pool.apply_allocation(alloc))
+        self.apply(self.pool.apply_allocation(alloc, found=FOUND_BY_NODE_RESTART))
         if alloc.client_status == "running" and self.pool.serving_runner(runner.id) is runner:
             self.pool.prove(runner.id)
             return
-        raise RunnerGoneError(f"its allocation is {alloc.client_status}")
+        raise RunnerGoneError(f"the runner is gone: its allocation is {alloc.client_status}")
 
     def release(self, runner_id: str) -> None:
         self.apply(self.pool.release(runner_id))
@@ -292,7 +293,7 @@ class RunnerService:
             templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
             self._adopt_templates(templates.value)
             jobs: list[JobListStub] = []
-            index = templates.index
+            index = min(nodes.index, templates.index)
             for environment_id in sorted(self.pool.environments):
                 runners = await self.client.list_jobs(runner_prefix(environment_id), meta=True)
                 jobs += runners.value
@@ -308,11 +309,13 @@ class RunnerService:
         return self.last_index
 
     def apply_batch(self, batch: EventBatch) -> None:
-        """Apply a batch of the stream; one that a listing already covered is skipped."""
-        if batch.index <= self.last_index:
-            return
+        """Apply a batch of the stream. Of a batch that a listing already covered, only its Node
+        events: no listing shows an agent's restart (its node was ready before and after)."""
+        covered = batch.index <= self.last_index
         for event in batch.events:
             payload = event.payload
+            if covered and not isinstance(payload, Node):
+                continue
             if isinstance(payload, Allocation):
                 self.apply(self.pool.apply_allocation(payload))
             elif isinstance(payload, Job):

@@ -133,3 +133,32 @@ async def test_an_unexpected_error_fails_one_action_and_the_factory_goes_on(
     assert factory.failed == 1
     assert broken not in pool.runners, "the failed runner is forgotten, so the pool refills"
     assert pool.runners[created].registered_index == 42
+
+
+async def test_a_tombstone_waits_for_a_registration_still_under_way() -> None:
+    """A runner removed while its job's registration is on the wire: Nomad answers the purge with
+    index 0 (no such job yet), and no listing may drop the tombstone before that registration lands
+    and is purged in turn, or the job would be adopted as a fresh idle runner."""
+    pool = RunnerPool()
+    _, actions = pool.set_environment(ENVIRONMENT)
+    runner_id = actions[0].runner_id  # type: ignore[union-attr]
+    nomad = _SlowNomad()
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        factory.submit(CreateRunner(runner_id, 10))
+        with trio.fail_after(5):
+            await nomad.registering.wait()
+        for action in pool.destroy(runner_id, "the execution environment changed"):
+            if isinstance(action, DestroyRunner):
+                factory.submit(action)
+        await trio.testing.wait_all_tasks_blocked()
+        assert ("deregister", runner_id) in nomad.calls
+        assert pool.tombstones[runner_id].gone_at is None, "the registration may still land"
+        pool.reconcile([], [], now=1.0, index=100)
+        assert runner_id in pool.tombstones
+        nomad.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert nomad.calls[-1] == ("deregister", runner_id), "purged once its registration landed"
+        assert pool.tombstones[runner_id].gone_at is not None
+        nursery.cancel_scope.cancel("test over")

@@ -296,19 +296,21 @@ def test_a_purge_of_a_job_nomad_no_longer_knew_keeps_the_tombstone_above_the_job
     assert runner.id in pool.tombstones, "a listing from before the job existed proves nothing"
 
 
-def test_an_agent_restart_makes_its_runners_suspect_until_a_newer_listing_proves_them() -> None:
+def test_an_agent_restart_makes_its_runners_suspect_until_a_listing_after_its_return_proves_them() -> None:
     pool, ids = warm_pool()
     pool.replace_nodes([NodeListStub(id="node-1", status="ready")], 15)
     assert pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40) == []
     assert pool.statistics()["10"]["idleRunners"] == 0, "suspect runners are not idle"
     with pytest.raises(NoIdleRunner):
         pool.claim(10, 0, now=0)
-    assert pool.apply_node("NodeStreamEvent", node("ready"), 41) == [RelistWanted("an agent restarted")]
     jobs, allocs = listing(pool, ids)
-    assert pool.reconcile(jobs, allocs, now=1.0, index=40) == []
-    assert pool.statistics()["10"]["idleRunners"] == 0, "a listing at the restart's index proves nothing"
-    actions = pool.reconcile(jobs[:1], allocs[:1], now=1.0, index=42)
-    assert pool.statistics()["10"]["idleRunners"] == 1, "listed running after the restart: proven"
+    assert pool.reconcile(jobs, allocs, now=1.0, index=41) == []
+    assert pool.statistics()["10"]["idleRunners"] == 0, "the node is still initializing: proves nothing"
+    assert pool.apply_node("NodeStreamEvent", node("ready"), 42) == [RelistWanted("an agent restarted")]
+    actions = pool.reconcile(jobs[:1], allocs[:1], now=1.0, index=41)
+    assert pool.statistics()["10"]["idleRunners"] == 1, (
+        "listed running by the listing after its return, whatever the index of the jobs table"
+    )
     assert DestroyRunner(ids[1], "the runner's Nomad job is gone") not in actions, "it vanished with its job"
     assert ids[1] not in pool.runners
     assert pool.found_gone == {"node restart": 1}

@@ -32,6 +32,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         self.jobs: dict[str, int] = {}  # live runner jobs: ID -> registration index
         self.allocs: dict[str, Allocation] = {}  # the live allocation of each job
         self.pending: list[CreateRunner | DestroyRunner] = []
+        self.registering: list[str] = []
         self.events: list[Event] = []
         self.delivered: list[Event] = []
         self.listings: list[Listing] = []
@@ -52,31 +53,49 @@ class PoolAgainstNomad(RuleBasedStateMachine):
     @precondition(lambda self: self.pending)
     @rule(data=st.data())
     def nomad_carries_out_an_action(self, data: st.DataObject) -> None:
+        """The factory takes an action: a registration goes on the wire (and lands later), a purge
+        is answered at once, as RunnerFactory does them."""
         action = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
         runner_id = action.runner_id
         if isinstance(action, CreateRunner):
-            if runner_id not in self.pool.runners:
-                return  # the factory's check: destroyed before its turn came
-            self.jobs[runner_id] = self._next_index()
-            self.pool.registered(runner_id, self.jobs[runner_id])
-            index = self._next_index()
-            alloc = Allocation(
-                id=f"alloc-{runner_id}",
-                job_id=runner_id,
-                client_status="running",
-                create_index=index,
-                modify_index=index,
-                node_id="node-1",
-            )
-            self.allocs[runner_id] = alloc
-            self.events.append((index, alloc))
+            if runner_id in self.pool.runners:
+                self.registering.append(runner_id)
+            else:
+                self.pool.purged(runner_id, 0)  # destroyed before its turn: never registered
             return
-        purged_at = 0  # Nomad answers Index 0 for a job it does not know
-        if self.jobs.pop(runner_id, None) is not None:
-            self.allocs.pop(runner_id, None)
-            purged_at = self._next_index()
-            self.events.append((purged_at, runner_id))
-        self.pool.purged(runner_id, purged_at)
+        index = self._purge(runner_id)
+        if index or runner_id not in self.registering:  # a registration may still land
+            self.pool.purged(runner_id, index)
+
+    @precondition(lambda self: self.registering)
+    @rule(data=st.data())
+    def a_registration_lands(self, data: st.DataObject) -> None:
+        runner_id = self.registering.pop(data.draw(st.integers(0, len(self.registering) - 1)))
+        self.jobs[runner_id] = self._next_index()
+        index = self._next_index()
+        alloc = Allocation(
+            id=f"alloc-{runner_id}",
+            job_id=runner_id,
+            client_status="running",
+            create_index=index,
+            modify_index=index,
+            node_id="node-1",
+        )
+        self.allocs[runner_id] = alloc
+        self.events.append((index, alloc))
+        if runner_id in self.pool.runners:
+            self.pool.registered(runner_id, self.jobs[runner_id])
+        else:  # destroyed while its registration was on the wire: the factory purges it again
+            self.pool.purged(runner_id, self._purge(runner_id))
+
+    def _purge(self, runner_id: str) -> int:
+        """Nomad's purge: the index of the write, or 0 for a job it does not know."""
+        if self.jobs.pop(runner_id, None) is None:
+            return 0
+        self.allocs.pop(runner_id, None)
+        purged_at = self._next_index()
+        self.events.append((purged_at, runner_id))
+        return purged_at
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())
@@ -156,9 +175,11 @@ class PoolAgainstNomad(RuleBasedStateMachine):
     def everything_settles_and_a_fresh_listing_is_applied(self) -> None:
         """Nomad carries out every action and delivers every event; then a listing taken now agrees
         with Nomad, and the tombstones are down to the purges it has just ordered."""
-        while self.pending or self.events:
+        while self.pending or self.registering or self.events:
             while self.pending:
-                self.nomad_carries_out_an_action_in_order()
+                self.nomad_carries_out_an_action(_First())
+            while self.registering:
+                self.a_registration_lands(_First())
             while self.events:
                 self.an_event_arrives()
         self.a_listing_is_taken()
@@ -169,10 +190,6 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         for runner in self.pool.runners.values():
             if runner.state is RunnerState.IDLE:
                 assert runner.id in self.jobs, f"idle runner {runner.id} has no job in Nomad"
-
-    def nomad_carries_out_an_action_in_order(self) -> None:
-        self.pending.insert(0, self.pending.pop(0))
-        self.nomad_carries_out_an_action(_First())
 
 
 class _First:

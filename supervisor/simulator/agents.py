@@ -222,6 +222,16 @@ class Agents:
         self.state.timers.call_later(downtime, lambda: self._return_all(lose_fraction))
 
     def _return_all(self, lose_fraction: float) -> None:
+        """The agents start again and register; while they are still initializing, the restored
+        clients drop some runner jobs for good: so a listing taken between an agent's registration
+        and its node's ready still shows jobs that are about to vanish."""
+        for node in self.state.nodes.values():
+            self.start_agent(node)
+        self.state.timers.call_later(
+            self.state.config.agent_ready_delay / 2, lambda: self._lose_on_restore(lose_fraction)
+        )
+
+    def _lose_on_restore(self, lose_fraction: float) -> None:
         state = self.state
         runners = sorted(k for k in state.jobs if not self.scheduler.is_environment_job(k))
         lost = state.rng.sample(runners, round(len(runners) * min(max(lose_fraction, 0.0), 1.0)))
@@ -249,8 +259,6 @@ class Agents:
                             client_description="All tasks have completed",
                         )
                         self.exec.kill_alloc(alloc.id)
-        for node in state.nodes.values():
-            self.start_agent(node)
 
     def _check_flood(self, node: SimNode) -> None:
         config = self.state.config

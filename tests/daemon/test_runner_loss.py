@@ -118,7 +118,9 @@ async def test_jobs_lost_without_an_event_are_replaced_once_the_agents_are_back(
             json={"downtime_s": 0.3, "lose_fraction": 0.5},
         )
         assert response.status_code == 200
-    await harness.wait_for(lambda: all(n.agent_up for n in harness.cluster.state.nodes.values()))
+    await harness.wait_for(
+        lambda: all(n.agent_up and n.status == "ready" for n in harness.cluster.state.nodes.values())
+    )
     lost = [r for r in list(harness.service.pool.runners) if ("default", r) not in harness.cluster.state.jobs]
     assert lost, "the fault removed some runner jobs, silently"
     assert harness.service.stream_losses == 0, "the stream never dropped: no reconnect would have noticed"
