@@ -159,12 +159,17 @@ async def _run_until_signalled(daemon: object) -> None:
 
     assert isinstance(daemon, Daemon)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(daemon.run)
+
+        async def stop_on_signal() -> None:
             async for received in signals:
                 logger.info("received {}, stopping gracefully", signal.Signals(received).name)
                 daemon.stop()
-                break
+                return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_on_signal)
+            await daemon.run()  # until a signal stops it, or it stops itself (see Daemon.failure)
+            nursery.cancel_scope.cancel("the daemon stopped")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -190,7 +195,12 @@ def _run(args: argparse.Namespace) -> int:
             "local processes, needs server.token (SUPERVISOR_SERVER_TOKEN)"
         )
     where = f"{settings.server.address}:{settings.server.port}"
-    return _run_trio(_run_until_signalled, Daemon(settings), what=f"supervisor run: cannot serve on {where}")
+    daemon = Daemon(settings)
+    code = _run_trio(_run_until_signalled, daemon, what=f"supervisor run: cannot serve on {where}")
+    if code == 0 and daemon.failure is not None:
+        print(f"supervisor run: stopped: {daemon.failure}", file=sys.stderr)
+        return 1
+    return code
 
 
 # Both services keep a large, long-lived heap (tens of thousands of jobs and allocations): with

@@ -24,6 +24,7 @@ __all__ = [
     "FactorySettings",
     "ServerSettings",
     "Settings",
+    "SupervisionSettings",
     "WatcherSettings",
     "load_settings",
 ]
@@ -78,6 +79,13 @@ class ExecutionSettings:
 
 
 @frozen
+class SupervisionSettings:
+    # More restarts of the daemon's children than this within period seconds: stop gracefully.
+    intensity: int = 5
+    period: float = 30.0
+
+
+@frozen
 class NomadSection:
     address: tuple[str, ...] = ()
     token: str = ""
@@ -96,6 +104,7 @@ class Settings:
     alert: AlertSettings = field(factory=AlertSettings)
     factory: FactorySettings = field(factory=FactorySettings)
     execution: ExecutionSettings = field(factory=ExecutionSettings)
+    supervision: SupervisionSettings = field(factory=SupervisionSettings)
     environments: tuple[ExecutionEnvironment, ...] = ()
 
     def nomad_settings(self, environ: Mapping[str, str]) -> NomadSettings | None:
@@ -122,6 +131,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "alert": AlertSettings,
     "factory": FactorySettings,
     "execution": ExecutionSettings,
+    "supervision": SupervisionSettings,
 }
 
 
@@ -219,6 +229,8 @@ def _validate(settings: Settings) -> None:
         section, key = name.split(".")
         if getattr(getattr(settings, section), key) < 0:
             raise ConfigError(f"{name}: must not be negative")
+    if settings.supervision.intensity < 0 or settings.supervision.period <= 0:
+        raise ConfigError("supervision.intensity and supervision.period: must be positive")
     if not settings.execution.workspace.startswith("/"):
         raise ConfigError("execution.workspace: must be an absolute path")
     ids = [e.id for e in settings.environments]

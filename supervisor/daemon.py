@@ -4,17 +4,21 @@ Daemon.run
 ├── [embedded simulated Nomad cluster, when no Nomad address is configured]
 ├── infrastructure: RunnerFactory.run, inactivity expiry, PrewarmingPoolAlerter.run
 │   └── execution nursery: one task per execution (each in its own cancel scope) and per download
-│       └── intake: EventStreamWatcher.run, the API server (hypercorn)
+│       └── intake: EventStreamWatcher.run, configured environments, the API server (hypercorn)
 └── shutdown unwinds intake first (stop accepting, let running requests finish within the
     graceful timeout), then executions (given the same deadline), then infrastructure.
+
+Every child but the executions runs under ``supervise`` with its spec in CHILDREN: a crash is
+logged and the child restarted, touching no sibling and no execution (they are not its
+descendants); past the restart intensity the daemon stops gracefully, as on SIGTERM.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Final, cast
 
 import hypercorn.trio
 import trio
@@ -27,9 +31,24 @@ from .api import create_app
 from .config import Settings
 from .nomad import NomadClient, NomadSettings
 from .service import RunnerService
+from .supervision import ChildSpec, Restart, RestartIntensity, supervise
 from .watcher import EventStreamWatcher
 
-__all__ = ["Daemon"]
+__all__ = ["CHILDREN", "Daemon"]
+
+# The long-lived children of the tree above, each with its restart policy (OTP's child specs),
+# restarted one for one, all counted against [supervision] intensity and period. The node tracker
+# has no task of its own: the watcher feeds it, and it is as pure as the pool.
+CHILDREN: Final = {
+    "factory": Restart.PERMANENT,
+    "inactivity expiry": Restart.PERMANENT,
+    "prewarming-pool alerter": Restart.PERMANENT,
+    "event-stream watcher": Restart.PERMANENT,
+    # One-shot: done once the configured environments are in Nomad; restarted only if it crashed.
+    "configured environments": Restart.TRANSIENT,
+    # Returns when it has stopped on request; a crash restarts it on the same address.
+    "api server": Restart.TRANSIENT,
+}
 
 
 class Daemon:
@@ -41,6 +60,9 @@ class Daemon:
         self.cluster: object | None = None
         self._stop = trio.Event()
         self.addresses: list[str] = []
+        # Why the daemon stopped on its own (a child past the restart intensity), if it did.
+        self.failure: str | None = None
+        self.restarts = RestartIntensity()
 
     def stop(self) -> None:
         """Begin a graceful stop."""
@@ -71,34 +93,42 @@ class Daemon:
         settings = self.settings
         hypercorn_patch.apply()
         service = self.service = RunnerService(client, settings)
+        watcher = self.watcher = EventStreamWatcher(
+            service,
+            heartbeat_timeout=settings.watcher.heartbeat_timeout,
+            resync_interval=settings.watcher.resync_interval,
+        )
+        supervision = settings.supervision
+        intensity = self.restarts = RestartIntensity(supervision.intensity, supervision.period)
+        starts: dict[str, Callable[..., Awaitable[object]]] = {
+            "factory": service.factory.run,
+            "inactivity expiry": service.run_expiry,
+            "prewarming-pool alerter": PrewarmingPoolAlerter(service, settings.alert).run,
+            "event-stream watcher": watcher.run,
+            "configured environments": partial(self._ensure_configured_environments, service),
+            "api server": partial(
+                hypercorn.trio.serve,
+                create_app(service, settings),  # type: ignore[arg-type]  # starlette's ASGI types
+                self._hypercorn_config(),
+                shutdown_trigger=self._stop.wait,
+            ),
+        }
+
+        async def start(nursery: trio.Nursery, name: str) -> object:
+            spec = ChildSpec(name, starts[name], CHILDREN[name])
+            return await nursery.start(partial(supervise, spec, intensity, self._escalate))
+
         graceful = settings.server.graceful_timeout
         async with trio.open_nursery() as infrastructure:
-            await infrastructure.start(service.factory.run)
-            await infrastructure.start(service.run_expiry)
-            await infrastructure.start(PrewarmingPoolAlerter(service, settings.alert).run)
+            for name in ("factory", "inactivity expiry", "prewarming-pool alerter"):
+                await start(infrastructure, name)
             async with trio.open_nursery() as executions:
                 service.executions.nursery = service.files.nursery = executions
                 async with trio.open_nursery() as intake:
-                    watcher = self.watcher = EventStreamWatcher(
-                        service,
-                        heartbeat_timeout=settings.watcher.heartbeat_timeout,
-                        resync_interval=settings.watcher.resync_interval,
-                    )
-                    await intake.start(watcher.run)
-                    intake.start_soon(self._ensure_configured_environments, service)
-                    config = HypercornConfig()
-                    config.bind = [f"{settings.server.address}:{settings.server.port}"]
-                    config.graceful_timeout = graceful
-                    config.accesslog = None
-                    app: Any = create_app(service, settings)  # starlette's and hypercorn's ASGI types differ
-                    serve = partial(
-                        hypercorn.trio.serve,
-                        app,
-                        config,
-                        shutdown_trigger=self._stop.wait,
-                    )
+                    await start(intake, "event-stream watcher")
+                    await start(intake, "configured environments")
                     async with trio.open_nursery() as serving:
-                        self.addresses = await serving.start(serve)
+                        self.addresses = cast(list[str], await start(serving, "api server"))
                         logger.info("serving the API on {}", ", ".join(self.addresses))
                         task_status.started(self)
                     # On stop, hypercorn refuses new connections and lets running requests (and the
@@ -107,7 +137,24 @@ class Daemon:
                 executions.cancel_scope.deadline = trio.current_time() + graceful
             infrastructure.cancel_scope.cancel("the daemon stopped")
 
-    async def _ensure_configured_environments(self, service: RunnerService) -> None:
+    def _hypercorn_config(self) -> HypercornConfig:
+        config = HypercornConfig()
+        config.bind = [f"{self.settings.server.address}:{self.settings.server.port}"]
+        config.graceful_timeout = self.settings.server.graceful_timeout
+        config.accesslog = None
+        return config
+
+    def _escalate(self, reason: str) -> None:
+        """A child went past the restart intensity: stop gracefully, and say why on the way out."""
+        if self.failure is None:
+            self.failure = reason
+            logger.error("stopping: {}", reason)
+        self.stop()
+
+    async def _ensure_configured_environments(
+        self, service: RunnerService, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
         if not self.settings.environments:
             return
         await service.synced.wait()

@@ -1,0 +1,123 @@
+"""Restart policy as data, as Erlang/OTP's supervisors do it, on trio's clock.
+
+Each long-lived child of the daemon has a ``ChildSpec``: its name, how to start it, and its restart
+policy. ``supervise`` runs one child in a nursery of the caller's choice and restarts it as its
+policy says, one for one (a child's crash touches no sibling):
+
+- ``PERMANENT``: always restarted, whether it crashed or returned;
+- ``TRANSIENT``: restarted only after a crash; returning is a normal end;
+- ``TEMPORARY``: never restarted; a crash is logged and the child stays down.
+
+A crash is logged with its traceback and the child restarted after a backoff. Every restart of every
+child counts against one ``RestartIntensity``: more than ``intensity`` restarts within ``period``
+seconds, and the supervisor gives up and calls its ``escalate`` callback (the daemon's graceful stop,
+so that systemd starts it afresh) instead of restarting for ever. Cancellation is never caught.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import trio
+from attrs import define, field, frozen
+from loguru import logger
+
+from .backoff import Backoff, BackoffPolicy
+
+__all__ = ["ChildSpec", "Restart", "RestartIntensity", "supervise"]
+
+
+class Restart(enum.Enum):
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+    TEMPORARY = "temporary"
+
+
+@frozen
+class ChildSpec:
+    name: str
+    start: Callable[..., Awaitable[object]]
+    restart: Restart = Restart.PERMANENT
+
+
+@define
+class RestartIntensity:
+    """At most ``intensity`` restarts in any ``period`` seconds, counted on trio's clock."""
+
+    intensity: int = 5
+    period: float = 30.0
+    # Restarts so far, of every child.
+    total: int = 0
+    _restarts: deque[float] = field(factory=deque)
+
+    def allow(self, now: float) -> bool:
+        """Count a restart at ``now``; False once there were too many within the period."""
+        self.total += 1
+        self._restarts.append(now)
+        while self._restarts and now - self._restarts[0] > self.period:
+            self._restarts.popleft()
+        return len(self._restarts) <= self.intensity
+
+
+async def supervise(
+    spec: ChildSpec,
+    intensity: RestartIntensity,
+    escalate: Callable[[str], None],
+    *,
+    backoff: Backoff | None = None,
+    task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``spec``'s child until its policy says it is over, restarting it as the policy says.
+
+    The first start reports readiness through ``task_status`` (a crash before it reaches the
+    caller of ``nursery.start``, as an ordinary start would); restarts report nothing.
+    """
+    backoff = backoff or Backoff(BackoffPolicy(0.5, 10.0), healthy_after=intensity.period)
+    readiness: _Readiness | None = _Readiness(task_status)
+    while True:
+        crashed = False
+        started_at = trio.current_time()
+        try:
+            if readiness is not None:
+                await spec.start(task_status=cast(trio.TaskStatus[Any], readiness))
+            else:
+                await spec.start()
+        except Exception as exc:
+            if readiness is not None and not readiness.reported:
+                raise  # it never became ready: its caller hears of it, as from any start
+            crashed = True
+            logger.opt(exception=exc).error("{} crashed", spec.name)
+        readiness = None
+        if spec.restart is Restart.TEMPORARY or (spec.restart is Restart.TRANSIENT and not crashed):
+            if crashed:
+                logger.warning("{} is temporary: it stays down", spec.name)
+            return
+        now = trio.current_time()
+        if not intensity.allow(now):
+            logger.error(
+                "{} restarted more than {} times in {:g} s: giving up",
+                spec.name,
+                intensity.intensity,
+                intensity.period,
+            )
+            escalate(f"{spec.name} kept failing")
+            return
+        backoff.healthy(started_at)
+        delay = backoff.failed(now)
+        logger.warning("restarting {} in {:.1f}s", spec.name, delay)
+        await trio.sleep(delay)
+
+
+class _Readiness:
+    """The caller's task status, noting whether the child reported itself ready."""
+
+    def __init__(self, task_status: trio.TaskStatus[Any]) -> None:
+        self._task_status = task_status
+        self.reported = False
+
+    def started(self, value: object = None) -> None:
+        self.reported = True
+        self._task_status.started(value)
