@@ -74,9 +74,9 @@ async def main(args: argparse.Namespace) -> bool:
         scenario.check(
             "leader_restart_one_honest_end_each", exited + lost == len(claimed), exited + lost, len(claimed)
         )
-        back = await scenario.wait_for(lambda: scenario.service.stream.value is StreamState.UP, within=30)
+        back = await scenario.wait_for(lambda: scenario.service.gate.state is StreamState.UP, within=30)
         scenario.check("stream_back_s", back is not None, back, 30)
-        scenario.event("stream up", losses=scenario.service.stream_losses)
+        scenario.event("stream up", losses=scenario.service.gate.losses)
 
         kept = sum(scenario.service.pool.used_runner(r) is not None for r in claimed)
         scenario.check("claimed_runners_kept", kept == len(claimed), kept, len(claimed))

@@ -30,13 +30,13 @@ from . import __version__
 from .commands import validate_environment
 from .config import Settings
 from .environments import environment_from_dict
-from .errors import InvalidRequest, RunnerGoneError, SupervisorError
+from .errors import InvalidRequest, NomadUnreachable, RunnerGoneError, SupervisorError
 from .executions import ExecutionRequest
 from .files import Download, FileNotAvailable, parse_patch
 from .levels import StreamState
 from .observability import health_details, metrics_text
 from .pool import NoIdleRunner, Runner, UnknownEnvironment
-from .service import NomadUnreachable, RunnerService
+from .service import RunnerService
 
 __all__ = ["create_app"]
 
@@ -146,7 +146,7 @@ class _Routes:
     # -- miscellaneous --------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        state = self.service.stream.value
+        state = self.service.gate.state
         if state is not StreamState.UP:
             message = f"the Nomad event stream is {state.value}"
             return JSONResponse({"message": message, "errorCode": "NOMAD_UNREACHABLE"}, status_code=503)
@@ -227,7 +227,7 @@ class _Routes:
         timeout = _non_negative_int(body, "inactivityTimeout")
         if environment_id not in self.service.pool.environments:
             return client_error(404, f"execution environment {environment_id} does not exist")
-        await self.service.admit()
+        await self.service.gate.admit()
         try:
             runner = self.service.claim(environment_id, timeout)
         except NoIdleRunner:
@@ -313,7 +313,7 @@ class _Routes:
             privileged=privileged,
         )
         validate_environment(environment)
-        await self.service.admit()
+        await self.service.gate.admit()
         execution_id = self.service.executions.prepare(execution)
         scheme = "wss" if request.url.scheme == "https" else "ws"
         host = request.headers.get("host", f"{self.settings.server.address}:{self.settings.server.port}")
@@ -326,6 +326,12 @@ class _Routes:
         request = self.service.executions.take(execution_id)
         if request is None or request.runner_id != runner_id:
             await websocket.send_denial_response(client_error(404, "no execution found with this id"))
+            return
+        try:
+            # Its URL may have been handed out before the stream was lost: wait at the gate again.
+            await self.service.gate.admit()
+        except NomadUnreachable as exc:
+            await websocket.send_denial_response(server_error(str(exc), "NOMAD_UNREACHABLE", retry_after=5))
             return
         if self.service.pool.serving_runner(runner_id) is None:
             await websocket.send_denial_response(client_error(410, _RUNNER_GONE))

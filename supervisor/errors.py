@@ -6,6 +6,7 @@ most specific class here, with the original chained as ``__cause__``.
     SupervisorError
     ├── TransientError                 retry with backoff; the same request may succeed later
     │   ├── NomadUnavailableError      connection refused/reset, timeout, 5xx ("No cluster leader")
+    │   ├── NomadUnreachable           the event stream stayed down for the whole admission wait
     │   ├── EventStreamError           the event stream ended; reconnect at last index + 1
     │   │   ├── StreamConnectionLost   the connection dropped (mid-line or between lines)
     │   │   ├── StreamEnded            the server ended the body cleanly with nothing after it
@@ -42,6 +43,7 @@ __all__ = [
     "NomadPermissionDenied",
     "NomadRequestError",
     "NomadUnavailableError",
+    "NomadUnreachable",
     "RunnerGoneError",
     "StreamConnectionLost",
     "StreamEnded",
@@ -100,6 +102,10 @@ class NomadPermissionDenied(NomadRequestError):
 
 class NomadNotFound(NomadRequestError):
     """404: the job, allocation, node or evaluation does not exist."""
+
+
+class NomadUnreachable(TransientError):
+    """The event stream stayed down for the whole admission wait: new work is refused for now."""
 
 
 class EventStreamError(TransientError):

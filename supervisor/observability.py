@@ -22,8 +22,9 @@ _NOMAD_CHECK_TIMEOUT: Final = 2.0
 async def health_details(service: RunnerService, settings: Settings) -> dict[str, Any]:
     """``{"status": "ok"|"warning"|"critical", "checks": {...}}``; each check has its own status."""
     now = trio.current_time()
-    stream = service.stream.value
-    down_for = now - service.stream.since if stream is not StreamState.UP else 0.0
+    gate = service.gate
+    stream = gate.state
+    down_for = now - gate.since if stream is not StreamState.UP else 0.0
     checks: dict[str, dict[str, Any]] = {}
     if stream is StreamState.UP:
         stream_status = "ok"
@@ -32,9 +33,9 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
     checks["event_stream"] = {
         "status": stream_status,
         "state": stream.value,
-        "for_seconds": round(now - service.stream.since, 3),
+        "for_seconds": round(now - gate.since, 3),
         "last_index": service.last_index,
-        "losses": service.stream_losses,
+        "losses": gate.losses,
     }
     nomad: dict[str, Any] = {"status": "ok", "address": service.client.address}
     try:
@@ -97,13 +98,13 @@ def metrics_text(service: RunnerService) -> str:
         "supervisor_event_stream_up",
         "gauge",
         "1 while the Nomad event stream is followed.",
-        [(None, 1.0 if service.stream.value is StreamState.UP else 0.0)],
+        [(None, 1.0 if service.gate.state is StreamState.UP else 0.0)],
     )
     metric(
         "supervisor_event_stream_losses_total",
         "counter",
         "Times the event stream was lost.",
-        [(None, service.stream_losses)],
+        [(None, service.gate.losses)],
     )
     metric(
         "supervisor_event_stream_last_index",

@@ -13,6 +13,7 @@ from typing import Final, TypeVar
 import trio
 from loguru import logger
 
+from .admission import AdmissionGate
 from .backoff import Backoff, BackoffPolicy
 from .config import Settings
 from .environments import (
@@ -27,13 +28,12 @@ from .errors import (
     ExecAllocationUnknown,
     NomadNotFound,
     RunnerGoneError,
-    SupervisorError,
     TransientError,
 )
 from .executions import AGENT_RETRY, MESSAGE_AGENT_AWAY, ExecutionService
 from .factory import RunnerFactory
 from .files import FileService
-from .levels import AsyncValue, Requests, StreamState
+from .levels import Requests
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
 from .pool import (
     FOUND_BY_NODE_RESTART,
@@ -46,7 +46,7 @@ from .pool import (
     RunnerPool,
 )
 
-__all__ = ["NomadUnreachable", "RunnerService"]
+__all__ = ["RunnerService"]
 
 T = TypeVar("T")
 
@@ -58,16 +58,12 @@ LIVE_ALLOCATIONS: Final = (
 )
 
 
-class NomadUnreachable(SupervisorError):
-    """The event stream stayed down for the whole admission wait."""
-
-
 class RunnerService:
     def __init__(self, client: NomadClient, settings: Settings) -> None:
         self.client = client
         self.settings = settings
         self.pool = RunnerPool()
-        self.stream = AsyncValue(StreamState.DOWN)
+        self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.factory = RunnerFactory(client, self.pool, settings.factory)
         self.executions = ExecutionService(
             client,
@@ -88,7 +84,6 @@ class RunnerService:
         )
         self.last_index = 0
         self.relists = Requests()
-        self.stream_losses = 0
         self.synced = trio.Event()
         self._expiry_changed = trio.Event()
         # Environment writes, and reads of templates that update the pool, one at a time: a read
@@ -147,15 +142,6 @@ class RunnerService:
             return environment
 
     # -- runners --------------------------------------------------------------------------------
-
-    async def admit(self) -> None:
-        """Wait for the event stream to be up (claims and new executions only)."""
-        if self.stream.value is StreamState.UP:
-            return
-        with trio.move_on_after(self.settings.admission.wait_timeout):
-            await self.stream.wait_value(lambda state: state is StreamState.UP)
-            return
-        raise NomadUnreachable(f"the Nomad event stream is {self.stream.value.value}")
 
     def claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
         runner, actions = self.pool.claim(environment_id, inactivity_timeout, trio.current_time())

@@ -4,16 +4,17 @@ As client-go's Reflector does it: list, reconcile at the listing's index, then w
 index; after every loss of the stream, the same again. Relists asked for meanwhile (the periodic
 safety net, the prewarming-pool alert, evidence that runners are gone) are carried out by this same
 loop, between two batches of the stream, never beside it: a listing is applied in order with the
-events, and a batch that a listing already covers is skipped.
+events, and of a batch that a listing already covers only the Node events are applied.
 
-Its health is level state (``RunnerService.stream``): DOWN while it cannot follow Nomad, RECOVERING
-while it relists after a loss, UP while the stream runs. Nothing is cancelled when the stream drops;
-new claims and executions wait at the admission gate, running executions never notice.
+It reports the stream's health to the admission gate (``RunnerService.gate``), its only writer: DOWN
+while it cannot follow Nomad, RECOVERING while it relists after a loss, UP while the stream runs.
+Nothing is cancelled when the stream drops; new claims and executions wait at the gate, running
+executions never notice.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NoReturn
 
 import trio
 from attrs import frozen
@@ -53,17 +54,22 @@ class EventStreamWatcher:
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
         self.relists: dict[str, int] = {}
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
         """Never returns; starts at once, with the stream DOWN until the first listing is in."""
         task_status.started()
+        try:
+            await self._watch()
+        finally:
+            self.service.gate.report(StreamState.DOWN)  # crashed or cancelled: nobody follows Nomad
+
+    async def _watch(self) -> NoReturn:
         while True:
             error: BaseException | None = None
             try:
                 await self._follow()
             except* SupervisorError as group:
                 error = group.exceptions[0]
-            self.service.stream_losses += 1
-            self.service.stream.value = StreamState.DOWN
+            self.service.gate.report(StreamState.DOWN)
             delay = self.backoff.failed(trio.current_time())
             logger.warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
             self.service.client.rotate_address()
@@ -73,13 +79,13 @@ class EventStreamWatcher:
         """List, then watch from the listing's index, relisting when asked; raises when the stream
         ends."""
         service = self.service
-        service.stream.value = StreamState.RECOVERING
+        service.gate.report(StreamState.RECOVERING)
         service.relists.clear()  # the connect's own listing serves every request made so far
         index = await self._relist(["connect"])
         async with service.client.open_event_stream(
             _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
         ) as stream:
-            service.stream.value = StreamState.UP
+            service.gate.report(StreamState.UP)
             self.backoff.healthy(trio.current_time())
             send, receive = trio.open_memory_channel[EventBatch | _RelistDue](0)
             async with trio.open_nursery() as nursery:

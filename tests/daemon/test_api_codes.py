@@ -67,12 +67,12 @@ async def test_a_released_runner_is_gone_for_every_route(harness: Harness) -> No
 async def test_new_executions_wait_at_the_admission_gate(harness: Harness, settings: Settings) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)
-    harness.service.stream.value = StreamState.DOWN
+    harness.service.gate.report(StreamState.DOWN)
     refused = await harness.http.post(f"/runners/{runner}/execute", json={"command": "true"})
     assert refused.status_code == 500
     assert refused.json()["errorCode"] == "NOMAD_UNREACHABLE"
     assert refused.headers["Retry-After"]
-    harness.service.stream.value = StreamState.UP
+    harness.service.gate.report(StreamState.UP)
     with trio.fail_after(10):
         assert (
             await harness.http.post(f"/runners/{runner}/execute", json={"command": "true"})

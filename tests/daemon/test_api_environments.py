@@ -107,7 +107,7 @@ async def test_health_and_version(harness: Harness) -> None:
         await harness.service.client.set_eligibility(node_id, eligible=True)
     await harness.wait_for(lambda: harness.idle(10) == 2)
     assert (await harness.http.get("/health")).status_code == 204
-    harness.service.stream.value = StreamState.DOWN
+    harness.service.gate.report(StreamState.DOWN)
     down = await harness.http.get("/health")
     assert (down.status_code, down.json()["errorCode"]) == (503, "NOMAD_UNREACHABLE")
 

@@ -34,7 +34,7 @@ async def test_details_report_draining_nodes_and_a_down_stream(harness: Harness)
     # A used runner's batch allocation keeps the node draining until the deadline.
     await harness.service.client.drain_node(node.id, deadline=3600)
     await harness.wait_for(lambda: harness.service.pool.nodes.draining(node.id))
-    harness.service.stream.value = StreamState.DOWN
+    harness.service.gate.report(StreamState.DOWN)
     details = (await harness.http.get("/health/details")).json()
     assert details["status"] == "warning", "down only briefly: recovering is a warning"
     assert details["checks"]["event_stream"]["status"] == "warning"

@@ -97,7 +97,7 @@ async def test_admission_waits_for_the_stream_then_says_nomad_unreachable(
 ) -> None:
     await harness.environment(10)
     await harness.wait_for(lambda: harness.idle(10) > 0)
-    harness.service.stream.value = StreamState.DOWN
+    harness.service.gate.report(StreamState.DOWN)
     start = trio.current_time()
     response = await harness.http.post("/runners", json={"executionEnvironmentId": 10})
     assert trio.current_time() - start >= 0.3
@@ -107,7 +107,7 @@ async def test_admission_waits_for_the_stream_then_says_nomad_unreachable(
 
     async def recover() -> None:
         await trio.sleep(0.1)
-        harness.service.stream.value = StreamState.UP
+        harness.service.gate.report(StreamState.UP)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(recover)

@@ -123,7 +123,7 @@ async def test_jobs_lost_without_an_event_are_replaced_once_the_agents_are_back(
     )
     lost = [r for r in list(harness.service.pool.runners) if ("default", r) not in harness.cluster.state.jobs]
     assert lost, "the fault removed some runner jobs, silently"
-    assert harness.service.stream_losses == 0, "the stream never dropped: no reconnect would have noticed"
+    assert harness.service.gate.losses == 0, "the stream never dropped: no reconnect would have noticed"
     await harness.wait_for(
         lambda: (
             harness.idle(10) == 6

@@ -1,0 +1,50 @@
+"""The admission gate: the one owner of the event stream's health, and what claims and new executions
+wait at.
+
+Its level (UP, DOWN, RECOVERING) has one writer, the event-stream watcher, which reports each change;
+everyone else reads it or waits on it (trio-util's AsyncValue: one setter, many waiters). A claim, a
+new execution, and the WebSocket connect of an execution prepared before a loss wait for UP up to
+``admission.wait_timeout``, then are refused with NomadUnreachable (HTTP 500 ``NOMAD_UNREACHABLE``).
+Running executions never look at it.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from .errors import NomadUnreachable
+from .levels import AsyncValue, StreamState
+
+__all__ = ["AdmissionGate"]
+
+
+class AdmissionGate:
+    def __init__(self, wait_timeout: float) -> None:
+        self.wait_timeout = wait_timeout
+        self._level = AsyncValue(StreamState.DOWN)
+        # Times the stream was lost.
+        self.losses = 0
+
+    @property
+    def state(self) -> StreamState:
+        return self._level.value
+
+    @property
+    def since(self) -> float:
+        """trio's time of the last change of state."""
+        return self._level.since
+
+    def report(self, state: StreamState) -> None:
+        """The watcher's word on the stream (its only writer)."""
+        if state is StreamState.DOWN and self._level.value is not StreamState.DOWN:
+            self.losses += 1
+        self._level.value = state
+
+    async def admit(self) -> None:
+        """Return once the stream is UP; NomadUnreachable if it is not within the wait."""
+        if self._level.value is StreamState.UP:
+            return
+        with trio.move_on_after(self.wait_timeout):
+            await self._level.wait_value(lambda state: state is StreamState.UP)
+            return
+        raise NomadUnreachable(f"the Nomad event stream is {self._level.value.value}")
