@@ -77,3 +77,25 @@ async def test_new_executions_wait_at_the_admission_gate(harness: Harness, setti
         assert (
             await harness.http.post(f"/runners/{runner}/execute", json={"command": "true"})
         ).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "settings", [Settings(server=ServerSettings(port=0), admission=AdmissionSettings(wait_timeout=0.2))]
+)
+async def test_an_execution_url_handed_out_before_a_stream_loss_waits_at_the_gate(
+    harness: Harness, settings: Settings
+) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    prepared = await harness.http.post(f"/runners/{runner}/execute", json={"command": "echo ran"})
+    assert prepared.status_code == 200
+    harness.service.gate.report(StreamState.DOWN)
+    with pytest.raises(trio_websocket.ConnectionRejected) as rejected:
+        async with trio_websocket.open_websocket_url(prepared.json()["websocketUrl"]):
+            pass  # pragma: no cover
+    assert rejected.value.status_code == 500
+    assert b"NOMAD_UNREACHABLE" in (rejected.value.body or b"")
+    assert harness.service.executions.running_count == 0, "nothing started while the stream was down"
+    harness.service.gate.report(StreamState.UP)
+    messages = await harness.execute(runner, command="echo ran")
+    assert messages[-1] == {"type": "exit", "data": 0}
