@@ -30,12 +30,20 @@ from . import __version__
 from .commands import validate_environment
 from .config import Settings
 from .environments import environment_from_dict
-from .errors import InvalidRequest, NomadUnreachable, RunnerGoneError, SupervisorError
+from .errors import (
+    FileNotAvailable,
+    InvalidRequest,
+    NoIdleRunner,
+    NomadUnreachable,
+    RunnerGoneError,
+    SupervisorError,
+    UnknownEnvironment,
+)
 from .executions import ExecutionRequest
-from .files import Download, FileNotAvailable, parse_patch
+from .files import Download, parse_patch
 from .levels import StreamState
 from .observability import health_details, metrics_text
-from .pool import NoIdleRunner, Runner, UnknownEnvironment
+from .pool import Runner
 from .service import RunnerService
 
 __all__ = ["create_app"]
@@ -248,7 +256,7 @@ class _Routes:
     async def delete_runner(self, request: Request) -> Response:
         try:
             self.service.release(request.path_params["runner_id"])
-        except KeyError:
+        except RunnerGoneError:
             return client_error(410, _RUNNER_GONE)
         return Response(status_code=204)
 

@@ -14,6 +14,7 @@ import trio
 from loguru import logger
 
 from . import __version__
+from .errors import leaves
 
 __all__ = ["build_parser", "main", "parse_listen"]
 
@@ -216,9 +217,7 @@ def _run_trio(main: Callable[[object], Awaitable[None]], argument: object, *, wh
     try:
         trio.run(main, argument)
     except* OSError as group:
-        first = group.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
+        first = leaves(group)[0]
         failure = f"{what}: {getattr(first, 'strerror', None) or first}"
     if failure:
         print(failure, file=sys.stderr)

@@ -22,11 +22,20 @@ most specific class here, with the original chained as ``__cause__``.
         │   ├── ExecAllocationUnknown  Nomad no longer knows the allocation: the runner is gone
         │   └── ExecAgentUnreachable   the server could not reach the client agent: nothing ran
         ├── RunnerGoneError            the runner is gone or moving: its client takes another (410)
+        ├── UnknownEnvironment         no execution environment has this ID (404)
+        ├── NoIdleRunner               the environment has no idle runner now (500 NOMAD_OVERLOAD)
+        ├── FileNotAvailable           a file does not exist or cannot be read (424)
+        ├── FileOperationFailed        a file command in a runner failed (its stderr in the message)
+        ├── RunnerCommandFailed        a helper command the daemon ran in a runner exited non-zero
         ├── ConfigError                a setting is missing or invalid
         └── InvalidRequest             a client's request body or parameters are invalid (HTTP 400)
 
 Programming errors (a bug here, not a condition of the world) are ``RuntimeError`` subclasses and
 never part of this tree.
+
+Exception groups: trio's nurseries raise them strict. Code that needs one error from a group (an exec
+session raises one at a time) takes the group's leaves with ``leaves``, never only the first one
+blindly.
 """
 
 from __future__ import annotations
@@ -38,12 +47,16 @@ __all__ = [
     "ExecAllocationUnknown",
     "ExecConnectionLost",
     "ExecRejected",
+    "FileNotAvailable",
+    "FileOperationFailed",
     "InvalidRequest",
+    "NoIdleRunner",
     "NomadNotFound",
     "NomadPermissionDenied",
     "NomadRequestError",
     "NomadUnavailableError",
     "NomadUnreachable",
+    "RunnerCommandFailed",
     "RunnerGoneError",
     "StreamConnectionLost",
     "StreamEnded",
@@ -53,6 +66,8 @@ __all__ = [
     "SupervisorError",
     "TerminalError",
     "TransientError",
+    "UnknownEnvironment",
+    "leaves",
 ]
 
 
@@ -168,9 +183,37 @@ class RunnerGoneError(TerminalError):
     reach): its client gets 410 and takes another runner."""
 
 
+class UnknownEnvironment(TerminalError):
+    """No execution environment has this ID."""
+
+
+class NoIdleRunner(TerminalError):
+    """The environment has no idle runner at the moment; its pool is refilling."""
+
+
+class FileNotAvailable(TerminalError):
+    """The file does not exist or cannot be read (HTTP 424)."""
+
+
+class FileOperationFailed(TerminalError):
+    """The command in the runner failed; the message carries its stderr."""
+
+
+class RunnerCommandFailed(TerminalError):
+    """A helper command the daemon ran in a runner (reading the task's environment, say) exited with
+    a non-zero status."""
+
+
 class ConfigError(TerminalError):
     """A setting is missing or invalid; the message names the key."""
 
 
 class InvalidRequest(TerminalError):
     """A client's request is invalid; the message says which field and why."""
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """Every exception inside ``error``, which may be an exception group nested any deep."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]

@@ -24,7 +24,7 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, cast
 
 import trio
 from attrs import define, field, frozen
@@ -37,7 +37,9 @@ from .errors import (
     ExecAllocationUnknown,
     ExecConnectionLost,
     ExecRejected,
+    RunnerCommandFailed,
     SupervisorError,
+    leaves,
 )
 from .nomad import ExecExited, ExecOutput, NomadClient
 from .pool import REASON_ALLOCATION_UNKNOWN
@@ -45,7 +47,6 @@ from .stopping import StopOutcome, stop_in_runner
 
 __all__ = ["AGENT_RETRY", "ClientSocket", "ExecutionRequest", "ExecutionService"]
 
-_E = TypeVar("_E", bound=BaseException)
 
 _VARIABLES_CACHE: Final = 10_000
 MESSAGE_CONNECTION_LOST: Final = (
@@ -279,7 +280,10 @@ class ExecutionService:
                 attempt.exited = await _forward_output(socket, session)
                 nursery.cancel_scope.cancel("the command exited")
         except* SupervisorError as group:
-            attempt.failure = _first(group)
+            failures = leaves(group)
+            for other in failures[1:]:  # an exec session raises one at a time; say so if not
+                logger.warning("execution {} also failed: {}", running.execution_id, other)
+            attempt.failure = cast(SupervisorError, failures[0])
 
     async def _nomad_variables(self, alloc_id: str) -> tuple[str, ...]:
         """The allocation's NOMAD_* variable names, read once per allocation (they never change)."""
@@ -290,7 +294,7 @@ class ExecutionService:
             ) as s:
                 exited, stdout, _ = await s.wait_exit()
             if exited.exit_code != 0:
-                raise ExecRejected(0, f"listing the task's environment failed (exit {exited.exit_code})")
+                raise RunnerCommandFailed(f"listing the task's environment failed (exit {exited.exit_code})")
             names = self._variables[alloc_id] = nomad_variable_names(stdout)
             if len(self._variables) > _VARIABLES_CACHE:
                 del self._variables[next(iter(self._variables))]
@@ -314,12 +318,6 @@ class ExecutionService:
             "execution {} could not be stopped; replacing runner {}", running.execution_id, running.runner_id
         )
         self._replace_runner(running.runner_id, "an execution could not be stopped")
-
-
-def _first(group: BaseExceptionGroup[_E]) -> _E:
-    """The first leaf of an exception group (an exec session raises one error at a time)."""
-    exception = group.exceptions[0]
-    return _first(exception) if isinstance(exception, BaseExceptionGroup) else exception
 
 
 async def _forward_output(socket: ClientSocket, session: Any) -> ExecExited:

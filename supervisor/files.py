@@ -31,24 +31,16 @@ from .commands import (
     unprivileged_command,
     workspace_path,
 )
-from .errors import InvalidRequest, SupervisorError
+from .errors import FileNotAvailable, FileOperationFailed, InvalidRequest, SupervisorError
 from .nomad import ExecExited, ExecSession, NomadClient
 from .stopping import stop_in_runner
 
-__all__ = ["Download", "FileNotAvailable", "FileOperationFailed", "FileService"]
+__all__ = ["Download", "FileService"]
 
 _STDIN_CHUNK: Final = 64 * 1024
 _DOWNLOAD_BUFFER: Final = 16  # exec output chunks (at most 4 KiB each) between Nomad and the client
 _MAX_STDERR: Final = 64 * 1024
 _MAX_LISTING: Final = 64 * 1024 * 1024
-
-
-class FileNotAvailable(SupervisorError):
-    """The file does not exist or cannot be read (HTTP 424)."""
-
-
-class FileOperationFailed(SupervisorError):
-    """The command in the runner failed; the message carries its stderr."""
 
 
 def parse_patch(body: Any, workspace: str) -> tuple[list[str], list[tuple[str, bytes | None]]]:
@@ -196,7 +188,7 @@ class FileService:
         try:
             first = await receive.receive()
         except trio.EndOfChannel:
-            first = SupervisorError(f"reading {path} was cut short")
+            first = FileOperationFailed(f"reading {path} was cut short")
         if isinstance(first, bytes) or (isinstance(first, _Ended) and first.exit_code == 0):
             return Download(first, receive, path)
         receive.close()

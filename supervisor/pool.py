@@ -27,6 +27,7 @@ from typing import Final
 from attrs import define, field, frozen
 
 from .environments import ExecutionEnvironment, new_runner_id, runner_environment_id
+from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from .nodes import NodeChanges, NodeTracker
 from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub, PortMapping
 
@@ -37,14 +38,12 @@ __all__ = [
     "DestroyRunner",
     "FactoryAction",
     "MarkUsed",
-    "NoIdleRunner",
     "RelistWanted",
     "Runner",
     "RunnerGone",
     "RunnerPool",
     "RunnerState",
     "Tombstone",
-    "UnknownEnvironment",
 ]
 
 
@@ -52,14 +51,6 @@ class RunnerState(enum.Enum):
     STARTING = "starting"
     IDLE = "idle"
     USED = "used"
-
-
-class UnknownEnvironment(LookupError):
-    pass
-
-
-class NoIdleRunner(LookupError):
-    pass
 
 
 @frozen
@@ -282,7 +273,7 @@ class RunnerPool:
     def release(self, runner_id: str) -> list[Action]:
         runner = self.used_runner(runner_id)
         if runner is None:
-            raise KeyError(runner_id)
+            raise RunnerGoneError(f"no used runner {runner_id}")
         return self._remove(runner, REASON_DESTROYED)
 
     def destroy(self, runner_id: str, reason: str) -> list[Action]:

@@ -23,12 +23,29 @@ def test_exported_members_exist_and_are_sorted(module: object) -> None:
 
 def test_every_error_descends_from_one_root() -> None:
     for name in supervisor.errors.__all__:
-        assert issubclass(getattr(supervisor.errors, name), supervisor.errors.SupervisorError)
+        member = getattr(supervisor.errors, name)
+        if isinstance(member, type):
+            assert issubclass(member, supervisor.errors.SupervisorError), name
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
+def test_every_error_of_the_tree_lives_in_errors_py_and_its_docstring() -> None:
+    import supervisor.daemon  # every module of the package, imported
+    import supervisor.simulator
+
+    tree = supervisor.errors.__doc__ or ""
+    for cls in _subclasses(supervisor.errors.SupervisorError):
+        assert cls.__module__ == "supervisor.errors", f"{cls.__module__}.{cls.__name__} is outside errors.py"
+        assert cls.__name__ in supervisor.errors.__all__, cls.__name__
+        assert f" {cls.__name__} " in tree, f"{cls.__name__} is missing from the tree in the docstring"
 
 
 def test_transient_and_terminal_errors_are_disjoint() -> None:
     errors = [getattr(supervisor.errors, name) for name in supervisor.errors.__all__]
-    for error in errors:
+    for error in [e for e in errors if isinstance(e, type)]:
         assert not (
             issubclass(error, supervisor.errors.TransientError)
             and issubclass(error, supervisor.errors.TerminalError)

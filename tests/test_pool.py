@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from supervisor.environments import ExecutionEnvironment
+from supervisor.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from supervisor.nomad import Allocation, AllocListStub, JobListStub, Node, NodeEvent, NodeListStub
 from supervisor.pool import (
     REASON_ALLOCATION_UNKNOWN,
@@ -15,12 +16,10 @@ from supervisor.pool import (
     CreateRunner,
     DestroyRunner,
     MarkUsed,
-    NoIdleRunner,
     RelistWanted,
     RunnerGone,
     RunnerPool,
     RunnerState,
-    UnknownEnvironment,
 )
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ())
@@ -161,7 +160,7 @@ def test_release_destroys_and_replaced_environment_retires_used_runners() -> Non
     assert runner.retired
     assert runner.environment == ENVIRONMENT, "its job keeps the spec it runs"
     assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id)
-    with pytest.raises(KeyError):
+    with pytest.raises(RunnerGoneError):
         pool.release(runner.id)
 
 

@@ -7,7 +7,7 @@ import base64
 import pytest
 import trio
 
-from supervisor.files import FileOperationFailed
+from supervisor.errors import FileOperationFailed
 
 from .conftest import Harness, output
 
