@@ -101,7 +101,8 @@ class Scenario:
         self.check("leaked_runner_jobs", not leaked, len(leaked), 0)
 
     def idle(self) -> int:
-        return int(self.service.pool.statistics().get(str(ENVIRONMENT_ID), {}).get("idleRunners", 0))
+        stats = self.service.pool.stats().get(ENVIRONMENT_ID)
+        return stats.idle if stats else 0
 
     async def claim(self) -> str:
         response = await self.http.post("/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})

@@ -1,4 +1,4 @@
-"""The prewarming-pool alerter: per environment, ok -> depleting -> reloading.
+"""The prewarming-pool alerter: per environment, ok -> depleting -> due for a reload.
 
 An environment whose idle runners stay below ``alert.prewarming_pool_threshold`` of its pool size for
 ``alert.reload_timeout`` seconds is reloaded: the event-stream watcher is asked to list Nomad again
@@ -17,6 +17,7 @@ from attrs import define, field
 from loguru import logger
 
 from .config import AlertSettings
+from .pool import PoolStats
 from .service import RunnerService
 
 __all__ = ["AlertStates", "PrewarmingPoolAlerter"]
@@ -30,31 +31,26 @@ class AlertStates:
 
     threshold: float
     reload_timeout: float
-    depleting_since: dict[str, float] = field(factory=dict)
+    depleting_since: dict[int, float] = field(factory=dict)
 
-    def update(self, statistics: Mapping[str, Mapping[str, int]], now: float) -> list[str]:
+    def update(self, pools: Mapping[int, PoolStats], now: float) -> list[int]:
         """Record the pools' fill; returns the environments due for a reload."""
         due = []
-        for environment_id, stats in statistics.items():
-            size = stats["prewarmingPoolSize"]
-            low = size > 0 and stats["idleRunners"] / size < self.threshold
-            if not low:
+        for environment_id, stats in pools.items():
+            if not stats.is_depleting(self.threshold):
                 self.depleting_since.pop(environment_id, None)
                 continue
             since = self.depleting_since.setdefault(environment_id, now)
             if self.reload_timeout > 0 and now - since >= self.reload_timeout:
                 due.append(environment_id)
-        for gone in set(self.depleting_since) - set(statistics):
+        for gone in set(self.depleting_since) - set(pools):
             del self.depleting_since[gone]
         return due
 
-    def reloaded(self, environment_id: str, now: float) -> None:
+    def reloaded(self, environment_id: int, now: float) -> None:
         """A reload happened: the clock starts again if the pool is still low."""
         if environment_id in self.depleting_since:
             self.depleting_since[environment_id] = now
-
-    def state(self, environment_id: str) -> str:
-        return "depleting" if environment_id in self.depleting_since else "ok"
 
 
 class PrewarmingPoolAlerter:
@@ -66,11 +62,11 @@ class PrewarmingPoolAlerter:
         task_status.started()
         while True:
             await trio.sleep(_CHECK_INTERVAL)
-            due = self.states.update(self.service.pool.statistics(), trio.current_time())
+            due = self.states.update(self.service.pool.stats(), trio.current_time())
             if not due:
                 continue
             logger.warning(
-                "prewarming pool alert: environments {} stayed depleted; reloading", ", ".join(due)
+                "prewarming pool alert: environments {} stayed depleted; reloading", ", ".join(map(str, due))
             )
             self.service.request_relist("prewarming pool alert")
             for environment_id in due:

@@ -42,7 +42,7 @@ from .errors import (
 from .executions import ExecutionRequest
 from .files import Download, parse_patch
 from .levels import StreamState
-from .observability import health_details, metrics_text
+from .observability import health_details, metrics_text, pool_statistics
 from .pool import Runner
 from .service import RunnerService
 
@@ -160,10 +160,7 @@ class _Routes:
             return JSONResponse({"message": message, "errorCode": "NOMAD_UNREACHABLE"}, status_code=503)
         threshold = self.settings.alert.prewarming_pool_threshold
         depleting = [
-            environment_id
-            for environment_id, stats in self.service.pool.statistics().items()
-            if stats["prewarmingPoolSize"] > 0
-            and stats["idleRunners"] / stats["prewarmingPoolSize"] < threshold
+            str(s.environment_id) for s in self.service.pool.stats().values() if s.is_depleting(threshold)
         ]
         if depleting:
             message = f"the prewarming pool is depleting: environments {', '.join(depleting)}"
@@ -183,7 +180,7 @@ class _Routes:
         return JSONResponse(version) if version else Response(status_code=404)
 
     async def statistics(self, request: Request) -> Response:
-        return JSONResponse(self.service.pool.statistics())
+        return JSONResponse({str(k): pool_statistics(v) for k, v in self.service.pool.stats().items()})
 
     # -- environments ---------------------------------------------------------------------------
 

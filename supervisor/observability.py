@@ -1,4 +1,5 @@
-"""What the daemon tells about itself: ``/api/v1/health/details`` and ``/metrics`` (Prometheus text)."""
+"""What the daemon tells about itself: ``/api/v1/health/details``, ``/metrics`` (Prometheus text),
+and the pools' statistics as Poseidon's API writes them."""
 
 from __future__ import annotations
 
@@ -9,14 +10,24 @@ import trio
 from .config import Settings
 from .errors import SupervisorError
 from .levels import StreamState
-from .pool import FOUND_BY, RunnerState
+from .pool import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
 
-__all__ = ["health_details", "metrics_text"]
+__all__ = ["health_details", "metrics_text", "pool_statistics"]
 
 # How long the stream may be down before health turns critical (a reconnect takes less).
 STREAM_DOWN_GRACE: Final = 30.0
 _NOMAD_CHECK_TIMEOUT: Final = 2.0
+
+
+def pool_statistics(stats: PoolStats) -> dict[str, int]:
+    """Poseidon's ``EnvironmentStatistics`` of one pool: the one place its camelCase is written."""
+    return {
+        "id": stats.environment_id,
+        "prewarmingPoolSize": stats.size,
+        "idleRunners": stats.idle,
+        "usedRunners": stats.used,
+    }
 
 
 async def health_details(service: RunnerService, settings: Settings) -> dict[str, Any]:
@@ -54,12 +65,9 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "found_gone": dict(service.pool.found_gone),
     }
     threshold = settings.alert.prewarming_pool_threshold
-    pools = service.pool.statistics()
-    depleting = [
-        k
-        for k, v in pools.items()
-        if v["prewarmingPoolSize"] and v["idleRunners"] / v["prewarmingPoolSize"] < threshold
-    ]
+    stats = service.pool.stats()
+    pools = {str(k): {**pool_statistics(v), "suspectRunners": v.suspect} for k, v in stats.items()}
+    depleting = [str(k) for k in service.pool.depleting(threshold)]
     checks["pools"] = {
         "status": "warning" if depleting else "ok",
         "threshold": threshold,

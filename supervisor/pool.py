@@ -38,6 +38,7 @@ __all__ = [
     "DestroyRunner",
     "FactoryAction",
     "MarkUsed",
+    "PoolStats",
     "RelistWanted",
     "Runner",
     "RunnerGone",
@@ -127,6 +128,21 @@ def _end_reason(alloc: Allocation | AllocListStub) -> str:
         if terminated and terminated[-1].details.get("oom_killed") == "true":
             return REASON_OOM
     return REASON_ALLOCATION_STOPPED
+
+
+@frozen
+class PoolStats:
+    """One environment's pool: its prewarming size, and its idle (proven), used and suspect runners."""
+
+    environment_id: int
+    size: int
+    idle: int
+    used: int
+    suspect: int = 0
+
+    def is_depleting(self, threshold: float) -> bool:
+        """Fewer idle runners than ``threshold`` of the pool size (a pool of size 0 never is)."""
+        return self.size > 0 and self.idle / self.size < threshold
 
 
 @frozen
@@ -562,14 +578,20 @@ class RunnerPool:
 
     # -- inspection -----------------------------------------------------------------------------
 
-    def statistics(self) -> dict[str, dict[str, int]]:
+    def depleting(self, threshold: float) -> list[int]:
+        """The environments whose pools are depleting (see PoolStats.is_depleting)."""
+        return [k for k, stats in self.stats().items() if stats.is_depleting(threshold)]
+
+    def stats(self) -> dict[int, PoolStats]:
+        """Each environment's pool, by environment ID, in ID order."""
         stats = {}
         for environment_id, environment in sorted(self.environments.items()):
             runners = self._runners_of(environment_id)
-            stats[str(environment_id)] = {
-                "id": environment_id,
-                "prewarmingPoolSize": environment.prewarming_pool_size,
-                "idleRunners": len(self._idle.get(environment_id, ())),
-                "usedRunners": sum(1 for r in runners if r.state is RunnerState.USED),
-            }
+            stats[environment_id] = PoolStats(
+                environment_id=environment_id,
+                size=environment.prewarming_pool_size,
+                idle=len(self._idle.get(environment_id, ())),
+                used=sum(1 for r in runners if r.state is RunnerState.USED),
+                suspect=sum(1 for r in runners if r.suspect_since),
+            )
         return stats

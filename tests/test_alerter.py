@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 from supervisor.alerter import AlertStates
+from supervisor.pool import PoolStats
 
 
-def stats(idle: int, size: int = 10) -> dict[str, dict[str, int]]:
-    return {"10": {"id": 10, "prewarmingPoolSize": size, "idleRunners": idle, "usedRunners": 0}}
+def stats(idle: int, size: int = 10) -> dict[int, PoolStats]:
+    return {10: PoolStats(environment_id=10, size=size, idle=idle, used=0)}
 
 
 def test_depleting_for_the_reload_timeout_makes_it_due() -> None:
     states = AlertStates(threshold=0.5, reload_timeout=300)
     assert states.update(stats(9), now=0) == []
-    assert states.state("10") == "ok"
+    assert states.depleting_since == {}
     assert states.update(stats(4), now=10) == []
-    assert states.state("10") == "depleting"
+    assert states.depleting_since == {10: 10}
     assert states.update(stats(4), now=309) == []
-    assert states.update(stats(4), now=310) == ["10"]
-    states.reloaded("10", now=311)
+    assert states.update(stats(4), now=310) == [10]
+    states.reloaded(10, now=311)
     assert states.update(stats(4), now=312) == [], "the clock starts again after a reload"
     assert states.update(stats(5), now=313) == []
-    assert states.state("10") == "ok", "back at the threshold"
+    assert states.depleting_since == {}, "back at the threshold"
 
 
 def test_no_alert_without_a_timeout_a_pool_or_an_environment() -> None:

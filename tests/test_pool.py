@@ -16,6 +16,7 @@ from supervisor.pool import (
     CreateRunner,
     DestroyRunner,
     MarkUsed,
+    PoolStats,
     RelistWanted,
     RunnerGone,
     RunnerPool,
@@ -60,7 +61,7 @@ def test_new_environment_creates_its_pool_and_runners_start_idle_only_when_runni
     with pytest.raises(NoIdleRunner):
         pool.claim(10, 0, now=0)
     pool.apply_allocation(alloc(runner_id, "a1", "running", 6))
-    assert pool.statistics()["10"] == {"id": 10, "prewarmingPoolSize": 2, "idleRunners": 1, "usedRunners": 0}
+    assert pool.stats()[10] == PoolStats(environment_id=10, size=2, idle=1, used=0)
 
 
 def test_claim_marks_used_and_orders_a_replacement() -> None:
@@ -232,7 +233,7 @@ def test_a_listing_taken_before_a_release_never_brings_the_runner_back() -> None
     actions = pool.reconcile(stale_jobs, stale_allocs, now=1.0, index=20)
     assert runner.id not in pool.runners, "a released runner is gone for good"
     assert all(getattr(a, "runner_id", None) != runner.id for a in actions)
-    handed_out = [pool.claim(10, 0, now=2.0)[0].id for _ in range(pool.statistics()["10"]["idleRunners"])]
+    handed_out = [pool.claim(10, 0, now=2.0)[0].id for _ in range(pool.stats()[10].idle)]
     assert handed_out, "the other runner is still idle"
     assert runner.id not in handed_out
 
@@ -299,15 +300,15 @@ def test_an_agent_restart_makes_its_runners_suspect_until_a_listing_after_its_re
     pool, ids = warm_pool()
     pool.replace_nodes([NodeListStub(id="node-1", status="ready")], 15)
     assert pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40) == []
-    assert pool.statistics()["10"]["idleRunners"] == 0, "suspect runners are not idle"
+    assert pool.stats()[10].idle == 0, "suspect runners are not idle"
     with pytest.raises(NoIdleRunner):
         pool.claim(10, 0, now=0)
     jobs, allocs = listing(pool, ids)
     assert pool.reconcile(jobs, allocs, now=1.0, index=41) == []
-    assert pool.statistics()["10"]["idleRunners"] == 0, "the node is still initializing: proves nothing"
+    assert pool.stats()[10].idle == 0, "the node is still initializing: proves nothing"
     assert pool.apply_node("NodeStreamEvent", node("ready"), 42) == [RelistWanted("an agent restarted")]
     actions = pool.reconcile(jobs[:1], allocs[:1], now=1.0, index=41)
-    assert pool.statistics()["10"]["idleRunners"] == 1, (
+    assert pool.stats()[10].idle == 1, (
         "listed running by the listing after its return, whatever the index of the jobs table"
     )
     assert DestroyRunner(ids[1], "the runner's Nomad job is gone") not in actions, "it vanished with its job"
@@ -320,9 +321,9 @@ def test_an_allocation_update_newer_than_the_restart_proves_a_runner() -> None:
     pool, ids = warm_pool()
     pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40)
     pool.apply_allocation(alloc(ids[0], "a0", "running", 39))
-    assert pool.statistics()["10"]["idleRunners"] == 0, "older than the restart"
+    assert pool.stats()[10].idle == 0, "older than the restart"
     pool.apply_allocation(alloc(ids[0], "a0", "running", 45, created=10))
-    assert pool.statistics()["10"]["idleRunners"] == 1
+    assert pool.stats()[10].idle == 1
     assert pool.runners[ids[0]].suspect_since == 0
 
 

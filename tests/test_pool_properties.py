@@ -148,7 +148,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
 
     # -- clients --------------------------------------------------------------------------------
 
-    @precondition(lambda self: self.pool.statistics()["10"]["idleRunners"] > 0)
+    @precondition(lambda self: self.pool.stats()[10].idle > 0)
     @rule()
     def a_client_claims(self) -> None:
         runner, actions = self.pool.claim(10, 0, self.now)

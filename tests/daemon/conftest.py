@@ -63,8 +63,8 @@ class Harness:
         await self.wait_for(lambda: self.idle(environment_id) >= min(size, 1))
 
     def idle(self, environment_id: int) -> int:
-        stats = self.service.pool.statistics().get(str(environment_id))
-        return stats["idleRunners"] if stats else 0
+        stats = self.service.pool.stats().get(environment_id)
+        return stats.idle if stats else 0
 
     async def runner(self, environment_id: int = 10, inactivity_timeout: int = 0) -> str:
         await self.wait_for(lambda: self.idle(environment_id) > 0)

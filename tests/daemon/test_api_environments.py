@@ -126,7 +126,7 @@ async def test_configured_environments_are_ensured_at_startup(nursery: object, s
     settings = Settings(server=ServerSettings(port=0), environments=(environment,))
     daemon = await nursery.start(Daemon(settings, environ={"NOMAD_ADDR": cluster.addresses[0]}).run)
     with trio.fail_after(20):
-        while daemon.service.pool.statistics().get("7", {}).get("idleRunners") != 2:
+        while getattr(daemon.service.pool.stats().get(7), "idle", 0) != 2:
             await trio.sleep(0.01)
     assert ("default", f"{TEMPLATE_PREFIX}7") in cluster.state.jobs
     daemon.stop()
