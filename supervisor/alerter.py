@@ -10,7 +10,7 @@ and relists periodically, so this is the last line, and it says loudly when it h
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, NoReturn
 
 import trio
 from attrs import define, field
@@ -58,7 +58,7 @@ class PrewarmingPoolAlerter:
         self.service = service
         self.states = AlertStates(settings.prewarming_pool_threshold, settings.reload_timeout)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
         task_status.started()
         while True:
             await trio.sleep(_CHECK_INTERVAL)

@@ -41,7 +41,8 @@ _ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIND_FORMAT: Final = r"%y\t%s\t%T@\t%M\t%u\t%g\t%p\t%l\0"
 _ENTRY_TYPES: Final = {"f": "-", "d": "d", "l": "l", "p": "p", "s": "s", "b": "b", "c": "c"}
 MISSING_EXIT_CODE: Final = 66
-# Prints the names of the task's NOMAD_* variables (run once per allocation: they never change).
+# Prints the task's environment, names and values; only the NOMAD_* names are kept from it
+# (nomad_variable_names). Run once per allocation: they never change.
 NOMAD_VARIABLES_COMMAND: Final = ["/bin/sh", "-c", "env"]
 
 

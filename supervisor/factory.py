@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Final, NoReturn
 
 import trio
 from loguru import logger
@@ -61,12 +61,13 @@ class RunnerFactory:
         self._wakeup.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Carry out the pool's actions until cancelled (it never returns otherwise)."""
         async with trio.open_nursery() as nursery:
             for _ in range(_WORKERS):
                 nursery.start_soon(self._work)
             task_status.started()
 
-    async def _work(self) -> None:
+    async def _work(self) -> NoReturn:
         while True:
             while not self._queue:
                 await self._wakeup.wait()

@@ -296,6 +296,14 @@ class RunnerPool:
         runner = self.runners.get(runner_id)
         return self._remove(runner, reason) if runner is not None else []
 
+    def activity(self, runner_id: str, now: float, *, working: int = 0) -> None:
+        """Its client used the runner at ``now``; ``working`` counts the requests and executions
+        that start (+1) or end (-1) in it: it never expires while one works in it."""
+        runner = self.used_runner(runner_id)
+        if runner is not None:
+            runner.executions += working
+            runner.last_activity = now
+
     def expired(self, now: float) -> list[str]:
         """Used runners idle past their inactivity timeout (never while an execution runs)."""
         return [
@@ -395,7 +403,8 @@ class RunnerPool:
             runner.moving = True
 
     def registration_failed(self, runner_id: str) -> list[Action]:
-        """Nomad refused the job for good: forget the runner (the pool is refilled on the next event)."""
+        """Nomad refused the job for good: forget the runner. The pool is not refilled here, since
+        Nomad would refuse the same job again; the next change that fills the pool tries again."""
         runner = self.runners.pop(runner_id, None)
         if runner is not None:
             self._idle.get(runner.environment_id, {}).pop(runner_id, None)

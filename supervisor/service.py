@@ -1,14 +1,15 @@
-"""The runner service: the one owner of the runner pool, and where its actions are carried out.
+"""The runner service: where the pool's actions are carried out, and what the API asks of runners.
 
-The API, the event-stream watcher and the inactivity timer all go through here; the pool itself
-stays synchronous and free of I/O.
+The pool (with its node tracker) is the only mutator of runner state and stays synchronous and free
+of I/O; this service hands it facts (claims, releases, events, listings, exec evidence) and carries
+out the actions it returns: the factory's writes, the executions' ends, relist requests.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Final, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 import trio
 from loguru import logger
@@ -200,10 +201,8 @@ class RunnerService:
         self.apply(self.pool.release(runner_id))
 
     def touch(self, runner_id: str) -> None:
-        runner = self.pool.used_runner(runner_id)
-        if runner is not None:
-            # A later deadline needs no wake-up: the expiry loop rechecks when the old one passes.
-            runner.last_activity = trio.current_time()
+        # A later deadline needs no wake-up: the expiry loop rechecks when the old one passes.
+        self.pool.activity(runner_id, trio.current_time())
 
     def _alloc_of(self, runner_id: str) -> str | None:
         runner = self.pool.used_runner(runner_id)
@@ -233,14 +232,11 @@ class RunnerService:
             release()
 
     def _execution_activity(self, runner_id: str, delta: int) -> None:
-        runner = self.pool.used_runner(runner_id)
-        if runner is not None:
-            runner.executions += delta
-            runner.last_activity = trio.current_time()
-            if delta < 0:  # the runner may expire again, possibly before the loop's next wake-up
-                self._expiry_changed.set()
+        self.pool.activity(runner_id, trio.current_time(), working=delta)
+        if delta < 0:  # the runner may expire again, possibly before the loop's next wake-up
+            self._expiry_changed.set()
 
-    async def run_expiry(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run_expiry(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
         """Destroy used runners whose inactivity timeout passed."""
         task_status.started()
         while True:

@@ -27,6 +27,7 @@ from .models import (
     EventPayload,
     Job,
     Node,
+    use_decoder,
 )
 
 __all__ = ["decode_batch", "nomad_key", "structure", "structure_list"]
@@ -126,6 +127,9 @@ _converter: Final = _make_converter()
 def structure(data: Mapping[str, Any], model: type[T]) -> T:
     """One Nomad object (already parsed JSON) as ``model``."""
     return _converter.structure(data, model)
+
+
+use_decoder(structure)
 
 
 def structure_list(data: list[Mapping[str, Any]] | None, model: type[T]) -> list[T]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import httpx
 import trio
@@ -30,11 +30,9 @@ from ..errors import (
     StreamServerError,
 )
 from .boundary import translate_status, translate_transport_errors
+from .connection import NomadConnection
 from .decode import decode_batch
 from .models import EventBatch
-
-if TYPE_CHECKING:
-    from .client import NomadClient
 
 __all__ = ["EventStream", "StreamStatistics", "open_event_stream", "topic_params"]
 
@@ -46,7 +44,6 @@ _ERROR_BODY_LIMIT: Final = 64 * 1024
 
 @define
 class StreamStatistics:
-    batches: int = 0
     heartbeats: int = 0
     malformed_lines: int = 0
     last_index: int = 0
@@ -93,7 +90,6 @@ class EventStream:
             line = await self._next_line()
             batch = self._decode(line)
             if batch is not None:
-                self.statistics.batches += 1
                 self.statistics.last_index = batch.index
                 return batch
 
@@ -183,7 +179,7 @@ class EventStream:
 
 @asynccontextmanager
 async def open_event_stream(
-    client: NomadClient,
+    client: NomadConnection,
     topics: Mapping[str, str | list[str]],
     *,
     index: int = 0,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlencode
 
 import orjson
@@ -36,9 +36,7 @@ from ..errors import (
     NomadUnavailableError,
 )
 from .boundary import translate_status
-
-if TYPE_CHECKING:
-    from .client import NomadClient
+from .connection import NomadConnection
 
 __all__ = ["ExecExited", "ExecOutput", "ExecSession", "open_exec"]
 
@@ -171,7 +169,7 @@ def rejection(code: int, reason: str) -> ExecRejected:
     return ExecRejected(code, reason)
 
 
-def exec_url(client: NomadClient, alloc_id: str, *, task: str, command: Sequence[str], tty: bool) -> str:
+def exec_url(client: NomadConnection, alloc_id: str, *, task: str, command: Sequence[str], tty: bool) -> str:
     base = client.address.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
     query = {
         **client.common_params(),
@@ -184,7 +182,7 @@ def exec_url(client: NomadClient, alloc_id: str, *, task: str, command: Sequence
 
 @asynccontextmanager
 async def open_exec(
-    client: NomadClient,
+    client: NomadConnection,
     alloc_id: str,
     *,
     task: str,

@@ -12,9 +12,10 @@ zero time (``0001-01-01T00:00:00Z``) is ``None``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar, cast
 
 from attrs import field, frozen
 
@@ -58,11 +59,21 @@ def _empty_dict() -> dict[str, Any]:
     return {}
 
 
+# How a lazily kept part is decoded on first read: decode.py, which sits above these models, hands
+# its converter down with use_decoder() when it is imported (supervisor.nomad imports it).
+_decoder: Callable[[dict[str, Any], type[Any]], Any] | None = None
+
+
+def use_decoder(decoder: Callable[[dict[str, Any], type[Any]], Any]) -> None:
+    global _decoder
+    _decoder = decoder
+
+
 def _structure(data: dict[str, Any], model: type[_T]) -> _T:
     """Decode a lazily kept part of a model on first read."""
-    from .decode import structure  # decode.py imports this module, so not at the top
-
-    return structure(data, model)
+    if _decoder is None:
+        raise RuntimeError("supervisor.nomad.decode was never imported")
+    return cast(_T, _decoder(data, model))
 
 
 @frozen

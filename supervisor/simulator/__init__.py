@@ -5,7 +5,8 @@ code is what gets tested.
 
 from __future__ import annotations
 
-from .cluster import SimServer, SimulatedCluster
+from .cluster import SimulatedCluster
 from .config import SimConfig
+from .handle import SimServer
 
 __all__ = ["SimConfig", "SimServer", "SimulatedCluster"]

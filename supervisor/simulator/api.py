@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
 import orjson
@@ -28,12 +28,10 @@ from .encode import (
     summary_state,
 )
 from .filters import ALLOC_FIELDS, JOB_FIELDS, NODE_FIELDS, Getter, compile_filter
+from .handle import ClusterHandle, SimServer
 from .http import Request, Response, StreamReply, WebSocketReply, json_response, text_response
 from .jobs import NomadError
 from .objects import SimAlloc, SimJob
-
-if TYPE_CHECKING:
-    from .cluster import SimServer, SimulatedCluster
 
 __all__ = ["NomadAPI", "parse_go_duration"]
 
@@ -99,7 +97,7 @@ class _Router:
 class NomadAPI:
     """The request handler of one server."""
 
-    def __init__(self, cluster: SimulatedCluster, server: SimServer) -> None:
+    def __init__(self, cluster: ClusterHandle, server: SimServer) -> None:
         self.cluster = cluster
         self.server = server
         self.state = cluster.state

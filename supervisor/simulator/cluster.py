@@ -25,6 +25,7 @@ from .broker import EventBroker, Subscription
 from .config import SimConfig
 from .control import ControlAPI
 from .exec import ExecSessions
+from .handle import SimServer
 from .history import add_history
 from .http import HttpServer
 from .jobs import JobService
@@ -56,23 +57,6 @@ class _TrioTimers:
 
         self.nursery.start_soon(fire)
         return scope.cancel
-
-
-@define(eq=False)
-class SimServer:
-    name: str
-    host: str
-    port: int
-    rpc_address: str
-    broker: EventBroker
-    http: HttpServer | None = None
-    up: bool = False
-    scope: trio.CancelScope | None = None
-    restarts: int = 0
-
-    @property
-    def address(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
 
 class _StreamSource:

@@ -9,15 +9,13 @@ names get a 404.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
+from .handle import ClusterHandle
 from .http import Request, Response, json_response
 from .jobs import NomadError
-
-if TYPE_CHECKING:
-    from .cluster import SimulatedCluster
 
 __all__ = ["ControlAPI"]
 
@@ -51,7 +49,7 @@ def _flag(body: dict[str, Any], name: str) -> bool:
 
 
 class ControlAPI:
-    def __init__(self, cluster: SimulatedCluster) -> None:
+    def __init__(self, cluster: ClusterHandle) -> None:
         self.cluster = cluster
 
     def add_routes(self, add: Callable[[str, str, Any], None]) -> None:

@@ -1,0 +1,36 @@
+"""What the event-stream reader and the exec client need of a connection to Nomad, and no more.
+
+``NomadClient`` provides it; the stream and exec modules are typed against this protocol, so that
+they sit below the client that uses them.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any, Protocol
+
+import httpx
+
+from .settings import NomadSettings
+
+__all__ = ["NomadConnection"]
+
+
+class NomadConnection(Protocol):
+    @property
+    def settings(self) -> NomadSettings: ...
+
+    @property
+    def address(self) -> str:
+        """The server the next request goes to."""
+        ...
+
+    @property
+    def http(self) -> httpx.AsyncClient: ...
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None: ...
+
+    def common_params(self, *, namespaced: bool = True) -> dict[str, str]: ...
+
+    def request_extensions(self) -> dict[str, Any]: ...

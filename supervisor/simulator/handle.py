@@ -1,0 +1,68 @@
+"""What the simulated cluster's HTTP handlers (Nomad's API, the control API) need of the cluster.
+
+The cluster builds the handlers and hands itself to them as a ``ClusterHandle``: the handlers are
+typed against this protocol, so that they sit below the cluster that serves them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import trio
+from attrs import define
+
+from .agents import Agents
+from .broker import EventBroker, Subscription
+from .config import SimConfig
+from .exec import ExecSessions
+from .http import HttpServer, StreamSource
+from .jobs import JobService
+from .state import ClusterState
+
+__all__ = ["ClusterHandle", "SimServer"]
+
+
+@define(eq=False)
+class SimServer:
+    name: str
+    host: str
+    port: int
+    rpc_address: str
+    broker: EventBroker
+    http: HttpServer | None = None
+    up: bool = False
+    scope: trio.CancelScope | None = None
+    restarts: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class _Routes(Protocol):
+    def add_routes(self, add: Callable[[str, str, Any], None]) -> None: ...
+
+
+class ClusterHandle(Protocol):
+    config: SimConfig
+    state: ClusterState
+    agents: Agents
+    jobs: JobService
+    execs: ExecSessions
+    leader: str | None
+
+    @property
+    def control(self) -> _Routes: ...
+
+    def server(self, name: str) -> SimServer | None: ...
+
+    def stream_source(self, server: SimServer, subscription: Subscription) -> StreamSource: ...
+
+    def restart_server(self, name: str, *, downtime: float) -> None: ...
+
+    def cut_streams(self) -> int: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    async def wait_for_write(self) -> None: ...
