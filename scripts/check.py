@@ -20,7 +20,7 @@ def main() -> int:
     steps = [
         ("lint", [python, "-m", "ruff", "check", *SOURCES]),
         ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
-        ("types", [python, "-m", "mypy", "supervisor"]),
+        ("types", [python, "-m", "mypy"]),
         ("scenarios", [python, "scenarios/run_all.py", "--quick"]),
         ("tests", [python, "-m", "pytest", *sys.argv[1:]]),
     ]

@@ -66,7 +66,7 @@ def test_simulate_serves_until_sigterm() -> None:
     )
     try:
         assert process.stdout is not None
-        lines = []
+        lines: list[str] = []
         while not lines or not lines[-1].startswith("export NOMAD_ADDR="):
             line = process.stdout.readline()
             assert line, "simulate exited before it was ready"
@@ -113,7 +113,7 @@ def test_run_starts_on_the_embedded_cluster_and_stops_on_sigterm() -> None:
     )
     try:
         assert process.stderr is not None
-        lines = []
+        lines: list[str] = []
         while not any("serving the API on" in line for line in lines):
             line = process.stderr.readline()
             assert line, "run exited before it served: " + "".join(lines)

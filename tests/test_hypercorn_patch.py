@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import trio
 import trio.testing
 from hypercorn.trio.tcp_server import TCPServer
@@ -43,7 +45,7 @@ async def test_close_waits_for_the_write_holding_the_send_lock() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write)
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(TCPServer._close, server)
+        nursery.start_soon(TCPServer._close, cast(TCPServer, server))
         await trio.testing.wait_all_tasks_blocked()
         assert server.stream.calls == ["write started"], "close waits while a write is in flight"
         release.set()
@@ -55,5 +57,5 @@ async def test_close_by_the_task_that_holds_the_lock_goes_straight_on() -> None:
     server = _Server()
     with trio.fail_after(1):
         async with server.send_lock:
-            await TCPServer._close(server)
+            await TCPServer._close(cast(TCPServer, server))
     assert server.stream.calls == ["send_eof", "aclose"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from supervisor.nodes import NodeChanges, NodeTracker
 from supervisor.nomad import DrainStrategy, Node, NodeEvent, NodeListStub
 
 
 def node(
-    status: str = "ready", *, message: str = "Node registered", drain: bool = False, **fields: object
+    status: str = "ready", *, message: str = "Node registered", drain: bool = False, **fields: Any
 ) -> Node:
     return Node(
         id="n1", name="worker-01", status=status, drain=drain, events=[NodeEvent(message=message)], **fields

@@ -29,7 +29,11 @@ def test_every_error_descends_from_one_root() -> None:
 
 
 def _subclasses(cls: type) -> list[type]:
-    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+    found: list[type] = []
+    direct: list[type] = type.__subclasses__(cls)
+    for sub in direct:
+        found += [sub, *_subclasses(sub)]
+    return found
 
 
 def test_every_error_of_the_tree_lives_in_errors_py_and_its_docstring() -> None:

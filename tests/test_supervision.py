@@ -32,7 +32,7 @@ def fixed_backoff() -> Backoff:
 
 
 async def test_a_crashed_child_is_restarted_after_its_backoff(autojump_clock: trio.abc.Clock) -> None:
-    child, escalated = Child(crashes=2), []
+    child, escalated = Child(crashes=2), list[str]()
     intensity = RestartIntensity(5, 30.0)
     spec = ChildSpec("flaky", child.run, Restart.TRANSIENT)
     async with trio.open_nursery() as nursery:
@@ -44,7 +44,7 @@ async def test_a_crashed_child_is_restarted_after_its_backoff(autojump_clock: tr
 
 
 async def test_a_permanent_child_is_restarted_even_when_it_returns(autojump_clock: trio.abc.Clock) -> None:
-    child, escalated = Child(), []
+    child, escalated = Child(), list[str]()
     spec = ChildSpec("loop", child.run, Restart.PERMANENT)
     with trio.move_on_after(10):
         await supervise(spec, RestartIntensity(100, 30.0), escalated.append, backoff=fixed_backoff())
@@ -52,7 +52,7 @@ async def test_a_permanent_child_is_restarted_even_when_it_returns(autojump_cloc
 
 
 async def test_a_temporary_child_stays_down(autojump_clock: trio.abc.Clock) -> None:
-    child, escalated = Child(crashes=5), []
+    child, escalated = Child(crashes=5), list[str]()
     await supervise(ChildSpec("once", child.run, Restart.TEMPORARY), RestartIntensity(), escalated.append)
     assert child.starts == [0.0]
 
@@ -60,7 +60,7 @@ async def test_a_temporary_child_stays_down(autojump_clock: trio.abc.Clock) -> N
 async def test_past_the_intensity_the_supervisor_escalates_instead_of_restarting(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    child, escalated = Child(crashes=100), []
+    child, escalated = Child(crashes=100), list[str]()
     intensity = RestartIntensity(2, 30.0)
     await supervise(ChildSpec("broken", child.run), intensity, escalated.append, backoff=fixed_backoff())
     assert len(child.starts) == 3, "two restarts allowed, the third is one too many"

@@ -90,6 +90,7 @@ class Harness:
                     message = json.loads(await ws.get_message())
                     MESSAGES.validate(message)
                     messages.append(message)
+        assert closed.value.reason is not None
         assert closed.value.reason.code == 1000, closed.value.reason
         return messages
 

@@ -140,8 +140,10 @@ async def test_a_large_download_streams_whole_and_a_client_leaving_ends_it(harne
 async def test_an_operation_whose_output_is_over_its_limit_fails_clearly(harness: Harness) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)
-    files = harness.daemon.service.files
-    alloc_id = harness.daemon.service.pool.used_runner(runner).alloc_id  # type: ignore[union-attr]
+    files = harness.service.files
+    used = harness.service.pool.used_runner(runner)
+    assert used is not None
+    alloc_id = used.alloc_id
     with pytest.raises(FileOperationFailed, match="larger than the 0 MiB"):
         await files._run(alloc_id, ["/bin/sh", "-c", "head -c 5000 /dev/zero"], limit=4096)
     code, stdout, _ = await files._run(alloc_id, ["/bin/sh", "-c", "head -c 4096 /dev/zero"], limit=4096)

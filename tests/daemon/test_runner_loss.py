@@ -63,7 +63,9 @@ async def test_a_restarted_daemon_knows_its_claims(harness: Harness, nursery: tr
         assert stats["10"]["usedRunners"] == 1
         patch = {"copy": [{"path": "after-restart.txt", "content": ""}]}
         assert (await http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
-        assert second.service.pool.used_runner(runner).inactivity_timeout == 300  # type: ignore[union-attr]
+        claimed = second.service.pool.used_runner(runner)
+        assert claimed is not None
+        assert claimed.inactivity_timeout == 300
     second.stop()
 
 

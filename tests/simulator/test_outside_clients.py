@@ -9,7 +9,7 @@ from typing import Any
 import nomad
 import trio
 
-from supervisor.nomad import Allocation, Job
+from supervisor.nomad import Allocation, Event, Job
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 from .conftest import batch_job, make_client, settle
@@ -102,7 +102,7 @@ async def test_our_client_round_trip(cluster: SimulatedCluster) -> None:
         assert not node.drain
         assert node.eligible
         await client.deregister_job(JOB_ID, purge=True)
-        seen = []
+        seen: list[Event] = []
         while not any(e.type == "JobDeregistered" for e in seen):
             seen.extend((await stream.receive()).events)
     assert any(isinstance(e.payload, Job) and e.type == "JobRegistered" for e in seen)

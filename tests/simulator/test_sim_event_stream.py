@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from typing import cast
 
 import httpx
 import orjson
@@ -16,13 +18,15 @@ from supervisor.simulator import SimConfig, SimulatedCluster
 from .conftest import batch_job, make_client, settle
 
 
-async def read_lines(url: str, params: list[tuple[str, str]], count: int) -> list[bytes]:
+async def read_lines(
+    url: str, params: list[tuple[str, str | int | float | bool | None]], count: int
+) -> list[bytes]:
     """The first ``count`` raw lines of a stream."""
     lines: list[bytes] = []
     async with (
         httpx.AsyncClient(timeout=httpx.Timeout(5, read=None)) as http,
         http.stream("GET", url + "/v1/event/stream", params=params) as response,
-        aclosing(response.aiter_lines()) as text_lines,
+        aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as text_lines,
     ):
         assert response.status_code == 200
         assert response.headers["content-type"] == "application/json"
@@ -189,7 +193,7 @@ async def test_allocation_event_payload_omits_zero_fields(
         ) as response,
     ):
         await client.register_job(batch_job("runner-e"))
-        async with aclosing(response.aiter_lines()) as lines:
+        async with aclosing(cast(AsyncGenerator[str, None], response.aiter_lines())) as lines:
             async for line in lines:
                 if line != "{}":
                     break
@@ -219,7 +223,7 @@ async def test_node_status_changes_are_node_stream_events(
     node = next(iter(cluster.state.nodes.values()))
     async with client.open_event_stream({"Node": node.id}, index=cluster.state.index + 1) as stream:
         cluster.agents.restart_agent(node, downtime=60)
-        seen = []
+        seen: list[tuple[str, str]] = []
         while [s for _, s in seen[-1:]] != ["ready"] or len(seen) < 2:
             for event in (await stream.receive()).events:
                 assert isinstance(event.payload, Node)

@@ -47,6 +47,7 @@ async def test_frames_exit_zero_and_no_close_frame(cluster: SimulatedCluster, cl
         with pytest.raises(trio_websocket.ConnectionClosed) as closed:
             while True:
                 frames.append(orjson.loads(await ws.get_message()))
+    assert closed.value.reason is not None
     assert closed.value.reason.code == 1006, "Nomad drops the connection without a close frame"
     assert frames[-1] == {"exited": True, "result": {}}, "exit code 0 is an empty result"
     assert {"stdout": {"data": "aGkK"}} in frames

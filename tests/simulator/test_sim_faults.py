@@ -112,12 +112,14 @@ async def test_drain_on_shutdown_migrates_batch_allocations_at_the_deadline(
     await control(cluster, f"/sim/v1/nodes/{node.name}/restart", body)
     await settle(cluster, lambda: node.drain_strategy is not None)
     assert node.eligibility == "ineligible"
+    assert node.last_drain is not None
     assert node.last_drain["Meta"] == {"message": "shutting down"}
     assert victim.client_status == "running", "batch allocations run on until the deadline"
     await settle(cluster, lambda: bool(victim.next_allocation))
     assert trio.current_time() - start == pytest.approx(15, abs=0.2)
     assert victim.desired_description == "alloc is being migrated"
     await settle(cluster, lambda: node.drain_strategy is None and not node.agent_up)
+    assert node.last_drain is not None
     assert node.last_drain["Status"] == "complete"
     assert node.events[-1]["Details"] == {"deadline_reached": "true"}
     await settle(cluster, lambda: node.agent_up)
