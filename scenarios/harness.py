@@ -86,6 +86,14 @@ class Scenario:
         response.raise_for_status()
         return await self.wait_for(lambda: self.idle() == pool_size, within=60)
 
+    async def warm_with_claims(self, pool_size: int, claims: int) -> list[str]:
+        """Create the environment, claim ``claims`` runners, and wait for the pool to be warm again."""
+        await self.create_environment(pool_size)
+        claimed = [await self.claim() for _ in range(max(1, claims))]
+        await self.wait_for(lambda: self.idle() == pool_size, within=60)
+        self.event("pool warm, runners claimed", claimed=len(claimed))
+        return claimed
+
     async def check_no_leaked_jobs(self) -> None:
         """Every runner job left in Nomad belongs to a runner the daemon knows."""
 

@@ -32,10 +32,7 @@ STRENGTH_WITHIN = 5.0
 async def main(args: argparse.Namespace) -> bool:
     config = SimConfig(seed=args.seed, servers=3, nodes=5, alloc_start_delay=0.05)
     async with open_scenario("rolling_agent_restart", args.seed, config) as scenario:
-        await scenario.create_environment(args.runners)
-        claimed = [await scenario.claim() for _ in range(max(1, args.runners // 10))]
-        await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
-        scenario.event("pool warm, runners claimed", claimed=len(claimed))
+        claimed = await scenario.warm_with_claims(args.runners, args.runners // 10)
         nodes = sorted(scenario.cluster.state.nodes.values(), key=lambda n: n.name)
         outcomes: list[str] = []
         rolling = True

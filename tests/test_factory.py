@@ -37,12 +37,18 @@ class _SlowNomad:
         return JobDeregisterResponse()
 
 
-async def test_a_runner_released_while_marked_used_does_not_come_back() -> None:
+def one_runner_and_a_slow_factory() -> tuple[RunnerPool, str, _SlowNomad, RunnerFactory]:
+    """A pool with one runner to create, and a factory whose registrations wait to be released."""
     pool = RunnerPool()
     _, actions = pool.set_environment(ENVIRONMENT)
     runner_id = actions[0].runner_id  # type: ignore[union-attr]
     nomad = _SlowNomad()
     factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))  # type: ignore[arg-type]
+    return pool, runner_id, nomad, factory
+
+
+async def test_a_runner_released_while_marked_used_does_not_come_back() -> None:
+    pool, runner_id, nomad, factory = one_runner_and_a_slow_factory()
     async with trio.open_nursery() as nursery:
         await nursery.start(factory.run)
         factory.submit(CreateRunner(runner_id, 10))
@@ -141,11 +147,7 @@ async def test_a_tombstone_waits_for_a_registration_still_under_way() -> None:
     """A runner removed while its job's registration is on the wire: Nomad answers the purge with
     index 0 (no such job yet), and no listing may drop the tombstone before that registration lands
     and is purged in turn, or the job would be adopted as a fresh idle runner."""
-    pool = RunnerPool()
-    _, actions = pool.set_environment(ENVIRONMENT)
-    runner_id = actions[0].runner_id  # type: ignore[union-attr]
-    nomad = _SlowNomad()
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))  # type: ignore[arg-type]
+    pool, runner_id, nomad, factory = one_runner_and_a_slow_factory()
     async with trio.open_nursery() as nursery:
         await nursery.start(factory.run)
         factory.submit(CreateRunner(runner_id, 10))
