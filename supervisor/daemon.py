@@ -92,50 +92,57 @@ class Daemon:
     async def _run_tiers(self, client: NomadClient, task_status: trio.TaskStatus[Daemon]) -> None:
         settings = self.settings
         hypercorn_patch.apply()
-        service = self.service = RunnerService(client, settings)
+        supervision = settings.supervision
+        intensity = self.restarts = RestartIntensity(supervision.intensity, supervision.period)
+
+        async def start(nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[object]]) -> object:
+            spec = ChildSpec(name, run, CHILDREN[name])
+            return await nursery.start(partial(supervise, spec, intensity, self._escalate))
+
+        graceful = settings.server.graceful_timeout
+        async with trio.open_nursery() as infrastructure:
+            async with trio.open_nursery() as executions:
+                # The service is handed the execution nursery, as trio's serve_tcp takes its
+                # handler_nursery; its own children run in the outer tier, which outlives it.
+                service = self.service = RunnerService(client, settings, execution_nursery=executions)
+                alerter = PrewarmingPoolAlerter(service, settings.alert)
+                await start(infrastructure, "factory", service.factory.run)
+                await start(infrastructure, "inactivity expiry", service.run_expiry)
+                await start(infrastructure, "prewarming-pool alerter", alerter.run)
+                await self._run_intake(service, start, task_status)
+                executions.cancel_scope.deadline = trio.current_time() + graceful
+            infrastructure.cancel_scope.cancel("the daemon stopped")
+
+    async def _run_intake(
+        self,
+        service: RunnerService,
+        start: Callable[[trio.Nursery, str, Callable[..., Awaitable[object]]], Awaitable[object]],
+        task_status: trio.TaskStatus[Daemon],
+    ) -> None:
+        """The watcher and the API server: on stop, hypercorn refuses new connections and lets
+        running requests (and the executions' WebSockets) finish within the graceful timeout."""
+        settings = self.settings
         watcher = self.watcher = EventStreamWatcher(
             service,
             heartbeat_timeout=settings.watcher.heartbeat_timeout,
             resync_interval=settings.watcher.resync_interval,
         )
-        supervision = settings.supervision
-        intensity = self.restarts = RestartIntensity(supervision.intensity, supervision.period)
-        starts: dict[str, Callable[..., Awaitable[object]]] = {
-            "factory": service.factory.run,
-            "inactivity expiry": service.run_expiry,
-            "prewarming-pool alerter": PrewarmingPoolAlerter(service, settings.alert).run,
-            "event-stream watcher": watcher.run,
-            "configured environments": partial(self._ensure_configured_environments, service),
-            "api server": partial(
-                hypercorn.trio.serve,
-                create_app(service, settings),  # type: ignore[arg-type]  # starlette's ASGI types
-                self._hypercorn_config(),
-                shutdown_trigger=self._stop.wait,
-            ),
-        }
-
-        async def start(nursery: trio.Nursery, name: str) -> object:
-            spec = ChildSpec(name, starts[name], CHILDREN[name])
-            return await nursery.start(partial(supervise, spec, intensity, self._escalate))
-
-        graceful = settings.server.graceful_timeout
-        async with trio.open_nursery() as infrastructure:
-            for name in ("factory", "inactivity expiry", "prewarming-pool alerter"):
-                await start(infrastructure, name)
-            async with trio.open_nursery() as executions:
-                service.executions.nursery = service.files.nursery = executions
-                async with trio.open_nursery() as intake:
-                    await start(intake, "event-stream watcher")
-                    await start(intake, "configured environments")
-                    async with trio.open_nursery() as serving:
-                        self.addresses = cast(list[str], await start(serving, "api server"))
-                        logger.info("serving the API on {}", ", ".join(self.addresses))
-                        task_status.started(self)
-                    # On stop, hypercorn refuses new connections and lets running requests (and the
-                    # executions' WebSockets) finish within the graceful timeout; then intake ends.
-                    intake.cancel_scope.cancel("the API server stopped")
-                executions.cancel_scope.deadline = trio.current_time() + graceful
-            infrastructure.cancel_scope.cancel("the daemon stopped")
+        serve = partial(
+            hypercorn.trio.serve,
+            create_app(service, settings),  # type: ignore[arg-type]  # starlette's ASGI types differ
+            self._hypercorn_config(),
+            shutdown_trigger=self._stop.wait,
+        )
+        async with trio.open_nursery() as intake:
+            await start(intake, "event-stream watcher", watcher.run)
+            await start(
+                intake, "configured environments", partial(self._ensure_configured_environments, service)
+            )
+            async with trio.open_nursery() as serving:
+                self.addresses = cast(list[str], await start(serving, "api server", serve))
+                logger.info("serving the API on {}", ", ".join(self.addresses))
+                task_status.started(self)
+            intake.cancel_scope.cancel("the API server stopped")
 
     def _hypercorn_config(self) -> HypercornConfig:
         config = HypercornConfig()

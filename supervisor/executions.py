@@ -108,6 +108,7 @@ class ExecutionService:
         alloc_of: Callable[[str], str | None],
         activity: Callable[[str, int], None],
         replace_runner: Callable[[str, str], None],
+        execution_nursery: trio.Nursery,
         runner_lost: Callable[[str], None] = lambda runner_id: None,
         agent_away: Callable[[str], None] = lambda runner_id: None,
         agent_wait: float = 5.0,
@@ -125,7 +126,8 @@ class ExecutionService:
         # Ended executions by their terminal message ("closed": the client left first).
         self.outcomes: dict[str, int] = {"exit": 0, "timeout": 0, "error": 0, "closed": 0}
         self._running: set[_Running] = set()
-        self.nursery: trio.Nursery | None = None
+        # Where executions, and the stops that must outlive them, run: not under the request.
+        self._nursery = execution_nursery
 
     @property
     def running_count(self) -> int:
@@ -160,7 +162,6 @@ class ExecutionService:
 
     async def serve(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> None:
         """Run the execution in the execution nursery; returns when it has ended."""
-        assert self.nursery is not None, "the execution nursery is not open"
         done = trio.Event()
 
         async def execution() -> None:
@@ -173,7 +174,7 @@ class ExecutionService:
             finally:
                 done.set()
 
-        self.nursery.start_soon(execution)
+        self._nursery.start_soon(execution)
         await done.wait()
 
     async def _run(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> None:
@@ -307,7 +308,7 @@ class ExecutionService:
             alloc_id=alloc_id,
             note_id=running.execution_id,
             grace=self._settings.stop_grace,
-            nursery=self.nursery,
+            nursery=self._nursery,
             on_failure=partial(self._replace_unstoppable, running, alloc_id),
         )
 

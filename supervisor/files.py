@@ -105,6 +105,7 @@ class FileService:
         task: str,
         workspace: str,
         stop_grace: float,
+        execution_nursery: trio.Nursery,
         unprivileged_wrapper: str = "",
     ) -> None:
         self._client = client
@@ -112,7 +113,8 @@ class FileService:
         self._stop_grace = stop_grace
         self._unprivileged_wrapper = unprivileged_wrapper
         self.workspace = workspace
-        self.nursery: trio.Nursery | None = None
+        # Where downloads read, and stops that must outlive their request run.
+        self._nursery = execution_nursery
 
     @contextlib.asynccontextmanager
     async def _session(self, alloc_id: str, argv: Sequence[str]) -> AsyncIterator[ExecSession]:
@@ -132,7 +134,7 @@ class FileService:
                     alloc_id=alloc_id,
                     note_id=note_id,
                     grace=self._stop_grace,
-                    nursery=self.nursery,
+                    nursery=self._nursery,
                 )
 
     async def _run(
@@ -180,11 +182,10 @@ class FileService:
     async def download(self, alloc_id: str, path: str, *, privileged: bool = False) -> Download:
         """The file's content as it comes. Raises FileNotAvailable, before the response starts, when
         the file does not exist or cannot be read; an error after that cuts the download short."""
-        assert self.nursery is not None, "the execution nursery is not open"
         relative = workspace_path(path, self.workspace)
         send, receive = trio.open_memory_channel[_DownloadItem](_DOWNLOAD_BUFFER)
         argv = self._as(read_file_command(relative), privileged=privileged)
-        self.nursery.start_soon(self._read_into, send, alloc_id, argv)
+        self._nursery.start_soon(self._read_into, send, alloc_id, argv)
         try:
             first = await receive.receive()
         except trio.EndOfChannel:

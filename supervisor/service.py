@@ -60,7 +60,7 @@ LIVE_ALLOCATIONS: Final = (
 
 
 class RunnerService:
-    def __init__(self, client: NomadClient, settings: Settings) -> None:
+    def __init__(self, client: NomadClient, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
         self.client = client
         self.settings = settings
         self.pool = RunnerPool()
@@ -72,6 +72,7 @@ class RunnerService:
             alloc_of=self._alloc_of,
             activity=self._execution_activity,
             replace_runner=lambda runner_id, reason: self.apply(self.pool.destroy(runner_id, reason)),
+            execution_nursery=execution_nursery,
             runner_lost=self.runner_lost,
             agent_away=self.pool.set_moving,
             agent_wait=settings.admission.wait_timeout,
@@ -81,6 +82,7 @@ class RunnerService:
             task=settings.execution.task,
             workspace=settings.execution.workspace,
             stop_grace=settings.execution.stop_grace,
+            execution_nursery=execution_nursery,
             unprivileged_wrapper=settings.execution.unprivileged_wrapper,
         )
         self.last_index = 0

@@ -84,7 +84,7 @@ async def stop_in_runner(
     alloc_id: str,
     note_id: str,
     grace: float,
-    nursery: trio.Nursery | None,
+    nursery: trio.Nursery,
     on_failure: Callable[[], None] = lambda: None,
 ) -> StopOutcome:
     """Stop the noted command now or, when Nomad cannot reach it (no server, or its agent away),
@@ -92,7 +92,7 @@ async def stop_in_runner(
     the stop does not finish. Returns the first attempt's outcome."""
     stop = partial(stop_noted, client, task=task, alloc_id=alloc_id, note_id=note_id, grace=grace)
     outcome = await stop()
-    if outcome.retry and nursery is not None:
+    if outcome.retry:
         nursery.start_soon(_stop_when_reached, stop, on_failure)
     elif outcome is StopOutcome.FAILED:
         on_failure()

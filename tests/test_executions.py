@@ -19,6 +19,7 @@ from supervisor.nomad import ExecExited
 def _service(
     client: object,
     settings: ExecutionSettings,
+    nursery: trio.Nursery,
     *,
     alloc_id: str | None = "alloc-1",
     replaced: list[tuple[str, str]] | None = None,
@@ -31,6 +32,7 @@ def _service(
         alloc_of=lambda runner_id: alloc_id,
         activity=lambda runner_id, delta: None,
         replace_runner=lambda runner_id, reason: noted.append((runner_id, reason)),
+        execution_nursery=nursery,
     )
 
 
@@ -77,9 +79,8 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
 ) -> None:
     replaced: list[tuple[str, str]] = []
     client = _BackAfter(failures=3)
-    service = _service(client, ExecutionSettings(stop_grace=0.1), replaced=replaced)
     async with trio.open_nursery() as nursery:
-        service.nursery = nursery
+        service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, replaced=replaced)
         await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
         assert len(client.commands) == 1, "the first attempt failed; the rest happen in the background"
         await trio.sleep(60)
@@ -88,17 +89,19 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
     assert all("kill -TERM" in command[-1] for command in client.commands)
 
 
-async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced() -> None:
+async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced(nursery: trio.Nursery) -> None:
     replaced: list[tuple[str, str]] = []
     client = _Refusing()
-    service = _service(client, ExecutionSettings(stop_grace=0.1), replaced=replaced)
+    service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, replaced=replaced)
     await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
     assert replaced == [("10-runner", "an execution could not be stopped")]
     assert "kill -TERM" in client.commands[0][-1]
 
 
-async def test_pending_executions_are_single_use_and_expire(autojump_clock: trio.abc.Clock) -> None:
-    service = _service(_Unreachable(), ExecutionSettings(connect_timeout=60), alloc_id=None)
+async def test_pending_executions_are_single_use_and_expire(
+    autojump_clock: trio.abc.Clock, nursery: trio.Nursery
+) -> None:
+    service = _service(_Unreachable(), ExecutionSettings(connect_timeout=60), nursery, alloc_id=None)
     request = ExecutionRequest("10-runner", "true", {}, 0, False)
     first = service.prepare(request)
     assert service.take(first) == request
@@ -156,11 +159,10 @@ class _Client:
 
 async def test_a_runner_gone_after_the_command_exited_still_reports_the_exit() -> None:
     nomad = _SlowToClose()
-    service = _service(nomad, ExecutionSettings())
     client = _Client()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            service.nursery = nursery
+            service = _service(nomad, ExecutionSettings(), nursery)
             request = ExecutionRequest("10-runner", "true", {}, 0, False)
             nursery.start_soon(service.serve, client, "exec-1", request)
             await nomad.closing.wait()  # the command exited; its exec session is closing

@@ -44,9 +44,20 @@ class _Nomad:
         yield _Session(breaks=len(self.commands) == 1)
 
 
-async def test_an_upload_whose_session_breaks_is_stopped_in_the_runner() -> None:
+def file_service(nomad: object, nursery: trio.Nursery, **options: str) -> FileService:
+    return FileService(
+        nomad,  # type: ignore[arg-type]
+        task="default-task",
+        workspace="/workspace",
+        stop_grace=0.1,
+        execution_nursery=nursery,
+        **options,
+    )
+
+
+async def test_an_upload_whose_session_breaks_is_stopped_in_the_runner(nursery: trio.Nursery) -> None:
     nomad = _Nomad()
-    files = FileService(nomad, task="default-task", workspace="/workspace", stop_grace=0.1)  # type: ignore[arg-type]
+    files = file_service(nomad, nursery)
     with pytest.raises(ExecConnectionLost):
         await files.update("alloc-1", [], [("a.txt", b"x")])
     extract, stop = nomad.commands
@@ -57,24 +68,18 @@ async def test_an_upload_whose_session_breaks_is_stopped_in_the_runner() -> None
     assert "kill -TERM" in stop
 
 
-async def test_a_file_command_that_ends_is_not_stopped() -> None:
+async def test_a_file_command_that_ends_is_not_stopped(nursery: trio.Nursery) -> None:
     nomad = _Nomad()
     nomad.commands.append("(first session used)")
-    files = FileService(nomad, task="default-task", workspace="/workspace", stop_grace=0.1)  # type: ignore[arg-type]
+    files = file_service(nomad, nursery)
     await files.update("alloc-1", [], [("a.txt", b"x")])
     assert len(nomad.commands) == 2, "one exec, no stop"
 
 
-async def test_reads_run_unprivileged_unless_asked_otherwise() -> None:
+async def test_reads_run_unprivileged_unless_asked_otherwise(nursery: trio.Nursery) -> None:
     nomad = _Nomad()
     nomad.commands.append("(first session used)")
-    files = FileService(
-        nomad,  # type: ignore[arg-type]
-        task="default-task",
-        workspace="/workspace",
-        stop_grace=0.1,
-        unprivileged_wrapper="/sbin/setuser user",
-    )
+    files = file_service(nomad, nursery, unprivileged_wrapper="/sbin/setuser user")
     await files.list("alloc-1", ".", recursive=True)
     await files.list("alloc-1", ".", recursive=True, privileged=True)
     await files.update("alloc-1", [], [("a.txt", b"x")])
@@ -97,9 +102,8 @@ class _RestartingNomad(_Nomad):
 
 async def test_a_stop_that_cannot_reach_nomad_is_retried(autojump_clock: trio.abc.Clock) -> None:
     nomad = _RestartingNomad()
-    files = FileService(nomad, task="default-task", workspace="/workspace", stop_grace=0.1)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
-        files.nursery = nursery
+        files = file_service(nomad, nursery)
         with pytest.raises(ExecConnectionLost):
             await files.update("alloc-1", [], [("a.txt", b"x")])
         await trio.sleep(60)

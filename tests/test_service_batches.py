@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from supervisor.config import Settings
 from supervisor.environments import ExecutionEnvironment
 from supervisor.nomad import Allocation, Event, EventBatch, Node, NodeEvent
@@ -17,8 +19,8 @@ def event(payload: Node | Allocation, kind: str, index: int) -> Event:
     return Event(topic, kind, payload.id, "", [], index, payload)
 
 
-def test_a_covered_batch_still_tells_of_drains_and_agent_restarts() -> None:
-    service = RunnerService(Any, Settings())  # type: ignore[arg-type]
+async def test_a_covered_batch_still_tells_of_drains_and_agent_restarts(nursery: trio.Nursery) -> None:
+    service = RunnerService(Any, Settings(), execution_nursery=nursery)  # type: ignore[arg-type]
     service.pool.set_environment(ENVIRONMENT)
     runner_id = next(iter(service.pool.runners))
     service.pool.registered(runner_id, 5)

@@ -63,8 +63,8 @@ class _GatedNomad:
         return Indexed([], 10)
 
 
-def _service(nomad: _GatedNomad) -> RunnerService:
-    return RunnerService(nomad, Settings())  # type: ignore[arg-type]
+def _service(nomad: _GatedNomad, nursery: trio.Nursery) -> RunnerService:
+    return RunnerService(nomad, Settings(), execution_nursery=nursery)  # type: ignore[arg-type]
 
 
 def _agree(service: RunnerService, nomad: _GatedNomad) -> bool:
@@ -72,9 +72,11 @@ def _agree(service: RunnerService, nomad: _GatedNomad) -> bool:
 
 
 @pytest.mark.parametrize("read", ["relist", "load_environments"])
-async def test_a_listing_answered_before_a_delete_does_not_bring_the_environment_back(read: str) -> None:
+async def test_a_listing_answered_before_a_delete_does_not_bring_the_environment_back(
+    read: str, nursery: trio.Nursery
+) -> None:
     nomad = _GatedNomad()
-    service = _service(nomad)
+    service = _service(nomad, nursery)
     await service.put_environment(ENVIRONMENT)
     release = nomad.hold("list")
     with trio.fail_after(5):
@@ -88,9 +90,11 @@ async def test_a_listing_answered_before_a_delete_does_not_bring_the_environment
     assert _agree(service, nomad)
 
 
-async def test_an_update_and_a_delete_at_once_leave_the_pool_and_nomad_agreeing() -> None:
+async def test_an_update_and_a_delete_at_once_leave_the_pool_and_nomad_agreeing(
+    nursery: trio.Nursery,
+) -> None:
     nomad = _GatedNomad()
-    service = _service(nomad)
+    service = _service(nomad, nursery)
     await service.put_environment(ENVIRONMENT)
     registered, deregistered = nomad.hold("register"), nomad.hold("deregister")
     with trio.fail_after(5):
