@@ -39,6 +39,8 @@ class TrackedNode:
     restarted_at: int = 0
     # A restart whose runners wait for the node to be ready again to be proven.
     awaiting_ready: bool = False
+    # The node's ModifyIndex as last seen: an older event is a replay, and changes nothing.
+    modify_index: int = 0
 
     @property
     def usable(self) -> bool:
@@ -82,11 +84,17 @@ class NodeTracker:
     def apply_event(self, event_type: str, node: Node, index: int) -> NodeChanges:
         """A Node event (``NodeRegistration``, ``NodeStreamEvent``, ``NodeDrain``, ...) at ``index``."""
         known = self.nodes.get(node.id)
+        if known is not None and 0 < node.modify_index <= known.modify_index:
+            return NodeChanges()  # replayed or duplicated: that state was applied already
+        # A registration is an agent's restart unless its node event says it is the node's first;
+        # a replayed first registration (a stream resumed early) must not make runners suspect.
+        last_message = node.events[-1].message if node.events else ""
         reregistered = event_type == "NodeRegistration" and (
-            known is not None or (bool(node.events) and node.events[-1].message == _REREGISTERED)
+            last_message == _REREGISTERED or (known is not None and not last_message)
         )
         tracked = known or TrackedNode(node.id)
         was_draining, previous_status = tracked.draining, tracked.status
+        tracked.modify_index = max(tracked.modify_index, node.modify_index)
         tracked.name, tracked.http_addr = node.name, node.http_addr or tracked.http_addr
         tracked.eligible = node.eligible
         tracked.draining = node.drain
@@ -109,6 +117,7 @@ class NodeTracker:
             seen.add(stub.id)
             tracked = self.nodes.get(stub.id) or TrackedNode(stub.id)
             was_draining, previous_status = tracked.draining, tracked.status
+            tracked.modify_index = max(tracked.modify_index, stub.modify_index)
             tracked.name, tracked.eligible, tracked.draining = stub.name, stub.eligible, stub.drain
             came_back = bool(previous_status) and _agent_gone_or_back(previous_status, stub.status)
             changes = self._changes(tracked, was_draining, stub.status, came_back, index)

@@ -18,8 +18,8 @@ def node(
 
 
 def registered(tracker: NodeTracker) -> None:
-    assert tracker.apply_event("NodeRegistration", node("initializing"), 5) == NodeChanges()
-    assert tracker.apply_event("NodeStreamEvent", node("ready"), 6) == NodeChanges()
+    assert tracker.apply_event("NodeRegistration", node("initializing", modify_index=5), 5) == NodeChanges()
+    assert tracker.apply_event("NodeStreamEvent", node("ready", modify_index=6), 6) == NodeChanges()
 
 
 def test_a_first_registration_is_no_restart() -> None:
@@ -85,3 +85,11 @@ def test_a_listing_sees_a_node_back_from_down_and_forgets_purged_nodes() -> None
     assert changes.restarted == (("n1", 20),)
     assert changes.ready_again == ("n1",)
     assert set(tracker.nodes) == {"n1"}
+
+
+def test_a_replayed_first_registration_is_no_restart() -> None:
+    tracker = NodeTracker()
+    registered(tracker)
+    replayed = tracker.apply_event("NodeRegistration", node("initializing", modify_index=5), 5)
+    assert replayed == NodeChanges(), "a replay of an older state changes nothing"
+    assert tracker.nodes["n1"].status == "ready"
