@@ -328,15 +328,16 @@ class _Routes:
     async def websocket(self, websocket: WebSocket) -> None:
         runner_id = websocket.path_params["runner_id"]
         execution_id = websocket.query_params.get("executionID", "")
-        request = self.service.executions.take(execution_id)
-        if request is None or request.runner_id != runner_id:
-            await websocket.send_denial_response(client_error(404, "no execution found with this id"))
-            return
         try:
-            # Its URL may have been handed out before the stream was lost: wait at the gate again.
+            # Its URL may have been handed out before the stream was lost: wait at the gate again,
+            # before the URL is used up, so that the client can try it again after Retry-After.
             await self.service.gate.admit()
         except NomadUnreachable as exc:
             await websocket.send_denial_response(server_error(str(exc), "NOMAD_UNREACHABLE", retry_after=5))
+            return
+        request = self.service.executions.take(execution_id)
+        if request is None or request.runner_id != runner_id:
+            await websocket.send_denial_response(client_error(404, "no execution found with this id"))
             return
         if self.service.pool.serving_runner(runner_id) is None:
             await websocket.send_denial_response(client_error(410, _RUNNER_GONE))

@@ -230,7 +230,9 @@ def _validate(settings: Settings) -> None:
         if getattr(getattr(settings, section), key) < 0:
             raise ConfigError(f"{name}: must not be negative")
     if settings.supervision.intensity < 0 or settings.supervision.period <= 0:
-        raise ConfigError("supervision.intensity and supervision.period: must be positive")
+        raise ConfigError(
+            "supervision.intensity must not be negative, and supervision.period must be positive"
+        )
     if not settings.execution.workspace.startswith("/"):
         raise ConfigError("execution.workspace: must be an absolute path")
     ids = [e.id for e in settings.environments]

@@ -97,7 +97,8 @@ class Daemon:
 
         async def start(nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[object]]) -> object:
             spec = ChildSpec(name, run, CHILDREN[name])
-            return await nursery.start(partial(supervise, spec, intensity, self._escalate))
+            run = partial(supervise, spec, intensity, self._escalate, stopping=self._stop.is_set)
+            return await nursery.start(run)
 
         graceful = settings.server.graceful_timeout
         async with trio.open_nursery() as infrastructure:

@@ -85,6 +85,8 @@ class ExecutionRequest:
 @define
 class _Attempt:
     exited: ExecExited | None = None
+    # Nomad sent something: the command started.
+    output: bool = False
     client_closed: bool = False
     failure: SupervisorError | None = None
 
@@ -208,8 +210,10 @@ class ExecutionService:
             while True:
                 attempt = _Attempt()  # filled as it goes: a cancellation keeps what it found
                 await self._attempt(attempt, socket, running, alloc_id, request)
-                # An agent the server cannot reach ran nothing: it may be restarting, so try again.
-                if not isinstance(attempt.failure, ExecAgentUnreachable) or trio.current_time() >= give_up:
+                # An agent the server cannot reach ran nothing (Nomad refuses before the command
+                # starts; no output came): it may be restarting, so try again.
+                unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
+                if not unreachable or trio.current_time() >= give_up:
                     break
                 await trio.sleep(min(AGENT_RETRY, max(0.0, give_up - trio.current_time())))
         if attempt.exited is not None:  # the outcome is known, whatever ended the session after it
@@ -278,7 +282,7 @@ class ExecutionService:
                     nursery.cancel_scope.cancel("the client closed its WebSocket")
 
                 nursery.start_soon(forward_stdin)
-                attempt.exited = await _forward_output(socket, session)
+                attempt.exited = await _forward_output(socket, session, attempt)
                 nursery.cancel_scope.cancel("the command exited")
         except* SupervisorError as group:
             failures = leaves(group)
@@ -321,9 +325,10 @@ class ExecutionService:
         self._replace_runner(running.runner_id, "an execution could not be stopped")
 
 
-async def _forward_output(socket: ClientSocket, session: Any) -> ExecExited:
+async def _forward_output(socket: ClientSocket, session: Any, attempt: _Attempt) -> ExecExited:
     decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
     async for frame in session:
+        attempt.output = True
         if isinstance(frame, ExecExited):
             for name, decoder in decoders.items():
                 if rest := decoder.decode(b"", final=True):

@@ -29,6 +29,7 @@ from .errors import (
     ExecAllocationUnknown,
     NomadNotFound,
     RunnerGoneError,
+    TerminalError,
     TransientError,
 )
 from .executions import AGENT_RETRY, MESSAGE_AGENT_AWAY, ExecutionService
@@ -315,6 +316,9 @@ class RunnerService:
             while True:
                 try:
                     await self.put_environment(environment)
+                    break
+                except TerminalError as exc:
+                    logger.error("environment {} refused by Nomad: {}", environment.id, exc)
                     break
                 except TransientError as exc:
                     delay = backoff.failed(trio.current_time())

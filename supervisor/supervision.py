@@ -68,12 +68,14 @@ async def supervise(
     escalate: Callable[[str], None],
     *,
     backoff: Backoff | None = None,
+    stopping: Callable[[], bool] = lambda: False,
     task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``spec``'s child until its policy says it is over, restarting it as the policy says.
 
     The first start reports readiness through ``task_status`` (a crash before it reaches the
-    caller of ``nursery.start``, as an ordinary start would); restarts report nothing.
+    caller of ``nursery.start``, as an ordinary start would); restarts report nothing. Once
+    ``stopping()`` is true, a child that ends is not restarted: the daemon is on its way out.
     """
     backoff = backoff or Backoff(BackoffPolicy(0.5, 10.0), healthy_after=intensity.period)
     readiness: _Readiness | None = _Readiness(task_status)
@@ -90,7 +92,11 @@ async def supervise(
                 raise  # it never became ready: its caller hears of it, as from any start
             crashed = True
             logger.opt(exception=exc).error("{} crashed", spec.name)
+        if readiness is not None and not readiness.reported:
+            return  # it ended without becoming ready: nursery.start says so to the caller
         readiness = None
+        if stopping():
+            return
         if spec.restart is Restart.TEMPORARY or (spec.restart is Restart.TRANSIENT and not crashed):
             if crashed:
                 logger.warning("{} is temporary: it stays down", spec.name)

@@ -80,3 +80,29 @@ async def test_a_crash_before_the_child_is_ready_reaches_the_caller() -> None:
     with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="bad configuration")):
         async with trio.open_nursery() as nursery:
             await nursery.start(supervise, ChildSpec("broken", broken), RestartIntensity(), print)
+
+
+async def test_nothing_is_restarted_once_the_daemon_is_stopping(autojump_clock: trio.abc.Clock) -> None:
+    child, escalated = Child(crashes=5), list[str]()
+    stopping = trio.Event()
+
+    async def stop_soon() -> None:
+        await trio.sleep(0.5)
+        stopping.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_soon)
+        await supervise(
+            ChildSpec("api", child.run), RestartIntensity(), escalated.append, stopping=stopping.is_set
+        )
+    assert child.starts == [0.0], "it crashed after the stop began: over"
+    assert escalated == []
+
+
+async def test_a_child_that_ends_before_it_is_ready_fails_its_start() -> None:
+    async def quitter(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        return
+
+    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match=r"without calling task_status\.started")):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervise, ChildSpec("quitter", quitter), RestartIntensity(), print)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 import trio
@@ -97,5 +99,5 @@ async def test_an_execution_url_handed_out_before_a_stream_loss_waits_at_the_gat
     assert b"NOMAD_UNREACHABLE" in (rejected.value.body or b"")
     assert harness.service.executions.running_count == 0, "nothing started while the stream was down"
     harness.service.gate.report(StreamState.UP)
-    messages = await harness.execute(runner, command="echo ran")
-    assert messages[-1] == {"type": "exit", "data": 0}
+    async with trio_websocket.open_websocket_url(prepared.json()["websocketUrl"]) as ws:
+        assert json.loads(await ws.get_message()) == {"type": "start"}, "the same URL works after Retry-After"
