@@ -10,7 +10,7 @@ and relists periodically, so this is the last line, and it says loudly when it h
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, NoReturn
+from typing import NoReturn
 
 import trio
 from attrs import define, field
@@ -21,8 +21,6 @@ from .pool import PoolStats
 from .service import RunnerService
 
 __all__ = ["AlertStates", "PrewarmingPoolAlerter"]
-
-_CHECK_INTERVAL: Final = 1.0
 
 
 @define
@@ -57,11 +55,12 @@ class PrewarmingPoolAlerter:
     def __init__(self, service: RunnerService, settings: AlertSettings) -> None:
         self.service = service
         self.states = AlertStates(settings.prewarming_pool_threshold, settings.reload_timeout)
+        self.check_interval = settings.check_interval
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
         task_status.started()
         while True:
-            await trio.sleep(_CHECK_INTERVAL)
+            await trio.sleep(self.check_interval)
             due = self.states.update(self.service.pool.stats(), trio.current_time())
             if not due:
                 continue

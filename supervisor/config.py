@@ -22,6 +22,7 @@ __all__ = [
     "AlertSettings",
     "ExecutionSettings",
     "FactorySettings",
+    "HealthSettings",
     "ServerSettings",
     "Settings",
     "SupervisionSettings",
@@ -42,8 +43,11 @@ class ServerSettings:
 
 @frozen
 class AdmissionSettings:
-    # How long a claim or a new execution waits for the event stream before 500 NOMAD_UNREACHABLE.
+    # How long a claim or a new execution waits for the event stream before 500 NOMAD_UNREACHABLE,
+    # and a call waits for a runner's agent that a server cannot reach before 410.
     wait_timeout: float = 5.0
+    # How often such a call tries the agent again meanwhile.
+    agent_retry_interval: float = 0.5
 
 
 @frozen
@@ -57,6 +61,8 @@ class WatcherSettings:
 class AlertSettings:
     prewarming_pool_threshold: float = 0.5
     reload_timeout: float = 300.0
+    # How often the pools' fill is looked at.
+    check_interval: float = 1.0
 
 
 @frozen
@@ -86,6 +92,14 @@ class SupervisionSettings:
 
 
 @frozen
+class HealthSettings:
+    # The stream down this long turns health critical (a reconnect takes less).
+    stream_down_grace: float = 30.0
+    # How long health details wait for Nomad's leader before calling Nomad unreachable.
+    nomad_check_timeout: float = 2.0
+
+
+@frozen
 class NomadSection:
     address: tuple[str, ...] = ()
     token: str = ""
@@ -93,6 +107,9 @@ class NomadSection:
     ca_cert: str = ""
     client_cert: str = ""
     client_key: str = ""
+    request_timeout: float = 10.0
+    exec_connect_timeout: float = 10.0
+    close_timeout: float = 2.0
 
 
 @frozen
@@ -104,8 +121,17 @@ class Settings:
     alert: AlertSettings = field(factory=AlertSettings)
     factory: FactorySettings = field(factory=FactorySettings)
     execution: ExecutionSettings = field(factory=ExecutionSettings)
+    health: HealthSettings = field(factory=HealthSettings)
     supervision: SupervisionSettings = field(factory=SupervisionSettings)
     environments: tuple[ExecutionEnvironment, ...] = ()
+
+    def nomad_timeouts(self) -> dict[str, float]:
+        """The [nomad] timeouts, as NomadSettings takes them."""
+        return {
+            "request_timeout": self.nomad.request_timeout,
+            "exec_connect_timeout": self.nomad.exec_connect_timeout,
+            "close_timeout": self.nomad.close_timeout,
+        }
 
     def nomad_settings(self, environ: Mapping[str, str]) -> NomadSettings | None:
         """The Nomad connection, or None for the embedded simulated cluster (no address anywhere)."""
@@ -115,6 +141,7 @@ class Settings:
             "ca_cert": self.nomad.ca_cert,
             "client_cert": self.nomad.client_cert,
             "client_key": self.nomad.client_key,
+            **self.nomad_timeouts(),
         }
         if self.nomad.address:
             overrides["addresses"] = self.nomad.address
@@ -131,6 +158,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "alert": AlertSettings,
     "factory": FactorySettings,
     "execution": ExecutionSettings,
+    "health": HealthSettings,
     "supervision": SupervisionSettings,
 }
 
@@ -229,6 +257,18 @@ def _validate(settings: Settings) -> None:
         section, key = name.split(".")
         if getattr(getattr(settings, section), key) < 0:
             raise ConfigError(f"{name}: must not be negative")
+    for name in (
+        "alert.check_interval",
+        "admission.agent_retry_interval",
+        "health.stream_down_grace",
+        "health.nomad_check_timeout",
+        "nomad.request_timeout",
+        "nomad.exec_connect_timeout",
+        "nomad.close_timeout",
+    ):
+        section, key = name.split(".")
+        if getattr(getattr(settings, section), key) <= 0:
+            raise ConfigError(f"{name}: must be positive")
     if settings.supervision.intensity < 0 or settings.supervision.period <= 0:
         raise ConfigError(
             "supervision.intensity must not be negative, and supervision.period must be positive"

@@ -87,7 +87,13 @@ class Daemon:
             "cluster at {}; its exec runs local processes, it is not an isolation boundary",
             ", ".join(cluster.addresses),
         )
-        return NomadSettings(addresses=tuple(cluster.addresses))
+        nomad = self.settings.nomad
+        return NomadSettings(
+            addresses=tuple(cluster.addresses),
+            request_timeout=nomad.request_timeout,
+            exec_connect_timeout=nomad.exec_connect_timeout,
+            close_timeout=nomad.close_timeout,
+        )
 
     async def _run_tiers(self, client: NomadClient, task_status: trio.TaskStatus[Daemon]) -> None:
         settings = self.settings

@@ -45,7 +45,7 @@ from .nomad import ExecExited, ExecOutput, NomadClient
 from .pool import REASON_ALLOCATION_UNKNOWN
 from .stopping import StopOutcome, stop_in_runner
 
-__all__ = ["AGENT_RETRY", "ClientSocket", "ExecutionRequest", "ExecutionService"]
+__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
 
 
 _VARIABLES_CACHE: Final = 10_000
@@ -59,8 +59,6 @@ MESSAGE_AGENT_RESTARTED: Final = (
 MESSAGE_AGENT_AWAY: Final = (
     "the runner's Nomad agent cannot be reached (it may be restarting): nothing ran; take another runner"
 )
-# How long to wait between two tries of an exec that a server could not take to the agent.
-AGENT_RETRY: Final = 0.5
 
 
 class ClientSocket(Protocol):
@@ -114,6 +112,7 @@ class ExecutionService:
         runner_lost: Callable[[str], None] = lambda runner_id: None,
         agent_away: Callable[[str], None] = lambda runner_id: None,
         agent_wait: float = 5.0,
+        agent_retry: float = 0.5,
     ) -> None:
         self._client = client
         self._settings = settings
@@ -123,6 +122,7 @@ class ExecutionService:
         self._runner_lost = runner_lost
         self._agent_away = agent_away
         self._agent_wait = agent_wait
+        self._agent_retry = agent_retry
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
         self._variables: dict[str, tuple[str, ...]] = {}
         # Ended executions by their terminal message ("closed": the client left first).
@@ -215,7 +215,7 @@ class ExecutionService:
                 unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
                 if not unreachable or trio.current_time() >= give_up:
                     break
-                await trio.sleep(min(AGENT_RETRY, max(0.0, give_up - trio.current_time())))
+                await trio.sleep(min(self._agent_retry, max(0.0, give_up - trio.current_time())))
         if attempt.exited is not None:  # the outcome is known, whatever ended the session after it
             return {"type": "exit", "data": max(0, min(255, attempt.exited.exit_code))}
         failure = attempt.failure

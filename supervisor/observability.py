@@ -3,7 +3,7 @@ and the pools' statistics as Poseidon's API writes them."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import trio
 
@@ -14,10 +14,6 @@ from .pool import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
 
 __all__ = ["health_details", "metrics_text", "pool_statistics"]
-
-# How long the stream may be down before health turns critical (a reconnect takes less).
-STREAM_DOWN_GRACE: Final = 30.0
-_NOMAD_CHECK_TIMEOUT: Final = 2.0
 
 
 def pool_statistics(stats: PoolStats) -> dict[str, int]:
@@ -40,7 +36,7 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
     if stream is StreamState.UP:
         stream_status = "ok"
     else:
-        stream_status = "critical" if down_for > STREAM_DOWN_GRACE else "warning"
+        stream_status = "critical" if down_for > settings.health.stream_down_grace else "warning"
     checks["event_stream"] = {
         "status": stream_status,
         "state": stream.value,
@@ -50,8 +46,9 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
     }
     nomad: dict[str, Any] = {"status": "ok", "address": service.client.address}
     try:
-        with trio.fail_after(_NOMAD_CHECK_TIMEOUT):
-            nomad["leader"] = await service.client.leader(attempts=1, http_timeout=_NOMAD_CHECK_TIMEOUT)
+        timeout = settings.health.nomad_check_timeout
+        with trio.fail_after(timeout):
+            nomad["leader"] = await service.client.leader(attempts=1, http_timeout=timeout)
     except (SupervisorError, trio.TooSlowError) as exc:
         nomad.update(status="critical", error=str(exc) or "no answer in time")
     checks["nomad"] = nomad

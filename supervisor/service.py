@@ -32,7 +32,7 @@ from .errors import (
     TerminalError,
     TransientError,
 )
-from .executions import AGENT_RETRY, MESSAGE_AGENT_AWAY, ExecutionService
+from .executions import MESSAGE_AGENT_AWAY, ExecutionService
 from .factory import RunnerFactory
 from .files import FileService
 from .levels import Requests
@@ -77,6 +77,7 @@ class RunnerService:
             runner_lost=self.runner_lost,
             agent_away=self.pool.set_moving,
             agent_wait=settings.admission.wait_timeout,
+            agent_retry=settings.admission.agent_retry_interval,
         )
         self.files = FileService(
             client,
@@ -182,7 +183,8 @@ class RunnerService:
                 )
                 self.pool.set_moving(runner_id)
                 raise RunnerGoneError(MESSAGE_AGENT_AWAY)
-            await trio.sleep(min(AGENT_RETRY, max(0.0, give_up - trio.current_time())))
+            retry = self.settings.admission.agent_retry_interval
+            await trio.sleep(min(retry, max(0.0, give_up - trio.current_time())))
 
     async def prove(self, runner: Runner) -> None:
         """Before new work starts in a suspect runner (its agent restarted since it was last seen

@@ -101,3 +101,21 @@ def test_errors_name_the_key(tmp_path: Path, text: str, environ: dict[str, str],
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="No such file"):
         load_settings(tmp_path / "absent.toml", {})
+
+
+def test_timings_that_were_module_constants_are_settings(tmp_path: Path) -> None:
+    config = tmp_path / "supervisor.toml"
+    config.write_text(
+        "[health]\nstream_down_grace = 90\n[alert]\ncheck_interval = 2.5\n"
+        "[nomad]\nexec_connect_timeout = 3\n[admission]\nagent_retry_interval = 0.25\n"
+    )
+    settings = load_settings(config, {"SUPERVISOR_HEALTH_NOMAD_CHECK_TIMEOUT": "4"})
+    assert settings.health.stream_down_grace == 90.0
+    assert settings.health.nomad_check_timeout == 4.0
+    assert settings.alert.check_interval == 2.5
+    assert settings.admission.agent_retry_interval == 0.25
+    nomad = settings.nomad_settings({"NOMAD_ADDR": "http://127.0.0.1:4646"})
+    assert nomad is not None
+    assert nomad.exec_connect_timeout == 3.0
+    with pytest.raises(ConfigError, match=r"alert\.check_interval: must be positive"):
+        load_settings(None, {"SUPERVISOR_ALERT_CHECK_INTERVAL": "0"})

@@ -38,7 +38,6 @@ __all__ = ["EventStream", "StreamStatistics", "open_event_stream", "topic_params
 
 DEFAULT_HEARTBEAT_TIMEOUT: Final = 45.0
 DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
-_CLOSE_TIMEOUT: Final = 2.0
 _ERROR_BODY_LIMIT: Final = 64 * 1024
 
 
@@ -216,5 +215,5 @@ async def open_event_stream(
             response, heartbeat_timeout=heartbeat_timeout, max_line_bytes=max_line_bytes, start_index=index
         )
     finally:
-        with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+        with trio.move_on_after(client.settings.close_timeout, shield=True):
             await response.aclose()

@@ -43,8 +43,6 @@ __all__ = ["ExecExited", "ExecOutput", "ExecSession", "open_exec"]
 _REJECTION_CODES: Final = frozenset({1008, 1011})
 _MESSAGE_QUEUE_SIZE: Final = 16
 _MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024
-_CONNECT_TIMEOUT: Final = 10.0
-_DISCONNECT_TIMEOUT: Final = 2.0
 
 
 @frozen
@@ -188,7 +186,6 @@ async def open_exec(
     task: str,
     command: Sequence[str],
     tty: bool = False,
-    connect_timeout: float = _CONNECT_TIMEOUT,
 ) -> AsyncIterator[ExecSession]:
     """Start ``command`` in ``task`` of allocation ``alloc_id``, on the client's current server."""
     url = exec_url(client, alloc_id, task=task, command=command, tty=tty)
@@ -202,8 +199,8 @@ async def open_exec(
             extra_headers=headers,
             message_queue_size=_MESSAGE_QUEUE_SIZE,
             max_message_size=_MAX_MESSAGE_SIZE,
-            connect_timeout=connect_timeout,
-            disconnect_timeout=_DISCONNECT_TIMEOUT,
+            connect_timeout=client.settings.exec_connect_timeout,
+            disconnect_timeout=client.settings.close_timeout,
         ) as connection:
             connected = True
             yield ExecSession(connection, what)

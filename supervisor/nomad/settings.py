@@ -56,6 +56,10 @@ class NomadSettings:
     tls_server_name: str = ""
     skip_verify: bool = False
     request_timeout: float = 10.0
+    # An exec WebSocket not open within this long: nothing ran, the next server is tried.
+    exec_connect_timeout: float = 10.0
+    # How long closing an exec session or the event stream may take before it is abandoned.
+    close_timeout: float = 2.0
     retry: RetryPolicy = field(factory=RetryPolicy)
 
     @classmethod
