@@ -1,4 +1,11 @@
-"""A daemon on 127.0.0.1 port 0 against a simulated cluster, both in the test's own trio run."""
+"""A daemon on 127.0.0.1 port 0 against a simulated cluster, both in the test's own trio run.
+
+These tests run on the real clock, unlike the rest of the suite: the simulated cluster's exec runs
+real processes (``sleep 2`` takes two real seconds), and an autojump clock would jump to the next
+deadline, a request's or a test's own timeout among them, while such a process runs. Where a test's
+load always keeps a harmless deadline nearest (the churn test's clients sleeping between cycles),
+it runs on trio's MockClock with a small autojump threshold instead (``test_churn.py``).
+"""
 
 from __future__ import annotations
 
