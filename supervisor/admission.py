@@ -19,6 +19,8 @@ __all__ = ["AdmissionGate"]
 
 
 class AdmissionGate:
+    """The stream's health (one writer: the watcher) and the wait of claims and new executions."""
+
     def __init__(self, wait_timeout: float) -> None:
         self.wait_timeout = wait_timeout
         self._level = AsyncValue(StreamState.DOWN)

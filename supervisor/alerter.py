@@ -52,6 +52,8 @@ class AlertStates:
 
 
 class PrewarmingPoolAlerter:
+    """Watches every pool's fill and asks for a relist when one stays depleted too long."""
+
     def __init__(self, service: RunnerService, settings: AlertSettings) -> None:
         self.service = service
         self.states = AlertStates(settings.prewarming_pool_threshold, settings.reload_timeout)

@@ -18,6 +18,8 @@ __all__ = ["Backoff", "BackoffPolicy"]
 
 @frozen
 class BackoffPolicy:
+    """An exponential cap (``base`` doubling up to ``cap``) under which each pause is drawn."""
+
     base: float = 0.5
     cap: float = 30.0
 

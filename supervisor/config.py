@@ -33,6 +33,8 @@ __all__ = [
 
 @frozen
 class ServerSettings:
+    """``[server]``: where the API listens, its token, and the graceful stop's budget."""
+
     address: str = "127.0.0.1"
     port: int = 7200
     # Empty: no authentication. Otherwise every route but health and version needs Poseidon-Token.
@@ -43,6 +45,8 @@ class ServerSettings:
 
 @frozen
 class AdmissionSettings:
+    """``[admission]``: how long new work waits for Nomad before it is refused."""
+
     # How long a claim or a new execution waits for the event stream before 500 NOMAD_UNREACHABLE,
     # and a call waits for a runner's agent that a server cannot reach before 410.
     wait_timeout: float = 5.0
@@ -52,6 +56,8 @@ class AdmissionSettings:
 
 @frozen
 class WatcherSettings:
+    """``[watcher]``: the periodic relist and the event stream's heartbeat deadline."""
+
     # Relist and reconcile this often even while the stream runs: Nomad loses jobs without an event.
     resync_interval: float = 60.0
     heartbeat_timeout: float = 45.0
@@ -59,6 +65,8 @@ class WatcherSettings:
 
 @frozen
 class AlertSettings:
+    """``[alert]``: when a depleting pool is reported and reloaded."""
+
     prewarming_pool_threshold: float = 0.5
     reload_timeout: float = 300.0
     # How often the pools' fill is looked at.
@@ -67,12 +75,16 @@ class AlertSettings:
 
 @frozen
 class FactorySettings:
+    """``[factory]``: how fast runner jobs are registered, and the retries' backoff cap."""
+
     registrations_per_second: float = 20.0
     max_backoff: float = 30.0
 
 
 @frozen
 class ExecutionSettings:
+    """``[execution]``: stopping commands, execution URLs, the workspace and the task."""
+
     # After timeLimit, the command gets this long to stop before its runner is replaced.
     stop_grace: float = 3.0
     # An execution URL not connected within this long is forgotten.
@@ -86,6 +98,8 @@ class ExecutionSettings:
 
 @frozen
 class SupervisionSettings:
+    """``[supervision]``: the restart intensity of the daemon's children."""
+
     # More restarts of the daemon's children than this within period seconds: stop gracefully.
     intensity: int = 5
     period: float = 30.0
@@ -93,6 +107,8 @@ class SupervisionSettings:
 
 @frozen
 class HealthSettings:
+    """``[health]``: when a down stream is critical, and how long Nomad's check may take."""
+
     # The stream down this long turns health critical (a reconnect takes less).
     stream_down_grace: float = 30.0
     # How long health details wait for Nomad's leader before calling Nomad unreachable.
@@ -114,6 +130,8 @@ class NomadSection:
 
 @frozen
 class Settings:
+    """Every section, as loaded by ``load_settings``; the defaults are the product's."""
+
     server: ServerSettings = field(factory=ServerSettings)
     nomad: NomadSection = field(factory=NomadSection)
     admission: AdmissionSettings = field(factory=AdmissionSettings)

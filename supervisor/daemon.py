@@ -52,6 +52,8 @@ CHILDREN: Final = {
 
 
 class Daemon:
+    """The daemon's nursery tree: ``run`` serves until ``stop()``, or until a child keeps failing."""
+
     def __init__(self, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.environ = dict(os.environ if environ is None else environ)

@@ -47,6 +47,8 @@ _REQUIRED: Final = ("image", "prewarmingPoolSize", "cpuLimit", "memoryLimit", "n
 
 @frozen
 class ExecutionEnvironment:
+    """A Poseidon execution environment: the runners' image, limits and prewarming pool size."""
+
     id: int
     image: str
     prewarming_pool_size: int

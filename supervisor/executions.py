@@ -73,6 +73,8 @@ class ClientSocket(Protocol):
 
 @frozen
 class ExecutionRequest:
+    """What ``POST /runners/{id}/execute`` asked for, kept until its WebSocket connects."""
+
     runner_id: str
     command: str
     environment: dict[str, str]

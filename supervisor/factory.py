@@ -29,6 +29,8 @@ _WORKERS: Final = 4
 
 
 class RunnerFactory:
+    """The only writer of runner jobs in Nomad: carries out the pool's create, mark-used, destroy."""
+
     def __init__(
         self,
         client: NomadClient,

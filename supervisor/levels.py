@@ -14,6 +14,8 @@ T = TypeVar("T")
 
 
 class StreamState(enum.Enum):
+    """The event stream's health, as the admission gate keeps it."""
+
     UP = "up"
     DOWN = "down"
     RECOVERING = "recovering"

@@ -28,6 +28,8 @@ _REREGISTERED: Final = "Node re-registered"
 
 @define
 class TrackedNode:
+    """What the tracker knows of one node."""
+
     id: str
     name: str = ""
     status: str = ""
@@ -72,6 +74,8 @@ def _agent_gone_or_back(previous: str, status: str) -> bool:
 
 @define
 class NodeTracker:
+    """Every node's status, eligibility, drain and last restart, from events and listings."""
+
     nodes: dict[str, TrackedNode] = field(factory=dict)
 
     def draining(self, node_id: str) -> bool:

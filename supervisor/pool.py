@@ -49,6 +49,8 @@ __all__ = [
 
 
 class RunnerState(enum.Enum):
+    """Where a runner stands: starting (no running allocation yet), idle, or used by a client."""
+
     STARTING = "starting"
     IDLE = "idle"
     USED = "used"
@@ -56,12 +58,16 @@ class RunnerState(enum.Enum):
 
 @frozen
 class CreateRunner:
+    """Register a new runner job for the environment."""
+
     runner_id: str
     environment_id: int
 
 
 @frozen
 class DestroyRunner:
+    """Purge the runner's job; ``reason`` says why, for the log."""
+
     runner_id: str
     reason: str
 
@@ -160,6 +166,8 @@ class Tombstone:
 
 @define(eq=False)
 class Runner:
+    """One runner (a Nomad job) as the pool knows it; only the pool changes it."""
+
     id: str
     environment_id: int
     state: RunnerState
@@ -202,6 +210,8 @@ def _found_by_listing(runner: Runner | None) -> str:
 
 @define
 class RunnerPool:
+    """Every environment's runners: facts in (claims, events, listings, evidence), actions out."""
+
     environments: dict[int, ExecutionEnvironment] = field(factory=dict)
     runners: dict[str, Runner] = field(factory=dict)
     nodes: NodeTracker = field(factory=NodeTracker)

@@ -61,6 +61,8 @@ LIVE_ALLOCATIONS: Final = (
 
 
 class RunnerService:
+    """Hands the pool its facts and carries out its actions; what the API and the watcher call."""
+
     def __init__(self, client: NomadClient, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
         self.client = client
         self.settings = settings

@@ -30,6 +30,8 @@ _RETRY: Final = BackoffPolicy(base=2.0, cap=30.0)
 
 
 class StopOutcome(enum.Enum):
+    """How an attempt to stop a command in a runner ended."""
+
     STOPPED = "stopped"
     # No Nomad server answered, or the stop's own session broke: worth trying again later.
     UNREACHABLE = "unreachable"

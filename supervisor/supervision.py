@@ -31,6 +31,8 @@ __all__ = ["ChildSpec", "Restart", "RestartIntensity", "supervise"]
 
 
 class Restart(enum.Enum):
+    """When a child is restarted: always, after a crash only, or never."""
+
     PERMANENT = "permanent"
     TRANSIENT = "transient"
     TEMPORARY = "temporary"
@@ -38,6 +40,8 @@ class Restart(enum.Enum):
 
 @frozen
 class ChildSpec:
+    """One long-lived child: its name, how to start it, and its restart policy."""
+
     name: str
     start: Callable[..., Awaitable[object]]
     restart: Restart = Restart.PERMANENT

@@ -37,6 +37,8 @@ class _RelistDue:
 
 
 class EventStreamWatcher:
+    """The one loop that lists, reconciles and watches Nomad for the pool."""
+
     def __init__(
         self,
         service: RunnerService,

@@ -17,6 +17,8 @@ __all__ = ["NomadConnection"]
 
 
 class NomadConnection(Protocol):
+    """The parts of a Nomad client that the stream reader and the exec client use."""
+
     @property
     def settings(self) -> NomadSettings: ...
 

@@ -43,6 +43,8 @@ _ERROR_BODY_LIMIT: Final = 64 * 1024
 
 @define
 class StreamStatistics:
+    """What one stream has delivered: heartbeats, skipped lines, the last index."""
+
     heartbeats: int = 0
     malformed_lines: int = 0
     last_index: int = 0

@@ -88,11 +88,15 @@ class PortMapping:
 
 @frozen
 class SharedResources:
+    """``AllocatedResources.Shared``: the ports of the allocation's group network."""
+
     ports: list[PortMapping] = field(factory=list)
 
 
 @frozen
 class AllocatedResources:
+    """An allocation's resources: only the shared ports are modelled."""
+
     shared: SharedResources = field(factory=SharedResources)
 
 
@@ -108,6 +112,8 @@ class DesiredTransition:
 
 @frozen
 class TaskEvent:
+    """One of a task's last 10 events (``Started``, ``Terminated`` with its exit, ...)."""
+
     type: str = ""
     time_ns: int = 0
     message: str = ""
@@ -123,6 +129,8 @@ class TaskEvent:
 
 @frozen
 class TaskState:
+    """A task's state within an allocation, with its last events."""
+
     state: str = ""
     failed: bool = False
     restarts: int = 0
@@ -134,6 +142,8 @@ class TaskState:
 
 @frozen
 class RescheduleEvent:
+    """One reschedule of a failed allocation."""
+
     reschedule_time_ns: int = 0
     prev_alloc_id: str = ""
     prev_node_id: str = ""
@@ -142,6 +152,8 @@ class RescheduleEvent:
 
 @frozen
 class RescheduleTracker:
+    """The reschedules an allocation's chain went through."""
+
     events: list[RescheduleEvent] = field(factory=list)
     last_reschedule: str = ""
 
@@ -232,6 +244,8 @@ class AllocListStub(_AllocationFields):
 
 @frozen
 class Task:
+    """A task of a job's group: its driver, config, environment and meta."""
+
     name: str = ""
     driver: str = ""
     config: dict[str, Any] = field(factory=_empty_dict)
@@ -241,6 +255,8 @@ class Task:
 
 @frozen
 class TaskGroup:
+    """A group of a job: its count, meta and tasks."""
+
     name: str = ""
     count: int = 0
     meta: dict[str, str] = field(factory=_empty_dict)
@@ -402,6 +418,8 @@ class EventBatch:
 
 @frozen
 class JobRegisterResponse:
+    """Nomad's answer to a job registration: the evaluation and the index of the write."""
+
     eval_id: str = ""
     eval_create_index: int = 0
     job_modify_index: int = 0
@@ -431,5 +449,7 @@ class NodeUpdateResponse:
 
 @frozen
 class AllocStopResponse:
+    """Nomad's answer to an allocation stop: the evaluation and the index of the write."""
+
     eval_id: str = ""
     index: int = 0

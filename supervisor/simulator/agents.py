@@ -77,6 +77,8 @@ def task_event(kind: str, display: str, time_ns: int, **fields: Any) -> dict[str
 
 
 class Agents:
+    """The client agents: node status, task start and stop, policies, drains and faults."""
+
     def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
         self.state = state
         self.scheduler = scheduler

@@ -69,6 +69,8 @@ class Subscription:
 
 
 class EventBroker:
+    """One server's event buffer and its subscribers, with Nomad's index rules."""
+
     def __init__(self, buffer_size: int) -> None:
         self._buffer: deque[PublishedBatch] = deque(maxlen=buffer_size)
         self._subscriptions: set[Subscription] = set()

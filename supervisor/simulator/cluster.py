@@ -92,6 +92,8 @@ class _Stats:
 
 
 class SimulatedCluster:
+    """Servers on their own ports, nodes, the state and its timers: the running simulated Nomad."""
+
     def __init__(
         self,
         config: SimConfig | None = None,

@@ -22,6 +22,8 @@ def parse_version(version: str) -> tuple[int, int, int]:
 
 @frozen
 class SimConfig:
+    """The simulated cluster's size, imitated Nomad version, timings and fault settings."""
+
     servers: int = 3
     nodes: int = 3
     seed: int = 0

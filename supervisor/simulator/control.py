@@ -49,6 +49,8 @@ def _flag(body: dict[str, Any], name: str) -> bool:
 
 
 class ControlAPI:
+    """The fault-injection routes under ``/sim/v1``."""
+
     def __init__(self, cluster: ClusterHandle) -> None:
         self.cluster = cluster
 

@@ -25,6 +25,8 @@ __all__ = ["ClusterHandle", "SimServer"]
 
 @define(eq=False)
 class SimServer:
+    """One simulated Nomad server: its address, event broker and HTTP server."""
+
     name: str
     host: str
     port: int
@@ -45,6 +47,8 @@ class _Routes(Protocol):
 
 
 class ClusterHandle(Protocol):
+    """The cluster as its HTTP handlers see it."""
+
     config: SimConfig
     state: ClusterState
     agents: Agents

@@ -42,6 +42,8 @@ _MAX_HEAD: Final = 64 * 1024
 
 @frozen
 class Request:
+    """One HTTP request as the simulated servers' handlers see it."""
+
     method: str
     path: str
     query: tuple[tuple[str, str], ...]
@@ -78,6 +80,8 @@ def json_response(data: Any, *, status: int = 200, headers: tuple[tuple[str, str
 
 
 class StreamSource(Protocol):
+    """Where a streamed body's chunks come from."""
+
     async def next_chunk(self) -> bytes | None:
         """The next bytes to write; None ends the body."""
         ...
@@ -99,6 +103,8 @@ class StreamReply:
 
 @frozen
 class WebSocketReply:
+    """A WebSocket upgrade, served by ``session`` once accepted."""
+
     handler: Callable[[ServerWebSocket], Awaitable[None]]
     kind: str = "websocket"
 

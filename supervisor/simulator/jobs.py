@@ -82,6 +82,8 @@ def _deregister_response(eval_id: str, index: int, job_modify_index: int) -> dic
 
 
 class JobService:
+    """Job writes as Nomad's job endpoint does them."""
+
     def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
         self.state = state
         self.scheduler = scheduler

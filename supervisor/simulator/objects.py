@@ -17,6 +17,8 @@ TASK_EVENT_LIMIT = 10
 
 @define(eq=False)
 class SimNode:
+    """A client node as Nomad's Node struct holds it, and its agent process."""
+
     id: str
     name: str
     datacenter: str
@@ -58,6 +60,8 @@ class SimNode:
 
 @define(eq=False)
 class SimJob:
+    """A job as Nomad's Job struct holds it."""
+
     namespace: str
     id: str
     spec: dict[str, Any]
@@ -88,6 +92,8 @@ class SimJob:
 
 @define(eq=False)
 class SimAlloc:
+    """An allocation as Nomad's Allocation struct holds it."""
+
     id: str
     namespace: str
     eval_id: str
@@ -143,6 +149,8 @@ class SimAlloc:
 
 @define(eq=False)
 class SimEval:
+    """An evaluation as Nomad's Evaluation struct holds it."""
+
     id: str
     namespace: str
     job_id: str

@@ -59,6 +59,8 @@ def _task_signature(group: dict[str, Any]) -> Any:
 
 
 class Scheduler:
+    """Evaluations into plans: placements, replacements and stops."""
+
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.blocked: dict[JobKey, SimEval] = {}

@@ -32,6 +32,8 @@ JobKey = tuple[str, str]
 
 
 class Timers(Protocol):
+    """Deferred calls, on the trio clock of the running cluster."""
+
     def call_later(self, delay: float, callback: Callable[[], None]) -> Callable[[], None]:
         """Run ``callback`` after ``delay`` seconds; returns a function that cancels it."""
         ...
@@ -39,6 +41,8 @@ class Timers(Protocol):
 
 @frozen
 class PublishedEvent:
+    """One event of a write, encoded once for every subscriber."""
+
     topic: str
     key: str
     namespace: str
@@ -48,6 +52,8 @@ class PublishedEvent:
 
 @frozen
 class PublishedBatch:
+    """Every event of one write, at its Raft index."""
+
     index: int
     events: tuple[PublishedEvent, ...]
 
