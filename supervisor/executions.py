@@ -97,6 +97,8 @@ class _Running:
     runner_id: str
     scope: trio.CancelScope = field(factory=trio.CancelScope)
     gone_reason: str = ""
+    # The exec session under way, or the last one.
+    attempt: _Attempt = field(factory=_Attempt)
 
 
 class ExecutionService:
@@ -204,20 +206,11 @@ class ExecutionService:
         self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
     ) -> dict[str, Any] | None:
         """The terminal message; None when the client closed first."""
-        attempt = _Attempt()
         with running.scope:
             if request.time_limit > 0:
                 running.scope.deadline = trio.current_time() + request.time_limit
-            give_up = trio.current_time() + self._agent_wait
-            while True:
-                attempt = _Attempt()  # filled as it goes: a cancellation keeps what it found
-                await self._attempt(attempt, socket, running, alloc_id, request)
-                # An agent the server cannot reach ran nothing (Nomad refuses before the command
-                # starts; no output came): it may be restarting, so try again.
-                unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
-                if not unreachable or trio.current_time() >= give_up:
-                    break
-                await trio.sleep(min(self._agent_retry, max(0.0, give_up - trio.current_time())))
+            await self._attempts(socket, running, alloc_id, request)
+        attempt = running.attempt
         if attempt.exited is not None:  # the outcome is known, whatever ended the session after it
             return {"type": "exit", "data": max(0, min(255, attempt.exited.exit_code))}
         failure = attempt.failure
@@ -226,33 +219,48 @@ class ExecutionService:
                 return {"type": "error", "data": running.gone_reason}
             if isinstance(failure, ExecAgentUnreachable):
                 return {"type": "timeout"}  # it passed while the agent was away: nothing ran
-            failure = None  # the time limit passed
+            await self._stop(running, alloc_id)  # the time limit passed
+            return {"type": "timeout"}
         if isinstance(failure, ExecAllocationUnknown):
             self._runner_lost(running.runner_id)
             return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
         if isinstance(failure, ExecAgentUnreachable):
             self._agent_away(running.runner_id)
             return {"type": "error", "data": MESSAGE_AGENT_AWAY}
-        if attempt.client_closed and failure is None and not running.scope.cancelled_caught:
-            await self._stop(running, alloc_id)
-            return None
-        # The command may still run: stop it (a timeout, a lost exec connection, a refusal).
+        # The command may still run: stop it (a client gone, a lost exec connection, a refusal).
         outcome = await self._stop(running, alloc_id)
-        if failure is None:
-            return {"type": "timeout"}
+        return None if failure is None else self._failed(running, failure, outcome)
+
+    def _failed(self, running: _Running, failure: SupervisorError, stop: StopOutcome) -> dict[str, Any]:
+        """The terminal error for an execution that ``failure`` ended, after the stop that followed."""
         if isinstance(failure, ExecConnectionLost):
-            if outcome is StopOutcome.ALLOCATION_GONE:
+            if stop is StopOutcome.ALLOCATION_GONE:
                 self._runner_lost(running.runner_id)
                 return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
-            lost = (
-                MESSAGE_AGENT_RESTARTED
-                if outcome is StopOutcome.AGENT_UNREACHABLE
-                else MESSAGE_CONNECTION_LOST
-            )
-            return {"type": "error", "data": lost}
+            agent_away = stop is StopOutcome.AGENT_UNREACHABLE
+            return {
+                "type": "error",
+                "data": MESSAGE_AGENT_RESTARTED if agent_away else MESSAGE_CONNECTION_LOST,
+            }
         if isinstance(failure, ExecRejected):
             return {"type": "error", "data": f"Nomad refused the execution: {failure.reason}"}
         return {"type": "error", "data": f"Nomad could not run the execution: {failure}"}
+
+    async def _attempts(
+        self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
+    ) -> None:
+        """Exec sessions until one runs, each recorded in ``running.attempt`` as it goes (so that a
+        cancellation keeps what it found). An agent the server cannot reach ran nothing (Nomad
+        refuses before the command starts, and no output came): it may be restarting, so it is
+        tried again up to the agent wait."""
+        give_up = trio.current_time() + self._agent_wait
+        while True:
+            attempt = running.attempt = _Attempt()
+            await self._attempt(attempt, socket, running, alloc_id, request)
+            unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
+            if not unreachable or trio.current_time() >= give_up:
+                return
+            await trio.sleep(min(self._agent_retry, max(0.0, give_up - trio.current_time())))
 
     async def _attempt(
         self,

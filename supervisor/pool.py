@@ -501,27 +501,8 @@ class RunnerPool:
             listed.add(job.id)
             if job.id in self.tombstones:
                 actions += self._listed_after_removal(job.id, index)
-                continue
-            job_alloc = latest.get(job.id)
-            runner = self.runners.get(job.id)
-            found = _found_by_listing(runner)
-            if job.stop or (job.status == "dead" and (job_alloc is None or not _live(job_alloc))):
-                if runner is not None:
-                    actions += self._remove(runner, REASON_JOB_GONE, found=found)
-                else:
-                    self.tombstones[job.id] = Tombstone(index)
-                    actions.append(DestroyRunner(job.id, "its Nomad job is dead"))
-                continue
-            if runner is None:
-                runner = self._adopt(job, environment_id, now)
-            if job_alloc is not None:
-                if runner.proof_pending and job_alloc.id == runner.alloc_id and _running(job_alloc):
-                    # Listed running by a listing that began after its node was ready again (the
-                    # watcher's one loop applies events and listings in turn).
-                    self.prove(runner.id)
-                actions += self.apply_allocation(job_alloc, found=found)
-            elif runner.alloc_id and runner.alloc_create_index <= index:
-                actions += self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)
+            else:
+                actions += self._reconcile_job(job, environment_id, latest.get(job.id), now, index)
         for runner in list(self.runners.values()):
             if 0 < runner.registered_index <= index and runner.id not in listed:
                 found = _found_by_listing(runner)
@@ -531,6 +512,29 @@ class RunnerPool:
             if gone_at is not None and gone_at <= index and runner_id not in listed:
                 del self.tombstones[runner_id]
         return actions + self.fill_all()
+
+    def _reconcile_job(
+        self, job: JobListStub, environment_id: int, job_alloc: AllocListStub | None, now: float, index: int
+    ) -> list[Action]:
+        """One listed runner job that is not tombstoned, with its latest listed allocation."""
+        runner = self.runners.get(job.id)
+        found = _found_by_listing(runner)
+        if job.stop or (job.status == "dead" and (job_alloc is None or not _live(job_alloc))):
+            if runner is not None:
+                return self._remove(runner, REASON_JOB_GONE, found=found)
+            self.tombstones[job.id] = Tombstone(index)
+            return [DestroyRunner(job.id, "its Nomad job is dead")]
+        if runner is None:
+            runner = self._adopt(job, environment_id, now)
+        if job_alloc is not None:
+            if runner.proof_pending and job_alloc.id == runner.alloc_id and _running(job_alloc):
+                # Listed running by a listing that began after its node was ready again (the
+                # watcher's one loop applies events and listings in turn).
+                self.prove(runner.id)
+            return self.apply_allocation(job_alloc, found=found)
+        if runner.alloc_id and runner.alloc_create_index <= index:
+            return self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)
+        return []
 
     def _listed_after_removal(self, runner_id: str, index: int) -> list[Action]:
         """A removed runner's job in a listing: stale if taken before its purge; otherwise the job

@@ -141,11 +141,32 @@ class Scheduler:
                     state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
             return 0
         spec = job.group(group) or {}
+        self._mark_lost_on_down_nodes(tx, allocs)
+        kept, replace = self._sort_out(tx, job, group, spec, allocs, batch)
+        # A failed allocation keeps its slot: its reschedule policy replaces it, or it stays failed.
+        for alloc in kept[count:]:
+            state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
+        missing = count - min(count, len(kept))
+        unplaced = 0
+        used_indexes = {self._name_index(a.name) for a in kept[:count]}
+        for i in range(missing):
+            previous = replace[i] if i < len(replace) else None
+            index = self._free_index(used_indexes)
+            used_indexes.add(index)
+            node = self._choose_node(key, previous)
+            if node is None:
+                unplaced += 1
+                continue
+            self.place(tx, job, spec, node, index, evaluation, previous=previous)
+            placed_on.append(node)
+        return unplaced
+
+    def _mark_lost_on_down_nodes(self, tx: Write, allocs: list[SimAlloc]) -> None:
         lost = "alloc is lost since its node is down"
         for alloc in allocs:
-            node = state.nodes.get(alloc.node_id)
+            node = self.state.nodes.get(alloc.node_id)
             if node is not None and node.status == "down" and not alloc.client_terminal:
-                state.alloc_changed(
+                self.state.alloc_changed(
                     tx,
                     alloc,
                     client_status="lost",
@@ -153,6 +174,14 @@ class Scheduler:
                     desired_status="stop",
                     desired_description=lost,
                 )
+
+    def _sort_out(
+        self, tx: Write, job: SimJob, group: str, spec: dict[str, Any], allocs: list[SimAlloc], batch: bool
+    ) -> tuple[list[SimAlloc], list[SimAlloc]]:
+        """The group's allocations to keep (updated in place where only meta changed), and those
+        to replace; the others are stopped."""
+        state = self.state
+        description = "alloc not needed due to job update"
         kept: list[SimAlloc] = []
         replace: list[SimAlloc] = []
         for alloc in sorted(allocs, key=lambda a: a.create_index):
@@ -181,23 +210,7 @@ class Scheduler:
                     state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
             else:
                 kept.append(alloc)
-        # A failed allocation keeps its slot: its reschedule policy replaces it, or it stays failed.
-        for alloc in kept[count:]:
-            state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
-        missing = count - min(count, len(kept))
-        unplaced = 0
-        used_indexes = {self._name_index(a.name) for a in kept[:count]}
-        for i in range(missing):
-            previous = replace[i] if i < len(replace) else None
-            index = self._free_index(used_indexes)
-            used_indexes.add(index)
-            node = self._choose_node(key, previous)
-            if node is None:
-                unplaced += 1
-                continue
-            self.place(tx, job, spec, node, index, evaluation, previous=previous)
-            placed_on.append(node)
-        return unplaced
+        return kept, replace
 
     @staticmethod
     def _name_index(name: str) -> int:
