@@ -143,14 +143,6 @@ class Settings:
     supervision: SupervisionSettings = field(factory=SupervisionSettings)
     environments: tuple[ExecutionEnvironment, ...] = ()
 
-    def nomad_timeouts(self) -> dict[str, float]:
-        """The [nomad] timeouts, as NomadSettings takes them."""
-        return {
-            "request_timeout": self.nomad.request_timeout,
-            "exec_connect_timeout": self.nomad.exec_connect_timeout,
-            "close_timeout": self.nomad.close_timeout,
-        }
-
     def nomad_settings(self, environ: Mapping[str, str]) -> NomadSettings | None:
         """The Nomad connection, or None for the embedded simulated cluster (no address anywhere)."""
         overrides: dict[str, object] = {
@@ -159,7 +151,9 @@ class Settings:
             "ca_cert": self.nomad.ca_cert,
             "client_cert": self.nomad.client_cert,
             "client_key": self.nomad.client_key,
-            **self.nomad_timeouts(),
+            "request_timeout": self.nomad.request_timeout,
+            "exec_connect_timeout": self.nomad.exec_connect_timeout,
+            "close_timeout": self.nomad.close_timeout,
         }
         if self.nomad.address:
             overrides["addresses"] = self.nomad.address
