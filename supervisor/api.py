@@ -192,7 +192,7 @@ class _Routes:
 
     async def list_environments(self, request: Request) -> Response:
         if _bool(request, "fetch", False):
-            await self.service.load_environments()
+            await self.service.environments.load()
         environments = [e.to_api() for _, e in sorted(self.service.pool.environments.items())]
         return JSONResponse({"executionEnvironments": environments})
 
@@ -200,7 +200,7 @@ class _Routes:
         environment_id = self._environment_id(request)
         fetch = _bool(request, "fetch", False)
         environment = (
-            await self.service.fetch_environment(environment_id)
+            await self.service.environments.fetch(environment_id)
             if fetch
             else self.service.pool.environments.get(environment_id)
         )
@@ -211,13 +211,13 @@ class _Routes:
     async def put_environment(self, request: Request) -> Response:
         environment_id = self._environment_id(request)
         environment = environment_from_dict(await _json_body(request), environment_id=environment_id)
-        created = await self.service.put_environment(environment)
+        created = await self.service.environments.put(environment)
         return Response(status_code=201 if created else 204)
 
     async def delete_environment(self, request: Request) -> Response:
         environment_id = self._environment_id(request)
         try:
-            await self.service.delete_environment(environment_id)
+            await self.service.environments.delete(environment_id)
         except UnknownEnvironment:
             return client_error(404, f"execution environment {environment_id} does not exist")
         return Response(status_code=204)

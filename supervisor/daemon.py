@@ -116,7 +116,7 @@ class Daemon:
                 service = self.service = RunnerService(client, settings, execution_nursery=executions)
                 alerter = PrewarmingPoolAlerter(service, settings.alert)
                 await start(infrastructure, "factory", service.factory.run)
-                await start(infrastructure, "inactivity expiry", service.run_expiry)
+                await start(infrastructure, "inactivity expiry", service.expiry.run)
                 await start(infrastructure, "prewarming-pool alerter", alerter.run)
                 await self._run_intake(service, start, task_status)
                 executions.cancel_scope.deadline = trio.current_time() + graceful
@@ -174,4 +174,4 @@ class Daemon:
         if not self.settings.environments:
             return
         await service.synced.wait()
-        await service.ensure_environments(self.settings.environments)
+        await service.environments.ensure(self.settings.environments)

@@ -9,30 +9,26 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Final, NoReturn, TypeVar
+from typing import Final, TypeVar
 
 import trio
 from loguru import logger
 
 from .admission import AdmissionGate
-from .backoff import Backoff, BackoffPolicy
 from .config import Settings
+from .environment_store import EnvironmentStore
 from .environments import (
     TEMPLATE_PREFIX,
-    ExecutionEnvironment,
-    environment_from_template,
     runner_prefix,
-    template_job,
 )
 from .errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
     NomadNotFound,
     RunnerGoneError,
-    TerminalError,
-    TransientError,
 )
 from .executions import MESSAGE_AGENT_AWAY, ExecutionService
+from .expiry import InactivityExpiry
 from .factory import RunnerFactory
 from .files import FileService
 from .levels import Requests
@@ -40,7 +36,6 @@ from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
 from .pool import (
     FOUND_BY_NODE_RESTART,
     REASON_ALLOCATION_UNKNOWN,
-    REASON_INACTIVITY,
     Action,
     RelistWanted,
     Runner,
@@ -52,7 +47,6 @@ __all__ = ["RunnerService"]
 
 T = TypeVar("T")
 
-_EXPIRY_IDLE_WAKE: Final = 3600.0
 # Allocations that may still run: what a relist needs of Nomad's allocations (nomad-api.md §2).
 LIVE_ALLOCATIONS: Final = (
     'DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
@@ -89,13 +83,11 @@ class RunnerService:
             execution_nursery=execution_nursery,
             unprivileged_wrapper=settings.execution.unprivileged_wrapper,
         )
+        self.environments = EnvironmentStore(client, self.pool, self.apply)
+        self.expiry = InactivityExpiry(self.pool, self.apply)
         self.last_index = 0
         self.relists = Requests()
         self.synced = trio.Event()
-        self._expiry_changed = trio.Event()
-        # Environment writes, and reads of templates that update the pool, one at a time: a read
-        # answered before a write must not be applied after it (a deleted environment would return).
-        self._environments_lock = trio.Lock()
 
     # -- actions --------------------------------------------------------------------------------
 
@@ -108,52 +100,12 @@ class RunnerService:
             else:
                 self.factory.submit(action)
 
-    # -- environments ---------------------------------------------------------------------------
-
-    async def put_environment(self, environment: ExecutionEnvironment) -> bool:
-        """Store the environment in Nomad (its template job), then warm its pool; True if new."""
-        async with self._environments_lock:
-            await self.client.register_job(template_job(environment))
-            created, actions = self.pool.set_environment(environment)
-        self.apply(actions)
-        return created
-
-    async def delete_environment(self, environment_id: int) -> None:
-        async with self._environments_lock:
-            self.apply(self.pool.remove_environment(environment_id))
-            await self.client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
-
-    async def load_environments(self) -> None:
-        """Adopt every environment stored in Nomad, whatever its template job's status (a template
-        job that ended dead but still exists is still a valid definition)."""
-        async with self._environments_lock:
-            self._adopt_templates((await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
-
-    def _adopt_templates(self, jobs: Iterable[JobListStub]) -> None:
-        for job in jobs:
-            if job.stop or not job.id.startswith(TEMPLATE_PREFIX):
-                continue
-            environment = environment_from_template(job.meta)
-            if environment is not None and self.pool.environments.get(environment.id) != environment:
-                self.apply(self.pool.set_environment(environment)[1])
-
-    async def fetch_environment(self, environment_id: int) -> ExecutionEnvironment | None:
-        async with self._environments_lock:
-            try:
-                job = (await self.client.get_job(f"{TEMPLATE_PREFIX}{environment_id}")).value
-            except NomadNotFound:
-                return None
-            environment = environment_from_template(job.meta) if not job.stop else None
-            if environment is not None:
-                self.apply(self.pool.set_environment(environment)[1])
-            return environment
-
     # -- runners --------------------------------------------------------------------------------
 
     def claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
         runner, actions = self.pool.claim(environment_id, inactivity_timeout, trio.current_time())
         self.apply(actions)
-        self._expiry_changed.set()  # a new inactivity deadline
+        self.expiry.changed()  # a new inactivity deadline
         logger.info("runner {} claimed (inactivity timeout {}s)", runner.id, inactivity_timeout)
         return runner
 
@@ -241,20 +193,7 @@ class RunnerService:
     def _execution_activity(self, runner_id: str, delta: int) -> None:
         self.pool.activity(runner_id, trio.current_time(), working=delta)
         if delta < 0:  # the runner may expire again, possibly before the loop's next wake-up
-            self._expiry_changed.set()
-
-    async def run_expiry(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
-        """Destroy used runners whose inactivity timeout passed."""
-        task_status.started()
-        while True:
-            self._expiry_changed = trio.Event()
-            for runner_id in self.pool.expired(trio.current_time()):
-                logger.info("runner {} reached its inactivity timeout", runner_id)
-                self.apply(self.pool.destroy(runner_id, REASON_INACTIVITY))
-            deadline = self.pool.next_expiry()
-            wake = deadline if deadline is not None else trio.current_time() + _EXPIRY_IDLE_WAKE
-            with trio.move_on_at(wake):
-                await self._expiry_changed.wait()
+            self.expiry.changed()
 
     # -- Nomad's view ---------------------------------------------------------------------------
 
@@ -278,9 +217,9 @@ class RunnerService:
         seen = self.last_index
         nodes = await self.client.list_nodes()
         self.apply(self.pool.replace_nodes(nodes.value, nodes.index))
-        async with self._environments_lock:
+        async with self.environments.lock:
             templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
-            self._adopt_templates(templates.value)
+            self.environments.adopt(templates.value)
             jobs: list[JobListStub] = []
             index = min(nodes.index, templates.index)
             for environment_id in sorted(self.pool.environments):
@@ -292,7 +231,7 @@ class RunnerService:
             )
             index = max(seen, min(index, allocs.index))
             self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
-        self._expiry_changed.set()  # adopted claims bring their inactivity deadlines
+        self.expiry.changed()  # adopted claims bring their inactivity deadlines
         self.last_index = max(self.last_index, index)
         self.synced.set()
         return self.last_index
@@ -312,24 +251,3 @@ class RunnerService:
             elif isinstance(payload, Node):
                 self.apply(self.pool.apply_node(event.type, payload, event.index))
         self.last_index = max(self.last_index, batch.index)
-
-    async def ensure_environments(self, environments: Iterable[ExecutionEnvironment]) -> None:
-        """Register the environments declared in the configuration, retrying until Nomad answers."""
-        for environment in environments:
-            backoff = Backoff(BackoffPolicy(1.0, 30.0))
-            while True:
-                try:
-                    await self.put_environment(environment)
-                    break
-                except TerminalError as exc:
-                    logger.error("environment {} refused by Nomad: {}", environment.id, exc)
-                    break
-                except TransientError as exc:
-                    delay = backoff.failed(trio.current_time())
-                    logger.warning(
-                        "environment {} not registered yet ({}); retrying in {:.1f}s",
-                        environment.id,
-                        exc,
-                        delay,
-                    )
-                    await trio.sleep(delay)

@@ -71,19 +71,19 @@ def _agree(service: RunnerService, nomad: _GatedNomad) -> bool:
     return (ENVIRONMENT.id in service.pool.environments) == (TEMPLATE in nomad.jobs)
 
 
-@pytest.mark.parametrize("read", ["relist", "load_environments"])
+@pytest.mark.parametrize("read", ["relist", "load"])
 async def test_a_listing_answered_before_a_delete_does_not_bring_the_environment_back(
     read: str, nursery: trio.Nursery
 ) -> None:
     nomad = _GatedNomad()
     service = _service(nomad, nursery)
-    await service.put_environment(ENVIRONMENT)
+    await service.environments.put(ENVIRONMENT)
     release = nomad.hold("list")
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(getattr(service, read))
+            nursery.start_soon(service.relist if read == "relist" else service.environments.load)
             await nomad.reached["list"].wait()
-            nursery.start_soon(service.delete_environment, ENVIRONMENT.id)
+            nursery.start_soon(service.environments.delete, ENVIRONMENT.id)
             await trio.testing.wait_all_tasks_blocked()
             release.set()
     assert ENVIRONMENT.id not in service.pool.environments
@@ -95,13 +95,13 @@ async def test_an_update_and_a_delete_at_once_leave_the_pool_and_nomad_agreeing(
 ) -> None:
     nomad = _GatedNomad()
     service = _service(nomad, nursery)
-    await service.put_environment(ENVIRONMENT)
+    await service.environments.put(ENVIRONMENT)
     registered, deregistered = nomad.hold("register"), nomad.hold("deregister")
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(service.put_environment, attrs.evolve(ENVIRONMENT, prewarming_pool_size=3))
+            nursery.start_soon(service.environments.put, attrs.evolve(ENVIRONMENT, prewarming_pool_size=3))
             await nomad.reached["register"].wait()
-            nursery.start_soon(service.delete_environment, ENVIRONMENT.id)
+            nursery.start_soon(service.environments.delete, ENVIRONMENT.id)
             await trio.testing.wait_all_tasks_blocked()
             registered.set()  # the update's write lands first...
             await trio.testing.wait_all_tasks_blocked()

@@ -1,0 +1,93 @@
+"""Execution environments in Nomad: their template jobs written, read and adopted into the pool.
+
+Writes (PUT, DELETE) and the reads that update the pool from templates (a relist, ``fetch``) take
+turns under one lock: a read answered before a write must not be applied after it, or a deleted
+environment would come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import trio
+from loguru import logger
+
+from .backoff import Backoff, BackoffPolicy
+from .environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
+from .errors import NomadNotFound, TerminalError, TransientError
+from .nomad import JobListStub, NomadClient
+from .pool import Action, RunnerPool
+
+__all__ = ["EnvironmentStore"]
+
+
+class EnvironmentStore:
+    """The environments' template jobs in Nomad, kept in step with the pool."""
+
+    def __init__(
+        self, client: NomadClient, pool: RunnerPool, apply: Callable[[Iterable[Action]], None]
+    ) -> None:
+        self._client = client
+        self._pool = pool
+        self._apply = apply
+        self.lock = trio.Lock()
+
+    async def put(self, environment: ExecutionEnvironment) -> bool:
+        """Store the environment in Nomad (its template job), then warm its pool; True if new."""
+        async with self.lock:
+            await self._client.register_job(template_job(environment))
+            created, actions = self._pool.set_environment(environment)
+        self._apply(actions)
+        return created
+
+    async def delete(self, environment_id: int) -> None:
+        """Forget the environment and its runners, and purge its template job."""
+        async with self.lock:
+            self._apply(self._pool.remove_environment(environment_id))
+            await self._client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
+
+    async def load(self) -> None:
+        """Adopt every environment stored in Nomad, whatever its template job's status (a template
+        job that ended dead but still exists is still a valid definition)."""
+        async with self.lock:
+            self.adopt((await self._client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
+
+    def adopt(self, jobs: Iterable[JobListStub]) -> None:
+        """The environments of listed template jobs into the pool; call it holding ``lock``."""
+        for job in jobs:
+            if job.stop or not job.id.startswith(TEMPLATE_PREFIX):
+                continue
+            environment = environment_from_template(job.meta)
+            if environment is not None and self._pool.environments.get(environment.id) != environment:
+                self._apply(self._pool.set_environment(environment)[1])
+
+    async def fetch(self, environment_id: int) -> ExecutionEnvironment | None:
+        """The environment as Nomad holds it now (None if it does not), adopted into the pool."""
+        async with self.lock:
+            try:
+                job = (await self._client.get_job(f"{TEMPLATE_PREFIX}{environment_id}")).value
+            except NomadNotFound:
+                return None
+            environment = environment_from_template(job.meta) if not job.stop else None
+            if environment is not None:
+                self._apply(self._pool.set_environment(environment)[1])
+            return environment
+
+    async def ensure(self, environments: Iterable[ExecutionEnvironment]) -> None:
+        """Register the environments declared in the configuration, retrying until Nomad answers;
+        one Nomad refuses for good is logged and skipped."""
+        for environment in environments:
+            backoff = Backoff(BackoffPolicy(1.0, 30.0))
+            while True:
+                try:
+                    await self.put(environment)
+                    break
+                except TerminalError as exc:
+                    logger.error("environment {} refused by Nomad: {}", environment.id, exc)
+                    break
+                except TransientError as exc:
+                    delay = backoff.failed(trio.current_time())
+                    logger.warning(
+                        "environment {} not registered yet ({}); retry in {:.1f}s", environment.id, exc, delay
+                    )
+                    await trio.sleep(delay)
