@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable
-from typing import Final, NoReturn
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NoReturn, Protocol
 
 import trio
 from loguru import logger
@@ -20,12 +20,20 @@ from .backoff import Backoff, BackoffPolicy
 from .config import FactorySettings
 from .environments import runner_job
 from .errors import TerminalError, TransientError
-from .nomad import NomadClient
+from .nomad.models import JobDeregisterResponse, JobRegisterResponse
 from .pool import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerPool
 
-__all__ = ["RunnerFactory"]
+__all__ = ["JobWriter", "RunnerFactory"]
 
 _WORKERS: Final = 4
+
+
+class JobWriter(Protocol):
+    """What the factory needs of Nomad: ``NomadClient`` and the tests' doubles provide it."""
+
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse: ...
+
+    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse: ...
 
 
 class RunnerFactory:
@@ -33,7 +41,7 @@ class RunnerFactory:
 
     def __init__(
         self,
-        client: NomadClient,
+        client: JobWriter,
         pool: RunnerPool,
         settings: FactorySettings,
         *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -25,7 +26,7 @@ class _SlowNomad:
         self.release = trio.Event()
         self.registering = trio.Event()
 
-    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
         self.calls.append(("register", job["ID"]))
         self.registering.set()
         await self.release.wait()
@@ -43,7 +44,7 @@ def one_runner_and_a_slow_factory() -> tuple[RunnerPool, str, _SlowNomad, Runner
     _, actions = pool.set_environment(ENVIRONMENT)
     runner_id = actions[0].runner_id  # type: ignore[union-attr]
     nomad = _SlowNomad()
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))  # type: ignore[arg-type]
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))
     return pool, runner_id, nomad, factory
 
 
@@ -80,7 +81,7 @@ async def test_a_runner_released_while_marked_used_does_not_come_back() -> None:
 
 
 class _QuickNomad(_SlowNomad):
-    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
         self.calls.append(("register", job["ID"]))
         return JobRegisterResponse(index=42)
 
@@ -92,7 +93,7 @@ async def _two_creations(
     pool = RunnerPool()
     _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
     settings = FactorySettings(registrations_per_second=registrations_per_second)
-    factory = RunnerFactory(nomad, pool, settings)  # type: ignore[arg-type]
+    factory = RunnerFactory(nomad, pool, settings)
     await nursery.start(factory.run)
     for action in actions:
         if isinstance(action, CreateRunner | DestroyRunner | MarkUsed):
@@ -121,7 +122,7 @@ async def test_an_environment_removed_while_a_creation_waits_for_its_turn(
 
 
 class _BrokenOnceNomad(_QuickNomad):
-    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
         if not self.calls:
             self.calls.append(("broken", job["ID"]))
             raise ValueError("a bug in one action")
