@@ -29,6 +29,7 @@ class AdmissionGate:
 
     @property
     def state(self) -> StreamState:
+        """The stream's health now."""
         return self._level.value
 
     @property

@@ -60,6 +60,7 @@ class PrewarmingPoolAlerter:
         self.check_interval = settings.check_interval
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
+        """Look at every pool's fill every ``alert.check_interval``; never returns."""
         task_status.started()
         while True:
             await trio.sleep(self.check_interval)

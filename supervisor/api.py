@@ -381,6 +381,7 @@ def _error_response(status: int, code: str = "") -> Any:
 
 
 def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
+    """Poseidon's API over ``service``, behind the Poseidon-Token check when a token is set."""
     routes = _Routes(service, settings)
     runner = f"{PREFIX}/runners/{{runner_id}}"
     environment = f"{PREFIX}/execution-environments/{{environment_id}}"

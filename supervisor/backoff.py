@@ -41,6 +41,7 @@ class Backoff:
     _healthy_since: float | None = None
 
     def healthy(self, now: float) -> None:
+        """A healthy stretch began at ``now`` (kept if one is already under way)."""
         if self._healthy_since is None:
             self._healthy_since = now
 

@@ -48,6 +48,7 @@ def is_loopback(host: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``supervisor`` command line: run, simulate, health."""
     parser = argparse.ArgumentParser(
         prog="supervisor",
         description="Supervisor of prewarmed code-execution runners on HashiCorp Nomad.",
@@ -226,6 +227,7 @@ def _run_trio(main: Callable[[object], Awaitable[None]], argument: object, *, wh
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -98,6 +98,7 @@ def _script(argv: Sequence[str]) -> str:
 
 
 def validate_environment(environment: Mapping[str, str]) -> None:
+    """Refuse variable names a shell could not take, and the ones the task's own environment owns."""
     for name in environment:
         if not _ENV_NAME.match(name):
             raise InvalidRequest(f"environment: {name!r} is not a valid variable name")
@@ -191,6 +192,7 @@ def delete_and_extract_command(deletions: Sequence[str], *, extract: bool) -> li
 
 
 def list_files_command(path: str, *, recursive: bool) -> list[str]:
+    """The command that lists ``path`` in the workspace (recursively or not) in a parseable form."""
     depth = "" if recursive else "-maxdepth 1 "
     quoted = shlex.quote(path)
     script = (
@@ -202,6 +204,7 @@ def list_files_command(path: str, *, recursive: bool) -> list[str]:
 
 
 def read_file_command(path: str) -> list[str]:
+    """The command that writes the file at ``path`` to stdout, or exits with MISSING_EXIT_CODE."""
     quoted = shlex.quote(path)
     script = (
         f"if [ -f {quoted} ] && [ -r {quoted} ]; then cat -- {quoted}; "

@@ -71,6 +71,7 @@ class Daemon:
         self._stop.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop()`` (or until a child keeps failing); reports itself once the API serves."""
         nomad = self.settings.nomad_settings(self.environ)
         async with trio.open_nursery() as root:
             if nomad is None:

@@ -161,6 +161,7 @@ def _group(environment: ExecutionEnvironment, count: int) -> dict[str, Any]:
 
 
 def template_job(environment: ExecutionEnvironment) -> dict[str, Any]:
+    """The environment's template job: a count-0 service job whose meta holds the definition."""
     return {
         "ID": f"{TEMPLATE_PREFIX}{environment.id}",
         "Name": f"{TEMPLATE_PREFIX}{environment.id}",
@@ -188,6 +189,7 @@ def runner_prefix(environment_id: int) -> str:
 
 
 def new_runner_id(environment_id: int) -> str:
+    """A fresh runner ID of the environment, which is its job's ID too."""
     return f"{runner_prefix(environment_id)}{uuid.uuid4()}"
 
 

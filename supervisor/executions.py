@@ -64,7 +64,8 @@ MESSAGE_AGENT_AWAY: Final = (
 class ClientSocket(Protocol):
     """The client's side of an execution, as the API layer provides it."""
 
-    async def send_json(self, message: dict[str, Any]) -> None: ...
+    async def send_json(self, message: dict[str, Any]) -> None:
+        """Send one message to the client."""
 
     async def receive_text(self) -> str | None:
         """The next text frame; None when the client has closed."""
@@ -137,6 +138,7 @@ class ExecutionService:
 
     @property
     def running_count(self) -> int:
+        """Executions running now."""
         return len(self._running)
 
     def prepare(self, request: ExecutionRequest) -> str:

@@ -31,9 +31,11 @@ _WORKERS: Final = 4
 class JobWriter(Protocol):
     """What the factory needs of Nomad: ``NomadClient`` and the tests' doubles provide it."""
 
-    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse: ...
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+        """Register (or update) a job; the answer carries the write's index."""
 
-    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse: ...
+    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+        """Stop, or with ``purge`` delete, a job; index 0 for a job Nomad does not know."""
 
 
 class RunnerFactory:
@@ -62,9 +64,11 @@ class RunnerFactory:
 
     @property
     def backlog(self) -> int:
+        """Actions waiting for a worker."""
         return len(self._queue)
 
     def submit(self, action: FactoryAction) -> None:
+        """Queue one of the pool's actions; a worker carries it out."""
         if isinstance(action, CreateRunner):
             self._creating.add(action.runner_id)
         self._queue.append(action)

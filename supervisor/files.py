@@ -153,6 +153,7 @@ class FileService:
     async def update(
         self, alloc_id: str, deletions: list[str], copies: list[tuple[str, bytes | None]]
     ) -> None:
+        """Delete, then copy, in the workspace of the allocation (a PATCH of Poseidon's API)."""
         archive = tar_archive(copies, mtime=time.time()) if copies else None
         argv = delete_and_extract_command(deletions, extract=archive is not None)
         code, _, stderr = await self._run(alloc_id, argv, stdin=archive)
@@ -168,6 +169,7 @@ class FileService:
     async def list(
         self, alloc_id: str, path: str, *, recursive: bool, privileged: bool = False
     ) -> list[dict[str, Any]]:
+        """The entries under ``path`` in the workspace, as Poseidon's API lists them."""
         relative = workspace_path(path, self.workspace)
         argv = self._as(list_files_command(relative, recursive=recursive), privileged=privileged)
         code, stdout, stderr = await self._run(alloc_id, argv)
@@ -259,4 +261,5 @@ class Download:
         raise _download_error(item, self._path)
 
     def close(self) -> None:
+        """Stop reading the file: the client went away, or the response ended."""
         self._receive.close()

@@ -32,6 +32,7 @@ class AsyncValue(Generic[T]):
 
     @property
     def value(self) -> T:
+        """The value now."""
         return self._value
 
     @value.setter
@@ -44,6 +45,7 @@ class AsyncValue(Generic[T]):
         self._changed = trio.Event()
 
     async def wait_value(self, predicate: Callable[[T], bool]) -> T:
+        """Return the value once ``predicate`` holds for it."""
         while not predicate(self._value):
             await self._changed.wait()
         return self._value
@@ -57,6 +59,7 @@ class Requests:
         self._pending = trio.Event()
 
     def request(self, reason: str) -> None:
+        """Ask for the work, saying why; requests made before the next ``wait()`` are one."""
         if reason not in self._reasons:
             self._reasons.append(reason)
         self._pending.set()

@@ -79,10 +79,12 @@ class NodeTracker:
     nodes: dict[str, TrackedNode] = field(factory=dict)
 
     def draining(self, node_id: str) -> bool:
+        """Whether the node drains now."""
         node = self.nodes.get(node_id)
         return node is not None and node.draining
 
     def draining_nodes(self) -> list[TrackedNode]:
+        """Every node that drains now."""
         return [n for n in self.nodes.values() if n.draining]
 
     def apply_event(self, event_type: str, node: Node, index: int) -> NodeChanges:

@@ -161,6 +161,7 @@ class Tombstone:
     gone_at: int | None = None
 
     def purged(self, index: int) -> Tombstone:
+        """The tombstone once a purge at ``index`` is confirmed."""
         return Tombstone(self.floor, max(self.floor, self.gone_at or 0, index))
 
 
@@ -193,6 +194,7 @@ class Runner:
     proof_pending: bool = False
 
     def mapped_ports(self) -> list[dict[str, object]]:
+        """The runner's ports as Poseidon's API maps them (``exposedPort``, ``hostAddress``)."""
         return [{"exposedPort": p.to, "hostAddress": f"{p.host_ip}:{p.value}"} for p in self.ports]
 
 
@@ -240,6 +242,7 @@ class RunnerPool:
         return previous is None, actions + self.fill(environment.id)
 
     def remove_environment(self, environment_id: int) -> list[Action]:
+        """Forget the environment and destroy its runners (their executions end)."""
         if environment_id not in self.environments:
             raise UnknownEnvironment(environment_id)
         del self.environments[environment_id]
@@ -267,6 +270,7 @@ class RunnerPool:
         return actions
 
     def fill_all(self) -> list[Action]:
+        """Refill every environment's pool."""
         return [action for environment_id in list(self.environments) for action in self.fill(environment_id)]
 
     # -- clients --------------------------------------------------------------------------------
@@ -288,6 +292,7 @@ class RunnerPool:
         return runner, actions + self.fill(environment_id)
 
     def used_runner(self, runner_id: str) -> Runner | None:
+        """The runner if a client holds it, else None."""
         runner = self.runners.get(runner_id)
         return runner if runner is not None and runner.state is RunnerState.USED else None
 
@@ -297,12 +302,14 @@ class RunnerPool:
         return runner if runner is not None and not runner.moving else None
 
     def release(self, runner_id: str) -> list[Action]:
+        """The client gives the runner back: it is destroyed, never handed out again."""
         runner = self.used_runner(runner_id)
         if runner is None:
             raise RunnerGoneError(f"no used runner {runner_id}")
         return self._remove(runner, REASON_DESTROYED)
 
     def destroy(self, runner_id: str, reason: str) -> list[Action]:
+        """End the runner for ``reason`` (expiry, an unstoppable command): gone for good."""
         runner = self.runners.get(runner_id)
         return self._remove(runner, reason) if runner is not None else []
 
@@ -326,6 +333,7 @@ class RunnerPool:
         ]
 
     def next_expiry(self) -> float | None:
+        """The soonest inactivity deadline of a used runner with nothing running in it."""
         deadlines = [
             r.last_activity + r.inactivity_timeout
             for r in self.runners.values()
@@ -342,6 +350,7 @@ class RunnerPool:
             self.tombstones[runner_id] = tombstone.purged(index)
 
     def registered(self, runner_id: str, index: int) -> None:
+        """Nomad accepted the runner's job at ``index``."""
         runner = self.runners.get(runner_id)
         if runner is not None and not runner.registered_index:
             runner.registered_index = max(index, 1)
@@ -404,6 +413,7 @@ class RunnerPool:
         return [*self._remove(runner, reason, found=FOUND_BY_EXEC_REFUSAL), RelistWanted(reason)]
 
     def suspect_runners(self) -> list[str]:
+        """The runners whose agent restarted and that nothing has proven since."""
         return [r.id for r in self.runners.values() if r.suspect_since]
 
     def set_moving(self, runner_id: str) -> None:
@@ -466,6 +476,7 @@ class RunnerPool:
         return []
 
     def apply_job(self, job_id: str, *, deleted: bool, stopped: bool) -> list[Action]:
+        """A Job event: a stopped or deleted runner job ends its runner."""
         runner = self.runners.get(job_id)
         if runner is None or not (deleted or stopped):
             return []

@@ -92,6 +92,7 @@ class RunnerService:
     # -- actions --------------------------------------------------------------------------------
 
     def apply(self, actions: Iterable[Action]) -> None:
+        """Carry out the pool's actions: the factory's writes, executions' ends, relist requests."""
         for action in actions:
             if isinstance(action, RunnerGone):
                 self.executions.runner_gone(action.runner_id, action.reason)
@@ -103,6 +104,7 @@ class RunnerService:
     # -- runners --------------------------------------------------------------------------------
 
     def claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
+        """Hand out an idle, proven runner of the environment (NoIdleRunner if there is none)."""
         runner, actions = self.pool.claim(environment_id, inactivity_timeout, trio.current_time())
         self.apply(actions)
         self.expiry.changed()  # a new inactivity deadline
@@ -157,9 +159,11 @@ class RunnerService:
         raise RunnerGoneError(f"the runner is gone: its allocation is {alloc.client_status}")
 
     def release(self, runner_id: str) -> None:
+        """The client gives the runner back (RunnerGoneError if it holds none by that ID)."""
         self.apply(self.pool.release(runner_id))
 
     def touch(self, runner_id: str) -> None:
+        """The client used the runner now: its inactivity timeout starts again."""
         # A later deadline needs no wake-up: the expiry loop rechecks when the old one passes.
         self.pool.activity(runner_id, trio.current_time())
 

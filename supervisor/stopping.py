@@ -44,6 +44,7 @@ class StopOutcome(enum.Enum):
 
     @property
     def retry(self) -> bool:
+        """Whether trying again later may succeed."""
         return self in (StopOutcome.UNREACHABLE, StopOutcome.AGENT_UNREACHABLE)
 
 

@@ -101,6 +101,7 @@ class NomadClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the connection pool."""
         await self._http.aclose()
 
     @property
@@ -118,6 +119,7 @@ class NomadClient:
         return self._http
 
     def common_params(self, *, namespaced: bool = True) -> dict[str, str]:
+        """The query parameters every request carries: namespace (where it applies) and region."""
         params: dict[str, str] = {}
         if namespaced and self.settings.namespace:
             params["namespace"] = self.settings.namespace
@@ -126,6 +128,7 @@ class NomadClient:
         return params
 
     def request_extensions(self) -> dict[str, Any]:
+        """httpx extensions for every request: the TLS server name to check, when set."""
         if self.settings.tls_server_name:
             return {"sni_hostname": self.settings.tls_server_name}
         return {}
@@ -230,6 +233,7 @@ class NomadClient:
     async def list_jobs(
         self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
     ) -> Indexed[list[JobListStub]]:
+        """Job stubs whose ID starts with ``prefix``; with ``meta``, their meta too."""
         params = {"prefix": prefix} if prefix else {}
         if meta:
             params["meta"] = "true"
@@ -237,6 +241,7 @@ class NomadClient:
         return Indexed(structure_list(items, JobListStub), index)
 
     async def get_job(self, job_id: str, *, index: int = 0, wait: float | None = None) -> Indexed[Job]:
+        """The full job; a blocking query when ``index`` is given."""
         data, at = await self._read(f"/v1/job/{_escape(job_id)}", index=index, wait=wait)
         return Indexed(structure(data, Job), at)
 
@@ -246,6 +251,7 @@ class NomadClient:
         return structure(orjson.loads(response.content), JobRegisterResponse)
 
     async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+        """Stop, or with ``purge`` delete, the job; index 0 for a job Nomad does not know."""
         params = {"purge": "true"} if purge else {}
         response = await self.request("DELETE", f"/v1/job/{_escape(job_id)}", params=params)
         return structure(orjson.loads(response.content), JobDeregisterResponse)
@@ -253,6 +259,7 @@ class NomadClient:
     async def job_allocations(
         self, job_id: str, *, all_versions: bool = False, index: int = 0, wait: float | None = None
     ) -> Indexed[list[AllocListStub]]:
+        """The job's allocation stubs (all versions with ``all_versions``); blocking with ``index``."""
         params = {"all": "true"} if all_versions else {}
         data, at = await self._read(
             f"/v1/job/{_escape(job_id)}/allocations", params=params, index=index, wait=wait
@@ -285,6 +292,7 @@ class NomadClient:
     async def get_allocation(
         self, alloc_id: str, *, index: int = 0, wait: float | None = None
     ) -> Indexed[Allocation]:
+        """The full allocation; a blocking query when ``index`` is given."""
         data, at = await self._read(f"/v1/allocation/{_escape(alloc_id)}", index=index, wait=wait)
         return Indexed(structure(data, Allocation), at)
 
@@ -298,11 +306,13 @@ class NomadClient:
     async def list_nodes(
         self, prefix: str = "", *, index: int = 0, wait: float | None = None
     ) -> Indexed[list[NodeListStub]]:
+        """Node stubs whose ID starts with ``prefix``; blocking with ``index``."""
         params = {"prefix": prefix} if prefix else {}
         data, at = await self._read("/v1/nodes", params=params, index=index, wait=wait, namespaced=False)
         return Indexed(structure_list(data, NodeListStub), at)
 
     async def get_node(self, node_id: str, *, index: int = 0, wait: float | None = None) -> Indexed[Node]:
+        """The full node; a blocking query when ``index`` is given."""
         data, at = await self._read(f"/v1/node/{_escape(node_id)}", index=index, wait=wait, namespaced=False)
         return Indexed(structure(data, Node), at)
 
@@ -325,6 +335,7 @@ class NomadClient:
         return structure(orjson.loads(response.content), NodeUpdateResponse)
 
     async def set_eligibility(self, node_id: str, *, eligible: bool) -> NodeUpdateResponse:
+        """Make the node eligible or ineligible for new placements."""
         body = {"Eligibility": "eligible" if eligible else "ineligible"}
         response = await self.request(
             "POST", f"/v1/node/{_escape(node_id)}/eligibility", body=body, namespaced=False
@@ -334,6 +345,7 @@ class NomadClient:
     # -- evaluations, status --------------------------------------------------------------------
 
     async def get_evaluation(self, eval_id: str) -> Indexed[Evaluation]:
+        """The evaluation."""
         data, at = await self._read(f"/v1/evaluation/{_escape(eval_id)}")
         return Indexed(structure(data, Evaluation), at)
 

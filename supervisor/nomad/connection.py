@@ -20,7 +20,8 @@ class NomadConnection(Protocol):
     """The parts of a Nomad client that the stream reader and the exec client use."""
 
     @property
-    def settings(self) -> NomadSettings: ...
+    def settings(self) -> NomadSettings:
+        """The connection's settings (token, timeouts)."""
 
     @property
     def address(self) -> str:
@@ -28,11 +29,15 @@ class NomadConnection(Protocol):
         ...
 
     @property
-    def http(self) -> httpx.AsyncClient: ...
+    def http(self) -> httpx.AsyncClient:
+        """The shared httpx client."""
 
     @property
-    def ssl_context(self) -> ssl.SSLContext | None: ...
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for WebSockets, or None without TLS."""
 
-    def common_params(self, *, namespaced: bool = True) -> dict[str, str]: ...
+    def common_params(self, *, namespaced: bool = True) -> dict[str, str]:
+        """The query parameters every request carries."""
 
-    def request_extensions(self) -> dict[str, Any]: ...
+    def request_extensions(self) -> dict[str, Any]:
+        """httpx extensions for every request."""

@@ -73,15 +73,19 @@ class ExecSession:
         self.stderr_closed = False
 
     async def send_stdin(self, data: bytes) -> None:
+        """Write ``data`` to the command's stdin."""
         await self._send({"stdin": {"data": base64.b64encode(data).decode("ascii")}})
 
     async def close_stdin(self) -> None:
+        """Close the command's stdin."""
         await self._send({"stdin": {"close": True}})
 
     async def resize(self, *, height: int, width: int) -> None:
+        """Tell a tty session its new size."""
         await self._send({"tty_size": {"height": height, "width": width}})
 
     async def send_heartbeat(self) -> None:
+        """Keep a quiet session open (Nomad's client sends one every 10 s)."""
         await self._send({})
 
     async def _send(self, frame: dict[str, Any]) -> None:

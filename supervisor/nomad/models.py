@@ -285,6 +285,7 @@ class Job:
     submit_time_ns: int = 0
 
     def group(self, name: str) -> TaskGroup | None:
+        """The task group called ``name``, if the job has one."""
         return next((g for g in self.task_groups if g.name == name), None)
 
 

@@ -88,6 +88,7 @@ class NomadSettings:
 
     @property
     def uses_tls(self) -> bool:
+        """Whether any server is reached over https."""
         return any(a.startswith("https://") for a in self.addresses)
 
     def ssl_context(self) -> ssl.SSLContext | None:
