@@ -26,11 +26,14 @@ _SELF_DRAIN_POLL: Final = 1.0
 class ExecHooks(Protocol):
     """What the exec layer does when the agents change an allocation's tasks."""
 
-    def kill_alloc(self, alloc_id: str) -> None: ...
+    def kill_alloc(self, alloc_id: str) -> None:
+        """Stop the allocation's processes."""
 
-    def reset_workspace(self, alloc: SimAlloc) -> None: ...
+    def reset_workspace(self, alloc: SimAlloc) -> None:
+        """Give the allocation a fresh workspace (its task restarted in a new container)."""
 
-    def drop_node(self, node_id: str) -> None: ...
+    def drop_node(self, node_id: str) -> None:
+        """Drop the exec sessions the node's agent holds (it stopped)."""
 
 
 class _NoExec:
@@ -92,6 +95,7 @@ class Agents:
     # -- nodes ----------------------------------------------------------------------------------
 
     def register_node(self, name: str, address: str) -> SimNode:
+        """Add a client node: NodeRegistration ("Node registered"), then ready."""
         state = self.state
         node = SimNode(
             id=state.new_id(),
@@ -191,6 +195,9 @@ class Agents:
         drain_deadline: float = 3600.0,
         recreate_containers: bool = False,
     ) -> None:
+        """Restart the node's agent: it stops (after draining itself, if asked), and starts again
+        after ``downtime``."""
+
         def shut_down() -> None:
             self.stop_agent(node)
             self.state.timers.call_later(
@@ -284,6 +291,7 @@ class Agents:
         meta: dict[str, str],
         accessor: str,
     ) -> None:
+        """Start (or, with ``deadline_ns`` None, cancel) a drain of the node, as Nomad's drainer does."""
         state = self.state
         now_ns, now = state.now_ns(), state.time_string()
         cancel_timer = self._drain_timers.pop(node.id, None)
@@ -368,6 +376,7 @@ class Agents:
             tx.touch(node)
 
     def set_eligibility(self, node: SimNode, eligible: bool) -> None:
+        """Make the node eligible or ineligible for placements (NodeDrain or NodeEligibility by version)."""
         with self.state.write(self.state.config.eligibility_event_type) as tx:
             node.eligibility = "eligible" if eligible else "ineligible"
             tx.touch(node)

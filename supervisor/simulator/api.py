@@ -124,6 +124,7 @@ class NomadAPI:
         cluster.control.add_routes(add)
 
     async def __call__(self, request: Request) -> Response | StreamReply | WebSocketReply:
+        """Answer one request: route it, check the token, and turn a NomadError into Nomad's text answer."""
         handler, params, exists = self.router.match(request.method, request.path)
         if not exists:
             return text_response(404, "404 page not found")
@@ -224,6 +225,7 @@ class NomadAPI:
     # -- jobs -----------------------------------------------------------------------------------
 
     async def list_jobs(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/jobs``: job stubs by prefix, ``meta``, ``filter`` and pages; a blocking query."""
         index = await self._blocking(request, lambda: self.state.table_index["jobs"])
         namespace, prefix = self._namespace(request), request.arg("prefix")
         jobs = sorted(
@@ -258,6 +260,7 @@ class NomadAPI:
         return summary
 
     async def get_job(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/job/:id``: the full job, or 404 ``job not found``; a blocking query."""
         key = (self._namespace(request), params["job_id"])
         index = await self._blocking(
             request,
@@ -269,6 +272,7 @@ class NomadAPI:
         return json_response(job_full(job, self.cluster.config.region), headers=self._headers(index))
 
     async def register_job(self, request: Request, params: dict[str, str]) -> Response:
+        """``PUT|POST /v1/jobs`` and ``/v1/job/:id``: register a job (the leader only)."""
         self._require_leader(request)
         body = self._body(request)
         if not isinstance(body, dict) or not isinstance(body.get("Job"), dict):
@@ -283,12 +287,14 @@ class NomadAPI:
         return json_response(result, headers=self._headers(result["Index"]))
 
     async def deregister_job(self, request: Request, params: dict[str, str]) -> Response:
+        """``DELETE /v1/job/:id``: stop the job, or purge it; an unknown job is a 200 no-op."""
         self._require_leader(request)
         purge = request.arg("purge").lower() in ("true", "1", "t")
         result = self.cluster.jobs.deregister(self._namespace(request), params["job_id"], purge=purge)
         return json_response(result, headers=self._headers(result["Index"] or self.state.index))
 
     async def job_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/job/:id/allocations``: the job's allocation stubs (``all`` versions)."""
         index = await self._blocking(request, lambda: self.state.table_index["allocs"])
         key = (self._namespace(request), params["job_id"])
         job = self.state.jobs.get(key)
@@ -301,6 +307,8 @@ class NomadAPI:
     # -- allocations ----------------------------------------------------------------------------
 
     async def list_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/allocations``: allocation stubs by prefix, ``filter``, ``resources``,
+        ``task_states`` and pages."""
         index = await self._blocking(request, lambda: self.state.table_index["allocs"])
         namespace, prefix = self._namespace(request), request.arg("prefix")
         allocs = sorted(
@@ -326,6 +334,7 @@ class NomadAPI:
         return alloc
 
     async def get_allocation(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/allocation/:id``: the full allocation with its job, or 404 ``alloc not found``."""
         alloc_id = params["alloc_id"]
         index = await self._blocking(
             request,
@@ -336,6 +345,7 @@ class NomadAPI:
         return json_response(alloc_full(self._alloc(alloc_id), with_job=True), headers=self._headers(index))
 
     async def stop_allocation(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /v1/allocation/:id/stop``: stop the allocation and place a replacement."""
         self._require_leader(request)
         result = self.cluster.jobs.stop_allocation(self._alloc(params["alloc_id"]))
         return json_response(result, headers=self._headers(result["Index"]))
@@ -343,6 +353,7 @@ class NomadAPI:
     # -- nodes ----------------------------------------------------------------------------------
 
     async def list_nodes(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/nodes``: node stubs by prefix and ``filter``; a blocking query."""
         index = await self._blocking(request, lambda: self.state.table_index["nodes"])
         prefix = request.arg("prefix")
         nodes = sorted((n for n in self.state.nodes.values() if n.id.startswith(prefix)), key=lambda n: n.id)
@@ -357,6 +368,7 @@ class NomadAPI:
         return node
 
     async def get_node(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/node/:id``: the full node, or 404 ``node not found``."""
         node_id = params["node_id"]
         index = await self._blocking(
             request,
@@ -367,6 +379,7 @@ class NomadAPI:
         return json_response(node_full(self._node(node_id)), headers=self._headers(index))
 
     async def node_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/node/:id/allocations``: the node's full allocations."""
         index = await self._blocking(request, lambda: self.state.table_index["allocs"])
         node = self._node(params["node_id"])
         allocs = sorted(
@@ -375,6 +388,7 @@ class NomadAPI:
         return json_response([alloc_full(a, with_job=True) for a in allocs], headers=self._headers(index))
 
     async def drain_node(self, request: Request, params: dict[str, str]) -> Response:
+        """``PUT|POST /v1/node/:id/drain``: set or cancel a drain strategy."""
         self._require_leader(request)
         body = self._body(request)
         if not isinstance(body, dict):
@@ -397,6 +411,7 @@ class NomadAPI:
         return json_response(self._node_update(node.modify_index), headers=self._headers(node.modify_index))
 
     async def node_eligibility(self, request: Request, params: dict[str, str]) -> Response:
+        """``PUT|POST /v1/node/:id/eligibility``: set scheduling eligibility (errors are 500s, as Nomad's)."""
         self._require_leader(request)
         body = self._body(request)
         node = self._node(params["node_id"], status=500)
@@ -417,6 +432,7 @@ class NomadAPI:
     # -- evaluations and status -----------------------------------------------------------------
 
     async def get_evaluation(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/evaluation/:id``: the evaluation, or 404."""
         index = await self._blocking(request, lambda: self.state.table_index["evals"])
         evaluation = self.state.evals.get(params["eval_id"])
         if evaluation is None:
@@ -424,6 +440,7 @@ class NomadAPI:
         return json_response(eval_full(evaluation), headers=self._headers(index))
 
     async def status_leader(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/status/leader``: the leader's RPC address, or "" without one."""
         self._require_leader(request)
         leader = self.cluster.server(self.cluster.leader or "")
         return json_response(leader.rpc_address if leader else "")
@@ -431,6 +448,8 @@ class NomadAPI:
     # -- the event stream -----------------------------------------------------------------------
 
     async def event_stream(self, request: Request, params: dict[str, str]) -> Response | StreamReply:
+        """``GET /v1/event/stream``: NDJSON batches of this server's broker from ``index``, and
+        heartbeats."""
         raw_index = request.arg("index", "0")
         try:
             index = int(raw_index)
@@ -455,6 +474,7 @@ class NomadAPI:
     # -- exec -----------------------------------------------------------------------------------
 
     async def exec(self, request: Request, params: dict[str, str]) -> Response | WebSocketReply:
+        """``/v1/client/allocation/:id/exec``: the exec WebSocket, refused with Nomad's close frames."""
         config = self.cluster.config
         command_text, task = request.arg("command"), request.arg("task")
         command_error = ""

@@ -27,6 +27,7 @@ class TopicFilter:
     namespaces: frozenset[str]
 
     def matches(self, event: PublishedEvent) -> bool:
+        """Whether the event passes the subscription's topics, keys and namespaces."""
         keys = self.topics.get(event.topic) or self.topics.get("*")
         if keys is None:
             return False
@@ -51,6 +52,7 @@ class Subscription:
         self._wakeup = trio.Event()
 
     def push(self, batch: PublishedBatch) -> None:
+        """Queue a batch for the subscriber and wake it."""
         self._pending.append(batch)
         self._wakeup.set()
 
@@ -76,6 +78,7 @@ class EventBroker:
         self._subscriptions: set[Subscription] = set()
 
     def publish(self, batch: PublishedBatch) -> None:
+        """Buffer a batch (the newest ``event_buffer_size``) and hand it to every subscriber."""
         if not batch.events:
             return
         self._buffer.append(batch)
@@ -83,6 +86,7 @@ class EventBroker:
             subscription.push(batch)
 
     def subscribe(self, topic_filter: TopicFilter, index: int) -> Subscription:
+        """A subscriber from ``index``, inclusive, replaying what the buffer still holds (Nomad's rules)."""
         if not self._buffer or index <= 0:
             backlog = list(self._buffer)
         elif index > self._buffer[-1].index:
@@ -94,6 +98,7 @@ class EventBroker:
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
+        """Forget the subscriber."""
         self._subscriptions.discard(subscription)
 
     def reset(self) -> None:
@@ -103,4 +108,5 @@ class EventBroker:
 
     @property
     def oldest_index(self) -> int:
+        """The oldest index the buffer holds (0 when it is empty)."""
         return self._buffer[0].index if self._buffer else 0

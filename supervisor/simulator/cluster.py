@@ -158,9 +158,11 @@ class SimulatedCluster:
 
     @property
     def addresses(self) -> list[str]:
+        """Every server's address, the first first."""
         return [server.address for server in self.servers]
 
     def server(self, name: str) -> SimServer | None:
+        """The server called ``name``, if any."""
         return next((s for s in self.servers if s.name == name), None)
 
     async def _serve(
@@ -187,9 +189,11 @@ class SimulatedCluster:
         self._write_event = trio.Event()
 
     async def wait_for_write(self) -> None:
+        """Return after the next write to the cluster's state."""
         await self._write_event.wait()
 
     def stream_source(self, server: SimServer, subscription: Subscription) -> _StreamSource:
+        """A subscriber's NDJSON body: ``{}`` at once and every heartbeat interval, batches as they come."""
         return _StreamSource(server.broker, subscription, self.config.heartbeat_interval)
 
     # -- faults on servers ----------------------------------------------------------------------
@@ -250,6 +254,7 @@ class SimulatedCluster:
     # -- inspection -----------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
+        """The state as ``GET /sim/v1/state`` shows it."""
         state = self.state
         return {
             "leader": self.leader,

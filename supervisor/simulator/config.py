@@ -16,6 +16,7 @@ ENVIRONMENT_JOB_PREFIX: Final = "template-"
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
+    """``"1.10.5"`` as ``(1, 10, 5)``."""
     major, minor, patch = (int(part) for part in version.split("-")[0].split("."))
     return major, minor, patch
 
@@ -73,6 +74,7 @@ class SimConfig:
 
     @property
     def version(self) -> tuple[int, int, int]:
+        """The imitated Nomad version as a tuple."""
         return parse_version(self.nomad_version)
 
     @property

@@ -55,6 +55,7 @@ class ControlAPI:
         self.cluster = cluster
 
     def add_routes(self, add: Callable[[str, str, Any], None]) -> None:
+        """Add the ``/sim/v1`` routes to a server's router."""
         add("/sim/v1/state", "GET", self.state)
         add("/sim/v1/nodes/restart-all", "POST", self.restart_all)
         add("/sim/v1/nodes/{name}/restart", "POST", self.restart_node)
@@ -63,9 +64,11 @@ class ControlAPI:
         add("/sim/v1/allocations/{alloc_id}/fail", "POST", self.fail_allocation)
 
     async def state(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /sim/v1/state``."""
         return json_response(self.cluster.describe())
 
     async def restart_node(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /sim/v1/nodes/{name}/restart``."""
         body = _body(request)
         node = self.cluster.state.node_by_name(params["name"])
         if node is None:
@@ -80,6 +83,7 @@ class ControlAPI:
         return json_response({"node": node.name, "id": node.id})
 
     async def restart_all(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /sim/v1/nodes/restart-all``."""
         body = _body(request)
         self.cluster.agents.restart_all(
             downtime=_number(body, "downtime_s", 10.0),
@@ -88,6 +92,7 @@ class ControlAPI:
         return json_response({"nodes": len(self.cluster.state.nodes)})
 
     async def restart_server(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /sim/v1/servers/{name}/restart``."""
         body = _body(request)
         if self.cluster.server(params["name"]) is None:
             raise NomadError(404, f"no server named {params['name']!r}")
@@ -96,9 +101,11 @@ class ControlAPI:
         return json_response({"server": params["name"], "was_leader": was_leader})
 
     async def cut_streams(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /sim/v1/streams/cut``."""
         return json_response({"cut": self.cluster.cut_streams()})
 
     async def fail_allocation(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /sim/v1/allocations/{id}/fail``."""
         body = _body(request)
         reason = body.get("reason", "crash")
         if reason not in ("oom", "crash"):

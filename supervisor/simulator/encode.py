@@ -42,6 +42,7 @@ def omit_zero(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def rfc3339(ns: int) -> str:
+    """Unix nanoseconds as RFC 3339 in UTC, as Nomad writes times."""
     if ns <= 0:
         return ZERO_TIME
     seconds, nanos = divmod(ns, 1_000_000_000)
@@ -287,6 +288,7 @@ def node_full(node: SimNode) -> dict[str, Any]:
 
 
 def node_stub(node: SimNode, version: str) -> dict[str, Any]:
+    """A NodeListStub: every field present."""
     return {
         **_node_fields(node),
         "Address": node.address,
@@ -297,6 +299,7 @@ def node_stub(node: SimNode, version: str) -> dict[str, Any]:
 
 
 def eval_full(evaluation: SimEval) -> dict[str, Any]:
+    """A full Evaluation, zero fields omitted."""
     return omit_zero(
         {
             "BlockedEval": evaluation.blocked_eval,

@@ -86,11 +86,13 @@ class ExecSessions:
         return len(self._sessions)
 
     def workspace(self, alloc: SimAlloc, task: str) -> Path:
+        """The directory the allocation's task runs in (created on first use)."""
         path = self.root / alloc.id / task
         path.mkdir(parents=True, exist_ok=True)
         return path
 
     def environment(self, alloc: SimAlloc, task: str) -> dict[str, str]:
+        """The environment a command of the task gets: PATH, HOME and TMPDIR in the allocation, NOMAD_*."""
         directory = str(self.workspace(alloc, task))
         scratch = self.root / alloc.id / "tmp"
         scratch.mkdir(parents=True, exist_ok=True)
@@ -114,20 +116,25 @@ class ExecSessions:
     # -- ExecHooks ------------------------------------------------------------------------------
 
     def kill_alloc(self, alloc_id: str) -> None:
+        """Kill the allocation's processes and end its sessions."""
         for session in list(self._sessions):
             if session.alloc_id == alloc_id:
                 session.kill()
 
     def reset_workspace(self, alloc: SimAlloc) -> None:
+        """Wipe the allocation's workspace (its task restarted in a fresh container)."""
         shutil.rmtree(self.root / alloc.id, ignore_errors=True)
 
     def drop_node(self, node_id: str) -> None:
+        """End every session the node's agent holds, without an exit (its agent stopped)."""
         self._drop(lambda s: s.node_id == node_id)
 
     def drop_server(self, server: str) -> None:
+        """End every session forwarded through the server, without an exit (it restarted)."""
         self._drop(lambda s: s.server == server)
 
     def drop_all(self) -> None:
+        """End every session, without an exit."""
         self._drop(lambda s: True)
 
     def _drop(self, selected: Any) -> None:
@@ -136,6 +143,7 @@ class ExecSessions:
                 session.scope.cancel("exec session dropped")
 
     def remove_all_workspaces(self) -> None:
+        """Remove every workspace (the cluster stopped)."""
         shutil.rmtree(self.root, ignore_errors=True)
 
     async def kill_all(self) -> None:
@@ -152,6 +160,7 @@ class ExecSessions:
     async def run(
         self, websocket: ServerWebSocket, alloc: SimAlloc, task: str, command: list[str], server: str
     ) -> None:
+        """Run ``command`` in the allocation's task for one exec WebSocket, with Nomad's frames."""
         session = _Session(alloc.id, alloc.node_id, server)
         self._sessions.add(session)
         try:

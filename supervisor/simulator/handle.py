@@ -39,6 +39,7 @@ class SimServer:
 
     @property
     def address(self) -> str:
+        """The server's HTTP address."""
         return f"http://{self.host}:{self.port}"
 
 
@@ -57,16 +58,23 @@ class ClusterHandle(Protocol):
     leader: str | None
 
     @property
-    def control(self) -> _Routes: ...
+    def control(self) -> _Routes:
+        """The fault-injection routes."""
 
-    def server(self, name: str) -> SimServer | None: ...
+    def server(self, name: str) -> SimServer | None:
+        """The server called ``name``, if any."""
 
-    def stream_source(self, server: SimServer, subscription: Subscription) -> StreamSource: ...
+    def stream_source(self, server: SimServer, subscription: Subscription) -> StreamSource:
+        """A subscriber's NDJSON body."""
 
-    def restart_server(self, name: str, *, downtime: float) -> None: ...
+    def restart_server(self, name: str, *, downtime: float) -> None:
+        """Restart the server: its streams and forwarded execs drop; it serves again after ``downtime``."""
 
-    def cut_streams(self) -> int: ...
+    def cut_streams(self) -> int:
+        """Reset every event stream now; returns how many."""
 
-    def describe(self) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, Any]:
+        """The state as ``GET /sim/v1/state`` shows it."""
 
-    async def wait_for_write(self) -> None: ...
+    async def wait_for_write(self) -> None:
+        """Return after the next write to the cluster's state."""

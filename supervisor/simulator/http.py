@@ -51,12 +51,15 @@ class Request:
     body: bytes
 
     def arg(self, name: str, default: str = "") -> str:
+        """The first value of a query parameter, or ``default``."""
         return next((v for k, v in self.query if k == name), default)
 
     def args(self, name: str) -> list[str]:
+        """Every value of a repeated query parameter."""
         return [v for k, v in self.query if k == name]
 
     def has_arg(self, name: str) -> bool:
+        """Whether the query has the parameter."""
         return any(k == name for k, _ in self.query)
 
 
@@ -72,10 +75,12 @@ class Response:
 
 
 def text_response(status: int, text: str) -> Response:
+    """A ``text/plain`` answer, as Nomad writes its errors."""
     return Response(status, text.encode())
 
 
 def json_response(data: Any, *, status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """A JSON answer."""
     return Response(status, orjson.dumps(data), "application/json", headers)
 
 
@@ -121,6 +126,7 @@ class ServerWebSocket:
         self.closed = False
 
     async def send_text(self, text: str) -> None:
+        """Send one text message."""
         async with self._send_lock:
             if self._connection.state is not ConnectionState.OPEN:
                 raise trio.BrokenResourceError("the peer closed the WebSocket")
@@ -189,6 +195,7 @@ class HttpServer:
     _connections: set[Any] = field(factory=set)
 
     def connection_count(self, kind: str) -> int:
+        """Open connections of a kind ("stream", "exec")."""
         return sum(1 for c in self._connections if c.kind == kind)
 
     def drop(self, kind: str | None = None) -> int:

@@ -89,6 +89,7 @@ class JobService:
         self.scheduler = scheduler
 
     def register(self, spec: dict[str, Any], namespace: str) -> dict[str, Any]:
+        """Register a job as Nomad's Job.Register does: a new version only when the spec changed."""
         problems = validate(spec)
         if problems:
             details = "".join(f"\n\t* {p}" for p in problems)
@@ -127,6 +128,7 @@ class JobService:
         }
 
     def deregister(self, namespace: str, job_id: str, *, purge: bool) -> dict[str, Any]:
+        """Stop or purge a job as Nomad's Job.Deregister does; an unknown job is a no-op."""
         state = self.state
         key = (namespace, job_id)
         job = state.jobs.get(key)

@@ -46,6 +46,7 @@ class SimNode:
     def add_event(
         self, message: str, subsystem: str, timestamp: str, index: int, details: dict[str, str] | None = None
     ) -> None:
+        """Append a node event, keeping the last 10 as Nomad does."""
         self.events.append(
             {
                 "CreateIndex": index,
@@ -80,13 +81,16 @@ class SimJob:
 
     @property
     def type(self) -> str:
+        """The job's type (``service`` when unset)."""
         return str(self.spec.get("Type") or "service")
 
     @property
     def task_groups(self) -> list[dict[str, Any]]:
+        """The job's task groups."""
         return list(self.spec.get("TaskGroups") or [])
 
     def group(self, name: str) -> dict[str, Any] | None:
+        """The task group called ``name``, if any."""
         return next((g for g in self.task_groups if g.get("Name") == name), None)
 
 
@@ -136,14 +140,17 @@ class SimAlloc:
 
     @property
     def client_terminal(self) -> bool:
+        """Complete, failed or lost."""
         return self.client_status in ("complete", "failed", "lost")
 
     @property
     def server_terminal(self) -> bool:
+        """Desired stop or evict."""
         return self.desired_status in ("stop", "evict")
 
     @property
     def terminal(self) -> bool:
+        """Terminal on the client's or the server's side."""
         return self.client_terminal or self.server_terminal
 
 
@@ -173,4 +180,5 @@ class SimEval:
 
     @property
     def terminal(self) -> bool:
+        """Complete, failed or canceled."""
         return self.status in ("complete", "failed", "canceled")

@@ -41,11 +41,13 @@ _INDEX_IN_NAME: Final = re.compile(r"\[(\d+)\]$")
 
 
 def restart_policy(job: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
+    """The group's restart policy, with the job type's defaults."""
     defaults = _BATCH_RESTART if job.get("Type") == "batch" else _SERVICE_RESTART
     return {**defaults, **{k: v for k, v in (group.get("RestartPolicy") or {}).items() if v is not None}}
 
 
 def reschedule_policy(job: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
+    """The group's reschedule policy, with the job type's defaults."""
     defaults = _BATCH_RESCHEDULE if job.get("Type") == "batch" else _SERVICE_RESCHEDULE
     return {**defaults, **{k: v for k, v in (group.get("ReschedulePolicy") or {}).items() if v is not None}}
 
@@ -72,9 +74,11 @@ class Scheduler:
     # -- evaluations ----------------------------------------------------------------------------
 
     def enqueue(self, evaluation: SimEval) -> None:
+        """Process the evaluation after ``eval_delay``."""
         self.state.timers.call_later(self.state.config.eval_delay, lambda: self.process(evaluation.id))
 
     def process(self, eval_id: str) -> None:
+        """Turn an evaluation into a plan and apply it: stops, in-place updates, placements."""
         evaluation = self.state.evals.get(eval_id)
         if evaluation is None or evaluation.terminal or evaluation.status == "blocked":
             return
@@ -227,6 +231,7 @@ class Scheduler:
     # -- placement ------------------------------------------------------------------------------
 
     def feasible_nodes(self) -> list[SimNode]:
+        """Ready, eligible, non-draining nodes with room."""
         return [
             n
             for n in self.state.nodes.values()
@@ -269,6 +274,7 @@ class Scheduler:
         previous: SimAlloc | None = None,
         tracker: dict[str, Any] | None = None,
     ) -> SimAlloc:
+        """Place a new allocation of the group on ``node`` (linking it to ``previous`` both ways)."""
         state = self.state
         tasks = group.get("Tasks") or [{"Name": group.get("Name", "task")}]
         resources = tasks[0].get("Resources") or {}
@@ -384,6 +390,7 @@ class Scheduler:
         return min(delay, max_delay) if max_delay else delay
 
     def may_reschedule(self, job: SimJob, alloc: SimAlloc) -> bool:
+        """Whether the failed allocation's reschedule policy allows another attempt."""
         policy = reschedule_policy(job.spec, job.group(alloc.task_group) or {})
         if policy.get("Unlimited"):
             return True
@@ -394,7 +401,9 @@ class Scheduler:
         return len(recent) < int(policy.get("Attempts") or 0)
 
     def is_environment_job(self, key: JobKey) -> bool:
+        """Whether the job is an environment's template job (``template-``)."""
         return key[1].startswith(ENVIRONMENT_JOB_PREFIX)
 
     def wait_until(self, delay_ns: int) -> str:
+        """The RFC 3339 time ``delay_ns`` from now, for an evaluation's WaitUntil."""
         return rfc3339(self.state.now_ns() + delay_ns)

@@ -67,9 +67,11 @@ class Write:
     deleted_jobs: list[SimJob] = field(factory=list)
 
     def touch(self, obj: SimAlloc | SimJob | SimEval | SimNode) -> None:
+        """Mark an object changed in this write: it is emitted and its ModifyIndex set."""
         self.touched[id(obj)] = (_TOPICS[type(obj)], obj)
 
     def delete_job(self, job: SimJob) -> None:
+        """Delete a job in this write (its Job event carries ``Deleted: true``)."""
         self.deleted_jobs.append(job)
         self.touched.pop(id(job), None)
 
@@ -112,18 +114,22 @@ class ClusterState:
         self._clock_start = self.clock()
 
     def now(self) -> float:
+        """Seconds since the cluster started, on trio's clock."""
         return self.clock() - self._clock_start
 
     def now_ns(self) -> int:
+        """Now as Unix nanoseconds."""
         return self._epoch_ns + round(self.now() * 1e9)
 
     def new_id(self) -> str:
+        """A UUID from the seeded random generator."""
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
     # -- writes ---------------------------------------------------------------------------------
 
     @contextmanager
     def write(self, message_type: str) -> Iterator[Write]:
+        """One Raft write: every object touched in it is emitted with ``message_type``, at one index."""
         tx = Write(message_type)
         yield tx
         if tx.touched or tx.deleted_jobs:
@@ -195,6 +201,7 @@ class ClusterState:
     # -- job status (getJobStatus) --------------------------------------------------------------
 
     def job_status(self, job: SimJob) -> str:
+        """The job's status by Nomad's getJobStatus rules."""
         key = (job.namespace, job.id)
         if job.type == "system":
             return "dead" if job.stop else "running"
@@ -227,6 +234,7 @@ class ClusterState:
     # -- table maintenance ----------------------------------------------------------------------
 
     def add_alloc(self, tx: Write, alloc: SimAlloc) -> None:
+        """Add an allocation in this write."""
         self.allocs[alloc.id] = alloc
         self.allocs_by_job.setdefault((alloc.namespace, alloc.job_id), {})[alloc.id] = alloc
         self.live_allocs_by_node.setdefault(alloc.node_id, set()).add(alloc.id)
@@ -243,6 +251,7 @@ class ClusterState:
         tx.touch(alloc)
 
     def add_eval(self, tx: Write, evaluation: SimEval) -> None:
+        """Add an evaluation in this write."""
         self.evals[evaluation.id] = evaluation
         key = (evaluation.namespace, evaluation.job_id)
         if not evaluation.terminal:
@@ -253,6 +262,7 @@ class ClusterState:
         tx.touch(evaluation)
 
     def eval_changed(self, tx: Write, evaluation: SimEval, **changes: Any) -> None:
+        """Apply ``changes`` to the evaluation in this write."""
         for name, value in changes.items():
             setattr(evaluation, name, value)
         if evaluation.terminal:
@@ -262,6 +272,7 @@ class ClusterState:
         tx.touch(evaluation)
 
     def new_eval(self, tx: Write, job_key: JobKey, triggered_by: str, **fields: Any) -> SimEval:
+        """A new evaluation of the job, added in this write."""
         job = self.jobs.get(job_key)
         evaluation = SimEval(
             id=self.new_id(),
@@ -323,10 +334,13 @@ class ClusterState:
             self.evals.pop(eval_id, None)
 
     def record_registration(self, job_id: str) -> None:
+        """Note a job registration for ``GET /sim/v1/state``."""
         self.registrations.append({"t": round(self.now(), 6), "job_id": job_id})
 
     def node_by_name(self, name: str) -> SimNode | None:
+        """The node called ``name``, if any."""
         return next((n for n in self.nodes.values() if n.name == name), None)
 
     def time_string(self) -> str:
+        """Now as RFC 3339."""
         return rfc3339(self.now_ns())
