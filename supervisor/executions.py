@@ -45,7 +45,7 @@ from .nomad import ExecExited, ExecOutput, NomadClient
 from .pool import REASON_ALLOCATION_UNKNOWN
 from .stopping import StopOutcome, stop_in_runner
 
-__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService"]
+__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService", "wait_for_agent"]
 
 
 _VARIABLES_CACHE: Final = 10_000
@@ -88,7 +88,6 @@ class _Attempt:
     exited: ExecExited | None = None
     # Nomad sent something: the command started.
     output: bool = False
-    client_closed: bool = False
     failure: SupervisorError | None = None
 
 
@@ -260,9 +259,8 @@ class ExecutionService:
             attempt = running.attempt = _Attempt()
             await self._attempt(attempt, socket, running, alloc_id, request)
             unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
-            if not unreachable or trio.current_time() >= give_up:
+            if not unreachable or not await wait_for_agent(give_up, self._agent_retry):
                 return
-            await trio.sleep(min(self._agent_retry, max(0.0, give_up - trio.current_time())))
 
     async def _attempt(
         self,
@@ -290,7 +288,6 @@ class ExecutionService:
                 async def forward_stdin() -> None:
                     while (text := await socket.receive_text()) is not None:
                         await session.send_stdin(text.encode())
-                    attempt.client_closed = True
                     nursery.cancel_scope.cancel("the client closed its WebSocket")
 
                 nursery.start_soon(forward_stdin)
@@ -335,6 +332,16 @@ class ExecutionService:
             "execution {} could not be stopped; replacing runner {}", running.execution_id, running.runner_id
         )
         self._replace_runner(running.runner_id, "an execution could not be stopped")
+
+
+async def wait_for_agent(give_up: float, interval: float) -> bool:
+    """Pause before an agent the server could not reach is tried again; False, at once, once
+    ``give_up`` has passed."""
+    remaining = give_up - trio.current_time()
+    if remaining <= 0:
+        return False
+    await trio.sleep(min(interval, remaining))
+    return True
 
 
 async def _forward_output(socket: ClientSocket, session: Any, attempt: _Attempt) -> ExecExited:

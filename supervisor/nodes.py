@@ -61,9 +61,6 @@ class NodeChanges:
     # Restarted nodes that are ready again: a listing now can prove or dismiss their runners.
     ready_again: tuple[str, ...] = ()
 
-    def __bool__(self) -> bool:
-        return bool(self.began_draining or self.stopped_draining or self.restarted or self.ready_again)
-
 
 def _agent_gone_or_back(previous: str, status: str) -> bool:
     """A status change that makes the node's runners suspect: its agent left, or came back."""
@@ -82,6 +79,12 @@ class NodeTracker:
         """Whether the node drains now."""
         node = self.nodes.get(node_id)
         return node is not None and node.draining
+
+    def back(self, node_id: str) -> bool:
+        """Whether the node is ready with no restart awaiting its return: a listing begun now can
+        prove or dismiss the runners its agent's restart made suspect."""
+        node = self.nodes.get(node_id)
+        return node is not None and node.status == "ready" and not node.awaiting_ready
 
     def draining_nodes(self) -> list[TrackedNode]:
         """Every node that drains now."""

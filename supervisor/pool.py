@@ -190,8 +190,6 @@ class Runner:
     moving: bool = False
     # The index of its agent's restart, until newer evidence proves it alive (0: proven).
     suspect_since: int = 0
-    # Its node is ready again since the restart: the next listing reconciled proves or dismisses it.
-    proof_pending: bool = False
 
     def mapped_ports(self) -> list[dict[str, object]]:
         """The runner's ports as Poseidon's API maps them (``exposedPort``, ``hostAddress``)."""
@@ -369,10 +367,6 @@ class RunnerPool:
             actions += self._node_draining(node_id)
         for node_id, index in changes.restarted:
             self._node_restarted(node_id, index)
-        for node_id in changes.ready_again:
-            for runner in self.runners.values():
-                if runner.node_id == node_id and runner.suspect_since:
-                    runner.proof_pending = True
         if changes.ready_again:
             actions.append(RelistWanted("an agent restarted"))
         return actions
@@ -394,7 +388,6 @@ class RunnerPool:
         for runner in self.runners.values():
             if runner.node_id == node_id:
                 runner.suspect_since = max(runner.suspect_since, index)
-                runner.proof_pending = False
                 self._set_state(runner, runner.state)
 
     def prove(self, runner_id: str) -> None:
@@ -402,7 +395,6 @@ class RunnerPool:
         runner = self.runners.get(runner_id)
         if runner is not None and runner.suspect_since:
             runner.suspect_since = 0
-            runner.proof_pending = False
             self._set_state(runner, runner.state)
 
     def lost(self, runner_id: str, reason: str) -> list[Action]:
@@ -538,7 +530,8 @@ class RunnerPool:
         if runner is None:
             runner = self._adopt(job, environment_id, now)
         if job_alloc is not None:
-            if runner.proof_pending and job_alloc.id == runner.alloc_id and _running(job_alloc):
+            back = runner.suspect_since and self.nodes.back(runner.node_id)
+            if back and job_alloc.id == runner.alloc_id and _running(job_alloc):
                 # Listed running by a listing that began after its node was ready again (the
                 # watcher's one loop applies events and listings in turn).
                 self.prove(runner.id)

@@ -17,17 +17,14 @@ from loguru import logger
 from .admission import AdmissionGate
 from .config import Settings
 from .environment_store import EnvironmentStore
-from .environments import (
-    TEMPLATE_PREFIX,
-    runner_prefix,
-)
+from .environments import TEMPLATE_PREFIX, runner_prefix
 from .errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
     NomadNotFound,
     RunnerGoneError,
 )
-from .executions import MESSAGE_AGENT_AWAY, ExecutionService
+from .executions import MESSAGE_AGENT_AWAY, ExecutionService, wait_for_agent
 from .expiry import InactivityExpiry
 from .factory import RunnerFactory
 from .files import FileService
@@ -123,24 +120,22 @@ class RunnerService:
         runner counts as moving. Either way its client gets RunnerGoneError (410)."""
         give_up = trio.current_time() + self.settings.admission.wait_timeout
         while True:
-            unreachable = lost = False
+            lost = False
             try:
                 return await operation()
             except* ExecAllocationUnknown:
                 lost = True
             except* ExecAgentUnreachable:
-                unreachable = True
+                pass  # nothing ran: try again below, while the agent may be restarting
             if lost:
                 self.runner_lost(runner_id)
                 raise RunnerGoneError(REASON_ALLOCATION_UNKNOWN)
-            if unreachable and trio.current_time() >= give_up:
+            if not await wait_for_agent(give_up, self.settings.admission.agent_retry_interval):
                 logger.warning(
                     "runner {}: its Nomad agent stayed out of reach; it counts as moving", runner_id
                 )
                 self.pool.set_moving(runner_id)
                 raise RunnerGoneError(MESSAGE_AGENT_AWAY)
-            retry = self.settings.admission.agent_retry_interval
-            await trio.sleep(min(retry, max(0.0, give_up - trio.current_time())))
 
     async def prove(self, runner: Runner) -> None:
         """Before new work starts in a suspect runner (its agent restarted since it was last seen
