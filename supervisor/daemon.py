@@ -64,7 +64,7 @@ class Daemon:
         self.addresses: list[str] = []
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
         self.failure: str | None = None
-        self.restarts = RestartIntensity()
+        self.restarts = RestartIntensity(settings.supervision.intensity, settings.supervision.period)
 
     def stop(self) -> None:
         """Begin a graceful stop."""
@@ -90,24 +90,19 @@ class Daemon:
             "cluster at {}; its exec runs local processes, it is not an isolation boundary",
             ", ".join(cluster.addresses),
         )
-        nomad = self.settings.nomad
-        return NomadSettings(
-            addresses=tuple(cluster.addresses),
-            request_timeout=nomad.request_timeout,
-            exec_connect_timeout=nomad.exec_connect_timeout,
-            close_timeout=nomad.close_timeout,
-        )
+        # The configured [nomad] settings (timeouts), with the embedded cluster's addresses.
+        nomad = self.settings.nomad_settings({"NOMAD_ADDR": ",".join(cluster.addresses)})
+        assert nomad is not None
+        return nomad
 
     async def _run_tiers(self, client: NomadClient, task_status: trio.TaskStatus[Daemon]) -> None:
         settings = self.settings
         hypercorn_patch.apply()
-        supervision = settings.supervision
-        intensity = self.restarts = RestartIntensity(supervision.intensity, supervision.period)
 
         async def start(nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[object]]) -> object:
             spec = ChildSpec(name, run, CHILDREN[name])
-            run = partial(supervise, spec, intensity, self._escalate, stopping=self._stop.is_set)
-            return await nursery.start(run)
+            supervised = partial(supervise, spec, self.restarts, self._escalate, stopping=self._stop.is_set)
+            return await nursery.start(supervised)
 
         graceful = settings.server.graceful_timeout
         async with trio.open_nursery() as infrastructure:
