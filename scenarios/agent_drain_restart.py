@@ -68,7 +68,7 @@ async def main(args: argparse.Namespace) -> bool:
         scenario.check("pool_at_strength_s", healed is not None, healed, 60)
 
         await scenario.wait_for(lambda: node.agent_up and node.drain_strategy is None, within=30)
-        await scenario.service.client.set_eligibility(node_id, eligible=True)
+        await scenario.nomad.set_eligibility(node_id, eligible=True)
         scenario.event("node eligible again", node=node.name)
         runner = await scenario.claim()
         ends = terminal_messages(await scenario.execute(runner, "true"))

@@ -20,6 +20,7 @@ import trio_websocket
 
 from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
+from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
 
@@ -48,6 +49,8 @@ class Scenario:
     cluster: SimulatedCluster
     daemon: Daemon
     http: httpx.AsyncClient
+    # The operator's own client of the cluster, for what an operator does beside the daemon.
+    nomad: NomadClient
     started: float = attrs.field(factory=time.monotonic)
     invariants: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     timeline: list[dict[str, Any]] = attrs.field(factory=list)
@@ -208,8 +211,11 @@ async def open_scenario(
         environ = {"NOMAD_ADDR": ",".join(cluster.addresses)}
         daemon = Daemon(settings or Settings(server=ServerSettings(port=0)), environ=environ)
         await nursery.start(daemon.run)
-        async with httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http:
-            yield Scenario(name, seed, cluster, daemon, http)
+        async with (
+            httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http,
+            NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
+        ):
+            yield Scenario(name, seed, cluster, daemon, http, nomad)
         daemon.stop()
         nursery.cancel_scope.cancel("scenario over")
 

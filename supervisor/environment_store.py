@@ -15,7 +15,8 @@ from loguru import logger
 from .backoff import Backoff, BackoffPolicy
 from .environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
 from .errors import NomadNotFound, TerminalError, TransientError
-from .nomad import JobListStub, NomadClient
+from .nomad import JobListStub
+from .nomad.api import NomadApi
 from .pool import Action, RunnerPool
 
 __all__ = ["EnvironmentStore"]
@@ -24,9 +25,7 @@ __all__ = ["EnvironmentStore"]
 class EnvironmentStore:
     """The environments' template jobs in Nomad, kept in step with the pool."""
 
-    def __init__(
-        self, client: NomadClient, pool: RunnerPool, apply: Callable[[Iterable[Action]], None]
-    ) -> None:
+    def __init__(self, client: NomadApi, pool: RunnerPool, apply: Callable[[Iterable[Action]], None]) -> None:
         self._client = client
         self._pool = pool
         self._apply = apply

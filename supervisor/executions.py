@@ -41,7 +41,8 @@ from .errors import (
     SupervisorError,
     leaves,
 )
-from .nomad import ExecExited, ExecOutput, NomadClient
+from .nomad import ExecExited, ExecOutput
+from .nomad.api import ExecChannel, ExecOpener
 from .pool import REASON_ALLOCATION_UNKNOWN
 from .stopping import StopOutcome, stop_in_runner
 
@@ -106,7 +107,7 @@ class ExecutionService:
 
     def __init__(
         self,
-        client: NomadClient,
+        client: ExecOpener,
         settings: ExecutionSettings,
         *,
         alloc_of: Callable[[str], str | None],
@@ -344,7 +345,7 @@ async def wait_for_agent(give_up: float, interval: float) -> bool:
     return True
 
 
-async def _forward_output(socket: ClientSocket, session: Any, attempt: _Attempt) -> ExecExited:
+async def _forward_output(socket: ClientSocket, session: ExecChannel, attempt: _Attempt) -> ExecExited:
     decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
     async for frame in session:
         attempt.output = True

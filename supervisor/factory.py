@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any, Final, NoReturn, Protocol
+from collections.abc import Callable
+from typing import Final, NoReturn
 
 import trio
 from loguru import logger
@@ -20,22 +20,12 @@ from .backoff import Backoff, BackoffPolicy
 from .config import FactorySettings
 from .environments import runner_job
 from .errors import TerminalError, TransientError
-from .nomad.models import JobDeregisterResponse, JobRegisterResponse
+from .nomad.api import JobWriter
 from .pool import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerPool
 
-__all__ = ["JobWriter", "RunnerFactory"]
+__all__ = ["RunnerFactory"]
 
 _WORKERS: Final = 4
-
-
-class JobWriter(Protocol):
-    """What the factory needs of Nomad: ``NomadClient`` and the tests' doubles provide it."""
-
-    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
-        """Register (or update) a job; the answer carries the write's index."""
-
-    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
-        """Stop, or with ``purge`` delete, a job; index 0 for a job Nomad does not know."""
 
 
 class RunnerFactory:

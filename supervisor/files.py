@@ -32,7 +32,8 @@ from .commands import (
     workspace_path,
 )
 from .errors import FileNotAvailable, FileOperationFailed, InvalidRequest, SupervisorError
-from .nomad import ExecExited, ExecSession, NomadClient
+from .nomad import ExecExited
+from .nomad.api import ExecChannel, ExecOpener
 from .stopping import stop_in_runner
 
 __all__ = ["Download", "FileService"]
@@ -100,7 +101,7 @@ class FileService:
 
     def __init__(
         self,
-        client: NomadClient,
+        client: ExecOpener,
         *,
         task: str,
         workspace: str,
@@ -117,7 +118,7 @@ class FileService:
         self._nursery = execution_nursery
 
     @contextlib.asynccontextmanager
-    async def _session(self, alloc_id: str, argv: Sequence[str]) -> AsyncIterator[ExecSession]:
+    async def _session(self, alloc_id: str, argv: Sequence[str]) -> AsyncIterator[ExecChannel]:
         note_id = str(uuid.uuid4())
         started = False
         try:

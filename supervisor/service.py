@@ -29,7 +29,8 @@ from .expiry import InactivityExpiry
 from .factory import RunnerFactory
 from .files import FileService
 from .levels import Requests
-from .nomad import Allocation, EventBatch, Job, JobListStub, Node, NomadClient
+from .nomad import Allocation, EventBatch, Job, JobListStub, Node
+from .nomad.api import NomadApi
 from .pool import (
     FOUND_BY_NODE_RESTART,
     REASON_ALLOCATION_UNKNOWN,
@@ -54,7 +55,7 @@ LIVE_ALLOCATIONS: Final = (
 class RunnerService:
     """Hands the pool its facts and carries out its actions; what the API and the watcher call."""
 
-    def __init__(self, client: NomadClient, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
+    def __init__(self, client: NomadApi, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
         self.client = client
         self.settings = settings
         self.pool = RunnerPool()

@@ -21,7 +21,7 @@ from loguru import logger
 from .backoff import Backoff, BackoffPolicy
 from .commands import stop_command
 from .errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
-from .nomad import NomadClient
+from .nomad.api import ExecOpener
 
 __all__ = ["StopOutcome", "stop_in_runner", "stop_noted"]
 
@@ -49,7 +49,7 @@ class StopOutcome(enum.Enum):
 
 
 async def stop_noted(
-    client: NomadClient, *, task: str, alloc_id: str, note_id: str, grace: float
+    client: ExecOpener, *, task: str, alloc_id: str, note_id: str, grace: float
 ) -> StopOutcome:
     """Stop the command noted as ``note_id`` and everything it started: TERM, then KILL after
     ``grace``. Shielded: it runs even when the caller is being cancelled."""
@@ -81,7 +81,7 @@ async def stop_noted(
 
 
 async def stop_in_runner(
-    client: NomadClient,
+    client: ExecOpener,
     *,
     task: str,
     alloc_id: str,

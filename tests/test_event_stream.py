@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
@@ -20,14 +21,14 @@ from supervisor.nomad import EventBatch, NomadClient, NomadSettings
 from .fakes import CHUNKED_200, HIJACKED_200, RawRequest, batch_line, chunk, start_raw_http_server
 
 
-def client_for(base_url: str, **settings: object) -> NomadClient:
-    return NomadClient(NomadSettings(addresses=(base_url,), **settings))  # type: ignore[arg-type]
+def client_for(base_url: str, **settings: Any) -> NomadClient:
+    return NomadClient(NomadSettings(addresses=(base_url,), **settings))
 
 
-async def collect(client: NomadClient, **options: object) -> tuple[list[EventBatch], Exception, int]:
+async def collect(client: NomadClient, **options: Any) -> tuple[list[EventBatch], Exception, int]:
     """Every batch until the stream ends, the error that ended it, and the malformed-line count."""
     batches = []
-    async with client.open_event_stream({"Job": "*", "Allocation": "*"}, **options) as stream:  # type: ignore[arg-type]
+    async with client.open_event_stream({"Job": "*", "Allocation": "*"}, **options) as stream:
         with pytest.raises(Exception) as ended:  # noqa: PT011 - which error is what each test asserts
             async for batch in stream:
                 batches.append(batch)

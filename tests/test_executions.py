@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,10 +14,11 @@ from supervisor.config import ExecutionSettings
 from supervisor.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
 from supervisor.executions import ExecutionRequest, ExecutionService, _Running
 from supervisor.nomad import ExecExited
+from supervisor.nomad.api import ExecOpener
 
 
 def _service(
-    client: object,
+    client: ExecOpener,
     settings: ExecutionSettings,
     nursery: trio.Nursery,
     *,
@@ -27,7 +28,7 @@ def _service(
     """An ExecutionService on a fake client: every runner is in ``alloc_id``; replacements are noted."""
     noted = replaced if replaced is not None else []
     return ExecutionService(
-        client,  # type: ignore[arg-type]
+        client,
         settings,
         alloc_of=lambda runner_id: alloc_id,
         activity=lambda runner_id, delta: None,
@@ -43,8 +44,8 @@ class _Unreachable:
         self.commands: list[list[str]] = []
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
-        self.commands.append(command)
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+        self.commands.append(list(command))
         raise ExecConnectionLost("no server answers")
         yield  # pragma: no cover
 
@@ -53,8 +54,8 @@ class _Refusing(_Unreachable):
     """A Nomad client that refuses every exec with a close frame."""
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
-        self.commands.append(command)
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+        self.commands.append(list(command))
         raise ExecRejected(1011, "Permission denied")
         yield  # pragma: no cover
 
@@ -67,8 +68,8 @@ class _BackAfter(_Unreachable):
         self.failures = failures
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
-        self.commands.append(command)
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+        self.commands.append(list(command))
         if len(self.commands) <= self.failures:
             raise NomadUnavailableError("connection refused: the server restarts")
         yield _ExitedSession()
@@ -121,7 +122,7 @@ class _SlowToClose:
         self.closing = trio.Event()
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[Any]:
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
         yield _ExitedSession()
         if command is not NOMAD_VARIABLES_COMMAND:
             self.closing.set()

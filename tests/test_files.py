@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -12,7 +12,8 @@ import trio
 
 from supervisor.errors import ExecConnectionLost, NomadUnavailableError
 from supervisor.files import FileService
-from supervisor.nomad import ExecExited
+from supervisor.nomad import ExecExited, ExecOutput
+from supervisor.nomad.api import ExecOpener
 
 
 class _Session:
@@ -31,6 +32,10 @@ class _Session:
         self.exited = ExecExited(0)
         return self.exited, b"", b""
 
+    async def __aiter__(self) -> AsyncIterator[ExecOutput | ExecExited]:
+        exited, _, _ = await self.wait_exit()
+        yield exited
+
 
 class _Nomad:
     """The first command's session breaks while its stdin is sent; every later one exits 0."""
@@ -39,14 +44,14 @@ class _Nomad:
         self.commands: list[str] = []
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[_Session]:
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[_Session]:
         self.commands.append(command[-1])
         yield _Session(breaks=len(self.commands) == 1)
 
 
-def file_service(nomad: object, nursery: trio.Nursery, **options: str) -> FileService:
+def file_service(nomad: ExecOpener, nursery: trio.Nursery, **options: str) -> FileService:
     return FileService(
-        nomad,  # type: ignore[arg-type]
+        nomad,
         task="default-task",
         workspace="/workspace",
         stop_grace=0.1,
@@ -93,7 +98,7 @@ class _RestartingNomad(_Nomad):
     """The first session breaks; the next two execs find no server; later ones work."""
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: list[str]) -> AsyncIterator[_Session]:
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[_Session]:
         self.commands.append(command[-1])
         if len(self.commands) in (2, 3):
             raise NomadUnavailableError("connection refused: the server restarts")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -28,10 +29,10 @@ from .conftest import load_fixture
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
-def make_client(handler: Handler, **settings: object) -> NomadClient:
+def make_client(handler: Handler, **settings: Any) -> NomadClient:
     settings.setdefault("retry", RetryPolicy(attempts=3, base_delay=1.0, max_delay=4.0))
     return NomadClient(
-        NomadSettings(**settings),  # type: ignore[arg-type]
+        NomadSettings(**settings),
         transport=httpx.MockTransport(handler),
         random_fraction=lambda: 1.0,
     )
@@ -262,8 +263,8 @@ async def test_exec_sessions_share_the_clients_tls_context(monkeypatch: pytest.M
     built: list[ssl.SSLContext] = []
     create = ssl.create_default_context
 
-    def counting(*args: object, **kwargs: object) -> ssl.SSLContext:
-        built.append(create(*args, **kwargs))  # type: ignore[arg-type]
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(create(*args, **kwargs))
         return built[-1]
 
     monkeypatch.setattr(ssl, "create_default_context", counting)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -24,8 +25,8 @@ from .fakes import WsPeer, start_exec_server
 ALLOC = "9a8b7c6d-5e4f-3a2b-1c0d-e9f8a7b6c5d4"
 
 
-def client_for(base_url: str, **settings: object) -> NomadClient:
-    return NomadClient(NomadSettings(addresses=(base_url,), **settings))  # type: ignore[arg-type]
+def client_for(base_url: str, **settings: Any) -> NomadClient:
+    return NomadClient(NomadSettings(addresses=(base_url,), **settings))
 
 
 async def test_session_streams_stdin_and_output_and_exit_zero_as_empty_result() -> None:

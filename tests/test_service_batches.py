@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
 from supervisor.config import Settings
 from supervisor.environments import ExecutionEnvironment
 from supervisor.nomad import Allocation, Event, EventBatch, Node, NodeEvent
 from supervisor.service import RunnerService
+
+from .nomad_double import NomadDouble
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 100.0, 256, False, ())
 
@@ -20,7 +20,7 @@ def event(payload: Node | Allocation, kind: str, index: int) -> Event:
 
 
 async def test_a_covered_batch_still_tells_of_drains_and_agent_restarts(nursery: trio.Nursery) -> None:
-    service = RunnerService(Any, Settings(), execution_nursery=nursery)  # type: ignore[arg-type]
+    service = RunnerService(NomadDouble(), Settings(), execution_nursery=nursery)
     service.pool.set_environment(ENVIRONMENT)
     runner_id = next(iter(service.pool.runners))
     service.pool.registered(runner_id, 5)

@@ -6,6 +6,7 @@ when its template job is in Nomad.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -19,11 +20,13 @@ from supervisor.nomad.client import Indexed
 from supervisor.nomad.models import JobDeregisterResponse, JobListStub, JobRegisterResponse
 from supervisor.service import RunnerService
 
+from .nomad_double import NomadDouble
+
 ENVIRONMENT = ExecutionEnvironment(7, "python:3.12", 1, 100.0, 256, False, ())
 TEMPLATE = f"{TEMPLATE_PREFIX}7"
 
 
-class _GatedNomad:
+class _GatedNomad(NomadDouble):
     """Jobs in a dict; a call named in ``gates`` stops there until its gate is set."""
 
     def __init__(self) -> None:
@@ -41,9 +44,9 @@ class _GatedNomad:
             self.reached[call].set()
             await self.gates.pop(call).wait()
 
-    async def register_job(self, job: dict[str, Any]) -> JobRegisterResponse:
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
         await self._gate("register")
-        self.jobs[job["ID"]] = job
+        self.jobs[job["ID"]] = dict(job)
         return JobRegisterResponse(index=1)
 
     async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
@@ -64,7 +67,7 @@ class _GatedNomad:
 
 
 def _service(nomad: _GatedNomad, nursery: trio.Nursery) -> RunnerService:
-    return RunnerService(nomad, Settings(), execution_nursery=nursery)  # type: ignore[arg-type]
+    return RunnerService(nomad, Settings(), execution_nursery=nursery)
 
 
 def _agree(service: RunnerService, nomad: _GatedNomad) -> bool:

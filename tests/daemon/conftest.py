@@ -23,6 +23,7 @@ import trio_websocket
 
 from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
+from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
 
@@ -44,6 +45,8 @@ class Harness:
     cluster: SimulatedCluster
     daemon: Daemon
     http: httpx.AsyncClient
+    # The operator's own client of the cluster, for what an operator does beside the daemon.
+    nomad: NomadClient
 
     @property
     def service(self) -> RunnerService:
@@ -141,6 +144,9 @@ async def harness(nursery: trio.Nursery, sim_config: SimConfig, settings: Settin
     await nursery.start(daemon.run)
     base = daemon.addresses[0] + "/api/v1"
     headers = {"Poseidon-Token": settings.server.token} if settings.server.token else {}
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
-        yield Harness(cluster, daemon, http)
+    async with (
+        httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http,
+        NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
+    ):
+        yield Harness(cluster, daemon, http, nomad)
     daemon.stop()

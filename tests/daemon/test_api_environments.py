@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
-from supervisor.environments import TEMPLATE_PREFIX
+from supervisor.config import ServerSettings, Settings
+from supervisor.daemon import Daemon
+from supervisor.environments import TEMPLATE_PREFIX, environment_from_dict
 from supervisor.levels import StreamState
+from supervisor.simulator import SimConfig, SimulatedCluster
 
 from .conftest import ENVIRONMENT, Harness
 
@@ -20,7 +24,7 @@ async def test_create_replace_get_list_delete(harness: Harness) -> None:
     assert got == {**ENVIRONMENT, "id": 21, "cpuLimit": 150}
     listed = (await http.get("/execution-environments")).json()
     assert listed == {"executionEnvironments": [got]}
-    job = (await harness.service.client.get_job(f"{TEMPLATE_PREFIX}21")).value
+    job = (await harness.nomad.get_job(f"{TEMPLATE_PREFIX}21")).value
     assert job.type == "service", "stored in Nomad as its template job"
     assert (await http.delete("/execution-environments/21")).status_code == 204
     assert (await http.get("/execution-environments/21")).status_code == 404
@@ -94,7 +98,7 @@ async def test_health_and_version(harness: Harness) -> None:
     await harness.environment(10, prewarmingPoolSize=2)
     await harness.wait_for(lambda: harness.idle(10) == 2)
     for node_id in list(harness.cluster.state.nodes):
-        await harness.service.client.set_eligibility(node_id, eligible=False)  # no room for replacements
+        await harness.nomad.set_eligibility(node_id, eligible=False)  # no room for replacements
     await harness.runner(10)
     await harness.runner(10)
     depleting = await harness.http.get("/health")
@@ -104,7 +108,7 @@ async def test_health_and_version(harness: Harness) -> None:
         "errorCode": "PREWARMING_POOL_DEPLETING",
     }
     for node_id in list(harness.cluster.state.nodes):
-        await harness.service.client.set_eligibility(node_id, eligible=True)
+        await harness.nomad.set_eligibility(node_id, eligible=True)
     await harness.wait_for(lambda: harness.idle(10) == 2)
     assert (await harness.http.get("/health")).status_code == 204
     harness.service.gate.report(StreamState.DOWN)
@@ -112,21 +116,17 @@ async def test_health_and_version(harness: Harness) -> None:
     assert (down.status_code, down.json()["errorCode"]) == (503, "NOMAD_UNREACHABLE")
 
 
-async def test_configured_environments_are_ensured_at_startup(nursery: object, sim_config: object) -> None:
-    import trio
-
-    from supervisor.config import ServerSettings, Settings
-    from supervisor.daemon import Daemon
-    from supervisor.environments import environment_from_dict
-    from supervisor.simulator import SimulatedCluster
-
-    assert isinstance(nursery, trio.Nursery)
-    cluster = await nursery.start(SimulatedCluster(sim_config).run)  # type: ignore[arg-type]
+async def test_configured_environments_are_ensured_at_startup(
+    nursery: trio.Nursery, sim_config: SimConfig
+) -> None:
+    cluster = await nursery.start(SimulatedCluster(sim_config).run)
     environment = environment_from_dict({**ENVIRONMENT, "id": 7})
     settings = Settings(server=ServerSettings(port=0), environments=(environment,))
     daemon = await nursery.start(Daemon(settings, environ={"NOMAD_ADDR": cluster.addresses[0]}).run)
+    assert daemon.service is not None
+    pool = daemon.service.pool
     with trio.fail_after(20):
-        while getattr(daemon.service.pool.stats().get(7), "idle", 0) != 2:
+        while getattr(pool.stats().get(7), "idle", 0) != 2:
             await trio.sleep(0.01)
     assert ("default", f"{TEMPLATE_PREFIX}7") in cluster.state.jobs
     daemon.stop()

@@ -32,7 +32,7 @@ async def test_details_report_draining_nodes_and_a_down_stream(harness: Harness)
     claimed = await harness.runner(10)
     node = harness.cluster.state.nodes[harness.service.pool.runners[claimed].node_id]
     # A used runner's batch allocation keeps the node draining until the deadline.
-    await harness.service.client.drain_node(node.id, deadline=3600)
+    await harness.nomad.drain_node(node.id, deadline=3600)
     await harness.wait_for(lambda: harness.service.pool.nodes.draining(node.id))
     harness.service.gate.report(StreamState.DOWN)
     details = (await harness.http.get("/health/details")).json()

@@ -26,7 +26,7 @@ async def test_claim_hands_out_an_idle_runner_and_orders_a_replacement(harness: 
     assert all(":" in p["hostAddress"] for p in body["mappedPorts"])
     assert harness.idle(10) == 1, "handed out at once"
     await harness.wait_for(lambda: harness.idle(10) == 2)
-    job = (await harness.service.client.get_job(body["runnerId"])).value
+    job = (await harness.nomad.get_job(body["runnerId"])).value
     await harness.wait_for(
         lambda: harness.cluster.state.jobs[("default", body["runnerId"])].spec["Meta"]["used"] == "true"
     )
@@ -55,7 +55,7 @@ async def test_bad_claims(harness: Harness, body: dict[str, object], status: int
 async def test_no_idle_runner_is_nomad_overload(harness: Harness) -> None:
     await harness.environment(11, prewarmingPoolSize=1)
     for node_id in list(harness.cluster.state.nodes):
-        await harness.service.client.set_eligibility(node_id, eligible=False)
+        await harness.nomad.set_eligibility(node_id, eligible=False)
     await harness.runner(11)
     response = await harness.http.post("/runners", json={"executionEnvironmentId": 11})
     assert response.status_code == 500

@@ -38,7 +38,7 @@ async def test_drained_node_ends_the_execution_with_an_error(harness: Harness) -
     node_id = harness.service.pool.runners[runner].node_id
 
     async def drain() -> None:
-        await harness.service.client.drain_node(node_id, deadline=0.3)
+        await harness.nomad.drain_node(node_id, deadline=0.3)
 
     messages = await harness.run_until_end(runner, "echo started; sleep 60", drain)
     assert messages[-1] == {"type": "error", "data": REASON_DRAINED}
@@ -153,7 +153,7 @@ async def test_a_draining_node_gets_no_new_work_but_finishes_what_runs(harness: 
     node_id = harness.service.pool.runners[runner].node_id
 
     async def drain() -> None:
-        await harness.service.client.drain_node(node_id, deadline=3600)
+        await harness.nomad.drain_node(node_id, deadline=3600)
         await harness.wait_for(lambda: harness.service.pool.serving_runner(runner) is None)
         refused = await harness.http.post(f"/runners/{runner}/execute", json={"command": "true"})
         assert refused.status_code == 410, "a moving runner: the client asks for a new one"

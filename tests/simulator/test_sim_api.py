@@ -3,6 +3,8 @@ and the allocation state machine, each checked over real HTTP."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import orjson
 import pytest
@@ -20,9 +22,9 @@ def running(cluster: SimulatedCluster, job_id: str) -> bool:
     return any(a.client_status == "running" for a in allocs)
 
 
-async def raw(cluster: SimulatedCluster, method: str, path: str, **kwargs: object) -> httpx.Response:
+async def raw(cluster: SimulatedCluster, method: str, path: str, **kwargs: Any) -> httpx.Response:
     async with httpx.AsyncClient(base_url=cluster.addresses[1]) as http:
-        return await http.request(method, path, **kwargs)  # type: ignore[arg-type]
+        return await http.request(method, path, **kwargs)
 
 
 async def test_running_allocation_json_as_nomad_writes_it(
