@@ -4,7 +4,9 @@ These tests run on the real clock, unlike the rest of the suite: the simulated c
 real processes (``sleep 2`` takes two real seconds), and an autojump clock would jump to the next
 deadline, a request's or a test's own timeout among them, while such a process runs. Where a test's
 load always keeps a harmless deadline nearest (the churn test's clients sleeping between cycles),
-it runs on trio's MockClock with a small autojump threshold instead (``test_churn.py``).
+it runs on trio's MockClock with a small autojump threshold instead (``test_churn.py``). Either way a
+test waits for a condition on the daemon's or the cluster's state with ``Harness.wait_for``, which
+wakes on the task step that makes it true (``tests/waiting.py``), never by polling.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from supervisor.daemon import Daemon
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
+
+from ..waiting import wait_until
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "fixtures" / "websocket.schema.json").read_text())
 # The schema names no draft jsonschema knows ("http://json-schema.org/schema#"); it is draft 7 in form.
@@ -54,9 +58,7 @@ class Harness:
         return self.daemon.service
 
     async def wait_for(self, condition: Callable[[], bool], *, within: float = 20.0) -> None:
-        with trio.fail_after(within):
-            while not condition():
-                await trio.sleep(0.01)
+        await wait_until(condition, within=within)
 
     async def restart_leader(self, downtime: float) -> None:
         """Through the simulator's fault-injection API, as an operator's restart would come."""

@@ -11,6 +11,7 @@ from supervisor.environments import TEMPLATE_PREFIX, environment_from_dict
 from supervisor.levels import StreamState
 from supervisor.simulator import SimConfig, SimulatedCluster
 
+from ..waiting import wait_until
 from .conftest import ENVIRONMENT, Harness
 
 
@@ -125,8 +126,6 @@ async def test_configured_environments_are_ensured_at_startup(
     daemon = await nursery.start(Daemon(settings, environ={"NOMAD_ADDR": cluster.addresses[0]}).run)
     assert daemon.service is not None
     pool = daemon.service.pool
-    with trio.fail_after(20):
-        while getattr(pool.stats().get(7), "idle", 0) != 2:
-            await trio.sleep(0.01)
+    await wait_until(lambda: getattr(pool.stats().get(7), "idle", 0) == 2, within=20)
     assert ("default", f"{TEMPLATE_PREFIX}7") in cluster.state.jobs
     daemon.stop()

@@ -10,6 +10,7 @@ from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
 from supervisor.pool import REASON_DRAINED, REASON_OOM
 
+from ..waiting import wait_until
 from .conftest import Harness
 
 
@@ -56,9 +57,8 @@ async def test_a_restarted_daemon_knows_its_claims(harness: Harness, nursery: tr
     environ = {"NOMAD_ADDR": ",".join(harness.cluster.addresses)}
     second = await nursery.start(Daemon(Settings(server=ServerSettings(port=0)), environ=environ).run)
     async with httpx.AsyncClient(base_url=second.addresses[0] + "/api/v1") as http:
-        with trio.fail_after(20):
-            while second.service.pool.used_runner(runner) is None:
-                await trio.sleep(0.01)
+        pool = second.service.pool
+        await wait_until(lambda: pool.used_runner(runner) is not None, within=20)
         stats = (await http.get("/statistics/execution-environments")).json()
         assert stats["10"]["usedRunners"] == 1
         patch = {"copy": [{"path": "after-restart.txt", "content": ""}]}
