@@ -19,22 +19,22 @@ import trio
 from attrs import frozen
 from loguru import logger
 
-from .commands import (
-    CLEAR_WORKSPACE,
-    MISSING_EXIT_CODE,
-    delete_and_extract_command,
-    list_files_command,
-    noted_command,
-    parse_file_listing,
-    read_file_command,
-    tar_archive,
-    unprivileged_command,
-    workspace_path,
-)
+from .commands import noted_command, unprivileged_command
 from .errors import FileNotAvailable, FileOperationFailed, InvalidRequest, SupervisorError
 from .nomad import ExecExited
 from .nomad.api import ExecChannel, ExecOpener
 from .stopping import stop_in_runner
+from .workspace import (
+    CLEAR_WORKSPACE,
+    ESCAPE_EXIT_CODE,
+    MISSING_EXIT_CODE,
+    delete_and_copy_command,
+    list_files_command,
+    parse_file_listing,
+    read_file_command,
+    tar_archive,
+    workspace_path,
+)
 
 __all__ = ["Download", "FileService"]
 
@@ -156,7 +156,7 @@ class FileService:
     ) -> None:
         """Delete, then copy, in the workspace of the allocation (a PATCH of Poseidon's API)."""
         archive = tar_archive(copies, mtime=time.time()) if copies else None
-        argv = delete_and_extract_command(deletions, extract=archive is not None)
+        argv = delete_and_copy_command(deletions, copies)
         code, _, stderr = await self._run(alloc_id, argv, stdin=archive)
         if code != 0:
             raise FileOperationFailed(
@@ -176,11 +176,13 @@ class FileService:
         code, stdout, stderr = await self._run(alloc_id, argv)
         if code == MISSING_EXIT_CODE:
             raise FileNotAvailable(f"{path}: no such file or directory")
+        if code == ESCAPE_EXIT_CODE:
+            raise FileNotAvailable(f"{path}: a link leads it out of the workspace")
         if code != 0:
             raise FileOperationFailed(
                 f"listing files failed (exit {code}): {stderr.decode(errors='replace').strip()}"
             )
-        return parse_file_listing(stdout)
+        return parse_file_listing(stdout, relative)
 
     async def download(self, alloc_id: str, path: str, *, privileged: bool = False) -> Download:
         """The file's content as it comes. Raises FileNotAvailable, before the response starts, when
@@ -198,6 +200,8 @@ class FileService:
         receive.close()
         if isinstance(first, _Ended) and first.exit_code == MISSING_EXIT_CODE:
             raise FileNotAvailable(f"{path}: no such file, or not readable")
+        if isinstance(first, _Ended) and first.exit_code == ESCAPE_EXIT_CODE:
+            raise FileNotAvailable(f"{path}: a link leads it out of the workspace")
         raise _download_error(first, path)
 
     async def _read_into(

@@ -10,18 +10,13 @@ from pathlib import Path
 import pytest
 
 from supervisor.commands import (
-    MISSING_EXIT_CODE,
     execution_command,
-    list_files_command,
     nomad_variable_names,
     noted_command,
-    parse_file_listing,
-    read_file_command,
     stop_command,
     unprivileged_command,
-    workspace_path,
 )
-from supervisor.errors import InvalidRequest
+from supervisor.workspace import MISSING_EXIT_CODE, read_file_command
 
 
 def _alive(pid: int) -> bool:
@@ -122,31 +117,3 @@ def test_nomad_variables_are_unset_and_the_clients_set(tmp_path: Path) -> None:
     assert "NOMAD_" not in output
     assert "CODEOCEAN=true" in output.splitlines()
     assert "GREETING=it's 'quoted' $HOME" in output.splitlines(), "values are passed literally"
-
-
-def test_listing_parses_names_with_spaces_and_links(tmp_path: Path) -> None:
-    (tmp_path / "a file.txt").write_text("x")
-    (tmp_path / "dir").mkdir()
-    (tmp_path / "link").symlink_to("a file.txt")
-    output = subprocess.run(
-        list_files_command(".", recursive=True), cwd=tmp_path, capture_output=True, check=True
-    ).stdout
-    entries = {e["name"]: e for e in parse_file_listing(output)}
-    assert entries["./a file.txt"]["size"] == 1
-    assert entries["./dir"]["entryType"] == "d"
-    assert entries["./link"]["entryType"] == "l"
-    assert entries["./link"]["linkTarget"] == "a file.txt"
-
-
-@pytest.mark.parametrize(
-    ("path", "expected"),
-    [("a/b", "a/b"), ("./a/../b", "b"), ("/workspace/x", "x"), ("/workspace", "."), ("", ".")],
-)
-def test_workspace_paths(path: str, expected: str) -> None:
-    assert workspace_path(path, "/workspace") == expected
-
-
-@pytest.mark.parametrize("path", ["..", "../x", "a/../../x", "/etc/passwd", "/workspacex/y", "a\0b"])
-def test_paths_that_escape_are_refused(path: str) -> None:
-    with pytest.raises(InvalidRequest):
-        workspace_path(path, "/workspace")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 import trio
@@ -165,3 +166,33 @@ async def test_a_runner_does_not_expire_while_a_slow_download_runs(harness: Harn
     assert received == 20_000_000
     assert harness.service.pool.used_runner(runner) is not None
     await harness.wait_for(lambda: harness.service.pool.used_runner(runner) is None, within=10)
+
+
+async def test_a_link_planted_by_the_students_code_never_leads_a_file_command_out(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The field report, step by step: the student's code links ``x`` to a directory outside the
+    workspace; no file command reads, deletes or writes there."""
+    outside = tmp_path / "outside-target"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret\n")
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    files = f"/runners/{runner}/files"
+    made = await harness.execute(runner, command=f"ln -s {outside} x")
+    assert made[-1] == {"type": "exit", "data": 0}
+
+    listed = {f["name"]: f for f in (await harness.http.get(files)).json()["files"]}
+    assert listed["./x"]["entryType"] == "l", "a listing shows the link as a link"
+    assert "./x/secret.txt" not in listed
+    download = await harness.http.get(f"{files}/raw", params={"path": "x/secret.txt"})
+    assert download.status_code == 424
+    assert "leads it out of the workspace" in download.json()["message"]
+    assert (await harness.http.patch(files, json={"delete": ["x/secret.txt"]})).status_code == 204
+    assert (outside / "secret.txt").read_text() == "secret\n", "a delete never reaches through"
+
+    copy = {"copy": [{"path": "x/pwned.txt", "content": b64("owned\n")}]}
+    assert (await harness.http.patch(files, json=copy)).status_code == 204
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"], "a copy never writes through"
+    raw = await harness.http.get(f"{files}/raw", params={"path": "x/pwned.txt"})
+    assert raw.content == b"owned\n", "the link was replaced by a directory in the workspace"
