@@ -1,4 +1,5 @@
-"""Every check the project has: lint, formatting, types, the quick scenarios, then the test suite.
+"""Every check the project has: lint, formatting, types, the quick scenarios, a short fuzzing pass
+of the API, then the test suite.
 
     python scripts/check.py [pytest arguments...]
 
@@ -24,6 +25,7 @@ def main() -> int:
         ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
         ("types", [python, "-m", "mypy"]),
         ("scenarios", [python, "scenarios/run_all.py", "--quick"]),
+        ("fuzz", [python, "scripts/fuzz_api.py", "--max-examples", "5"]),
         ("tests", [python, "-m", "pytest", "--numprocesses", "auto", *sys.argv[1:]]),
     ]
     for name, command in steps:

@@ -20,21 +20,23 @@ import orjson
 import trio
 from loguru import logger
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import __version__
-from .commands import validate_environment
+from .commands import validate_command
 from .config import Settings
-from .environments import environment_from_dict
+from .environments import MAX_AMOUNT, MAX_ID, decimal, environment_from_dict
 from .errors import (
     FileNotAvailable,
     InvalidRequest,
     NoIdleRunner,
     NomadUnreachable,
+    RequestTooLarge,
     RunnerGoneError,
     SupervisorError,
     UnknownEnvironment,
@@ -43,13 +45,16 @@ from .executions import ExecutionRequest
 from .files import Download, parse_patch
 from .levels import StreamState
 from .observability import health_details, metrics_text, pool_statistics
+from .openapi import FALSE_VALUES, TRUE_VALUES, openapi_document
 from .pool import Runner
 from .service import RunnerService
 
 __all__ = ["create_app"]
 
 PREFIX: Final = "/api/v1"
-_UNAUTHENTICATED: Final = frozenset({f"{PREFIX}/health", f"{PREFIX}/version", "/metrics"})
+_UNAUTHENTICATED: Final = frozenset(
+    {f"{PREFIX}/health", f"{PREFIX}/version", f"{PREFIX}/openapi.json", "/metrics"}
+)
 _RUNNER_GONE: Final = "no runner found with this id"
 _CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -64,12 +69,13 @@ def server_error(message: str, code: str, *, retry_after: int | None = None) -> 
 
 
 def _bool(request: Request, name: str, default: bool) -> bool:
+    """A boolean query parameter, read as Poseidon (Go's strconv.ParseBool) reads it; empty is absent."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    if raw.lower() in ("true", "1"):
+    if raw in TRUE_VALUES:
         return True
-    if raw.lower() in ("false", "0"):
+    if raw in FALSE_VALUES:
         return False
     raise InvalidRequest(f"query parameter {name} must be true or false, got {raw!r}")
 
@@ -93,10 +99,10 @@ def _fields(body: Any, allowed: set[str]) -> dict[str, Any]:
     return body
 
 
-def _non_negative_int(body: dict[str, Any], name: str) -> int:
+def _non_negative_int(body: dict[str, Any], name: str, maximum: int = MAX_AMOUNT) -> int:
     value = body.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRequest(f"{name} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise InvalidRequest(f"{name} must be an integer from 0 to {maximum}, got {value!r}")
     return value
 
 
@@ -120,6 +126,64 @@ class _Auth:
             await websocket.send_denial_response(Response(status_code=401))
             return
         await Response(status_code=401)(scope, receive, send)
+
+
+def _execution_request(data: Any, runner_id: str) -> ExecutionRequest:
+    """The body of ``POST /runners/{id}/execute``, checked."""
+    body = _fields(data, {"command", "privilegedExecution", "environment", "timeLimit"})
+    command = body.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise InvalidRequest("command is required and must be a non-empty string")
+    if "'" in command:
+        raise InvalidRequest("command must not contain a single quotation mark (')")
+    environment = body.get("environment")
+    environment = {} if environment is None else environment
+    if not isinstance(environment, dict) or not all(isinstance(v, str) for v in environment.values()):
+        raise InvalidRequest("environment must be an object of string values")
+    privileged = body.get("privilegedExecution", False)
+    if not isinstance(privileged, bool):
+        raise InvalidRequest("privilegedExecution must be true or false")
+    validate_command(command, environment)
+    return ExecutionRequest(
+        runner_id=runner_id,
+        command=command,
+        environment=environment,
+        time_limit=_non_negative_int(body, "timeLimit"),
+        privileged=privileged,
+    )
+
+
+class _BodyLimit:
+    """A request body over ``limit`` bytes is a 413: at once when its Content-Length says so, and as
+    soon as it passes the limit when it comes chunked. It is never read whole."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            await client_error(413, self._message())(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise RequestTooLarge(self._message())
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> str:
+        return f"the request body is larger than the {self.limit} bytes taken (server.max_body)"
 
 
 class _ClientSocket:
@@ -150,6 +214,7 @@ class _Routes:
     def __init__(self, service: RunnerService, settings: Settings) -> None:
         self.service = service
         self.settings = settings
+        self.document = openapi_document(settings.server, settings.server.version or __version__)
 
     # -- miscellaneous --------------------------------------------------------------------------
 
@@ -175,6 +240,9 @@ class _Routes:
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(metrics_text(self.service), media_type="text/plain; version=0.0.4")
 
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(self.document)
+
     async def version(self, request: Request) -> Response:
         version = self.settings.server.version or __version__
         return JSONResponse(version) if version else Response(status_code=404)
@@ -186,9 +254,10 @@ class _Routes:
 
     def _environment_id(self, request: Request) -> int:
         raw = request.path_params["environment_id"]
-        if not raw.isdigit():
-            raise InvalidRequest(f"executionEnvironmentId must be a non-negative integer, got {raw!r}")
-        return int(raw)
+        value = decimal(raw)
+        if value is None or value > MAX_ID:
+            raise InvalidRequest(f"executionEnvironmentId must be an integer from 0 to {MAX_ID}, got {raw!r}")
+        return value
 
     async def list_environments(self, request: Request) -> Response:
         if _bool(request, "fetch", False):
@@ -258,10 +327,10 @@ class _Routes:
         return Response(status_code=204)
 
     async def list_files(self, request: Request) -> Response:
-        runner = await self._runner(request)
         recursive = _bool(request, "recursive", True)
         privileged = _bool(request, "privilegedExecution", False)
         path = request.query_params.get("path") or "./"
+        runner = await self._runner(request)
         listing = partial(
             self.service.files.list, runner.alloc_id, path, recursive=recursive, privileged=privileged
         )
@@ -270,19 +339,21 @@ class _Routes:
         return JSONResponse({"files": files})
 
     async def update_files(self, request: Request) -> Response:
+        deletions, copies = parse_patch(
+            await _json_body(request), self.service.files.workspace, max_files=self.settings.server.max_files
+        )
         runner = await self._runner(request)
-        deletions, copies = parse_patch(await _json_body(request), self.service.files.workspace)
         update = partial(self.service.files.update, runner.alloc_id, deletions, copies)
         with self.service.held(runner.id):
             await self.service.in_runner(runner.id, update)
         return Response(status_code=204)
 
     async def download_file(self, request: Request) -> Response:
-        runner = await self._runner(request)
         path = request.query_params.get("path")
         if not path:
             raise InvalidRequest("query parameter path is required")
         privileged = _bool(request, "privilegedExecution", False)
+        runner = await self._runner(request)
         release = self.service.hold(runner.id)  # until the last byte is sent
         download = partial(self.service.files.download, runner.alloc_id, path, privileged=privileged)
         try:
@@ -295,35 +366,19 @@ class _Routes:
         return _DownloadResponse(content, release, media_type="application/octet-stream", headers=headers)
 
     async def execute(self, request: Request) -> Response:
+        execution = _execution_request(await _json_body(request), request.path_params["runner_id"])
         runner = await self._runner(request)
-        body = _fields(
-            await _json_body(request), {"command", "privilegedExecution", "environment", "timeLimit"}
-        )
-        command = body.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise InvalidRequest("command is required and must be a non-empty string")
-        if "'" in command:
-            raise InvalidRequest("command must not contain a single quotation mark (')")
-        environment = body.get("environment") or {}
-        if not isinstance(environment, dict) or not all(isinstance(v, str) for v in environment.values()):
-            raise InvalidRequest("environment must be an object of string values")
-        privileged = body.get("privilegedExecution", False)
-        if not isinstance(privileged, bool):
-            raise InvalidRequest("privilegedExecution must be true or false")
-        execution = ExecutionRequest(
-            runner_id=runner.id,
-            command=command,
-            environment=environment,
-            time_limit=_non_negative_int(body, "timeLimit"),
-            privileged=privileged,
-        )
-        validate_environment(environment)
         await self.service.gate.admit()
         execution_id = self.service.executions.prepare(execution)
         scheme = "wss" if request.url.scheme == "https" else "ws"
         host = request.headers.get("host", f"{self.settings.server.address}:{self.settings.server.port}")
         url = f"{scheme}://{host}{PREFIX}/runners/{runner.id}/websocket?executionID={execution_id}"
         return JSONResponse({"websocketUrl": url})
+
+    async def websocket_without_upgrade(self, request: Request) -> Response:
+        response = client_error(426, "this route takes a WebSocket: connect with an Upgrade request")
+        response.headers.update({"Upgrade": "websocket", "Connection": "Upgrade"})
+        return response
 
     async def websocket(self, websocket: WebSocket) -> None:
         runner_id = websocket.path_params["runner_id"]
@@ -380,6 +435,14 @@ def _error_response(status: int, code: str = "") -> Any:
     return handle
 
 
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    """No route (404) or no such method on it (405), as JSON like every other error."""
+    assert isinstance(exc, HTTPException)
+    response = client_error(exc.status_code, exc.detail)
+    response.headers.update(exc.headers or {})
+    return response
+
+
 def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
     """Poseidon's API over ``service``, behind the Poseidon-Token check when a token is set."""
     routes = _Routes(service, settings)
@@ -391,6 +454,7 @@ def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
             Route(f"{PREFIX}/health/details", routes.health_details, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),
             Route(f"{PREFIX}/version", routes.version, methods=["GET"]),
+            Route(f"{PREFIX}/openapi.json", routes.openapi, methods=["GET"]),
             Route(f"{PREFIX}/statistics/execution-environments", routes.statistics, methods=["GET"]),
             Route(f"{PREFIX}/runners", routes.provide_runner, methods=["POST"]),
             Route(runner, routes.delete_runner, methods=["DELETE"]),
@@ -399,17 +463,20 @@ def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
             Route(f"{runner}/files/raw", routes.download_file, methods=["GET"]),
             Route(f"{runner}/execute", routes.execute, methods=["POST"]),
             WebSocketRoute(f"{runner}/websocket", routes.websocket),
+            Route(f"{runner}/websocket", routes.websocket_without_upgrade, methods=["GET"]),
             Route(f"{PREFIX}/execution-environments", routes.list_environments, methods=["GET"]),
             Route(environment, routes.get_environment, methods=["GET"]),
             Route(environment, routes.put_environment, methods=["PUT"]),
             Route(environment, routes.delete_environment, methods=["DELETE"]),
         ],
         exception_handlers={
+            HTTPException: _routing_error,
             RunnerGoneError: _error_response(410),
+            RequestTooLarge: _error_response(413),
             InvalidRequest: _error_response(400),
             FileNotAvailable: _error_response(424),
             NomadUnreachable: _error_response(500, "NOMAD_UNREACHABLE"),
             SupervisorError: _error_response(500, "NOMAD_INTERNAL_SERVER_ERROR"),
         },
     )
-    return _Auth(app, settings.server.token)
+    return _Auth(_BodyLimit(app, settings.server.max_body), settings.server.token)

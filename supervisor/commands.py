@@ -14,6 +14,7 @@ from typing import Final
 from .errors import InvalidRequest
 
 __all__ = [
+    "MAX_COMMAND_BYTES",
     "NOMAD_VARIABLES_COMMAND",
     "execution_command",
     "nomad_variable_names",
@@ -21,10 +22,14 @@ __all__ = [
     "pid_file",
     "stop_command",
     "unprivileged_command",
+    "validate_command",
     "validate_environment",
 ]
 
-_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A command and its variables together, in bytes: the whole script is one argument of the exec, and
+# Linux takes at most 128 KiB in one argument (MAX_ARG_STRLEN).
+MAX_COMMAND_BYTES: Final = 100_000
 # Prints the task's environment, names and values; only the NOMAD_* names are kept from it
 # (nomad_variable_names). Run once per allocation: they never change.
 NOMAD_VARIABLES_COMMAND: Final = ["/bin/sh", "-c", "env"]
@@ -66,10 +71,32 @@ def _script(argv: Sequence[str]) -> str:
 
 
 def validate_environment(environment: Mapping[str, str]) -> None:
-    """Refuse variable names a shell could not take, and the ones the task's own environment owns."""
-    for name in environment:
-        if not _ENV_NAME.match(name):
+    """Refuse variable names a shell could not take, and values no process can be given."""
+    for name, value in environment.items():
+        if not _ENV_NAME.fullmatch(name):
             raise InvalidRequest(f"environment: {name!r} is not a valid variable name")
+        _check_text(f"environment.{name}", value)
+
+
+def validate_command(command: str, environment: Mapping[str, str]) -> None:
+    """Refuse what could not reach the runner: NUL bytes, text that is not Unicode, and a command
+    with its variables over MAX_COMMAND_BYTES."""
+    _check_text("command", command)
+    validate_environment(environment)
+    size = len(command.encode()) + sum(len(k) + len(v.encode()) + 4 for k, v in environment.items())
+    if size > MAX_COMMAND_BYTES:
+        raise InvalidRequest(
+            f"command and environment are {size} bytes together; at most {MAX_COMMAND_BYTES} are taken"
+        )
+
+
+def _check_text(field: str, text: str) -> None:
+    if "\0" in text:
+        raise InvalidRequest(f"{field} must not contain NUL bytes")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{field} is not valid Unicode text") from None
 
 
 def nomad_variable_names(env_output: bytes) -> tuple[str, ...]:
@@ -77,7 +104,7 @@ def nomad_variable_names(env_output: bytes) -> tuple[str, ...]:
     names = set()
     for line in env_output.decode("utf-8", "replace").splitlines():
         name = line.split("=", 1)[0]
-        if name.startswith("NOMAD_") and "=" in line and _ENV_NAME.match(name):
+        if name.startswith("NOMAD_") and "=" in line and _ENV_NAME.fullmatch(name):
             names.add(name)
     return tuple(sorted(names))
 
@@ -99,7 +126,7 @@ def execution_command(
     exits. It runs the command itself (``eval``), or, with an unprivileged wrapper, as its child.
     """
     validate_environment(environment)
-    unset = [name for name in nomad_variables if _ENV_NAME.match(name)]
+    unset = [name for name in nomad_variables if _ENV_NAME.fullmatch(name)]
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in {"CODEOCEAN": "true", **environment}.items())
     if privileged or not unprivileged_wrapper:
         run = f"eval {shlex.quote(command)}"

@@ -41,6 +41,12 @@ class ServerSettings:
     token: str = ""
     version: str = ""
     graceful_timeout: float = 15.0
+    # A request body larger than this (bytes) is a 413, refused before it is read whole.
+    max_body: int = 64 * 1024 * 1024
+    # A client's WebSocket message (stdin) larger than this (bytes) closes its socket with 1009.
+    max_message: int = 1024 * 1024
+    # At most this many delete and copy entries in one PATCH of a runner's files.
+    max_files: int = 10_000
 
 
 @frozen
@@ -277,6 +283,9 @@ def _validate(settings: Settings) -> None:
         "nomad.request_timeout",
         "nomad.exec_connect_timeout",
         "nomad.close_timeout",
+        "server.max_body",
+        "server.max_message",
+        "server.max_files",
     ):
         section, key = name.split(".")
         if getattr(getattr(settings, section), key) <= 0:

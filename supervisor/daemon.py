@@ -153,6 +153,7 @@ class Daemon:
         config = HypercornConfig()
         config.bind = [f"{self.settings.server.address}:{self.settings.server.port}"]
         config.graceful_timeout = self.settings.server.graceful_timeout
+        config.websocket_max_message_size = self.settings.server.max_message
         config.accesslog = None
         return config
 

@@ -33,6 +33,10 @@ __all__ = [
 TEMPLATE_PREFIX: Final = "template-"
 RUNNER_GROUP: Final = "default-group"
 _META_KEY: Final = "supervisor.environment"
+# The largest environment ID: Go's int, as Poseidon's IDs are.
+MAX_ID: Final = 2**63 - 1
+# The largest CPU (MHz), memory (MB) or time (s) taken: within every integer field of Nomad's API.
+MAX_AMOUNT: Final = 2**31 - 1
 _API_FIELDS: Final = {
     "id": "id",
     "image": "image",
@@ -67,10 +71,16 @@ class ExecutionEnvironment:
         return data
 
 
-def _int(where: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
+def decimal(text: str) -> int | None:
+    """``text`` as a non-negative integer when it is ASCII digits only ("²" is a digit to Python,
+    but no number), else None."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _int(where: str, value: Any, *, minimum: int = 0, maximum: int = MAX_AMOUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidRequest(f"{where} must be an integer of at least {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
+    if value > maximum:
         raise InvalidRequest(f"{where} must be at most {maximum}, got {value!r}")
     return value
 
@@ -87,7 +97,7 @@ def environment_from_dict(
         raise InvalidRequest(f"{where}: unknown field {unknown[0]!r}")
     values = {names[key]: value for key, value in data.items()}
     if environment_id is not None:
-        if "id" in values and values["id"] != environment_id:
+        if "id" in values and _int(f"{where}: id", values["id"], maximum=MAX_ID) != environment_id:
             raise InvalidRequest(f"{where}.id {values['id']!r} does not match the path's {environment_id}")
         values["id"] = environment_id
     required = [_API_FIELDS[r] for r in _REQUIRED] + ([] if environment_id is not None else ["id"])
@@ -99,15 +109,15 @@ def environment_from_dict(
     if not isinstance(image, str) or not image.strip():
         raise InvalidRequest(f"{where}: image must be a non-empty string")
     cpu = values["cpu_limit"]
-    if isinstance(cpu, bool) or not isinstance(cpu, int | float) or cpu <= 0:
-        raise InvalidRequest(f"{where}: cpuLimit must be a positive number, got {cpu!r}")
+    if isinstance(cpu, bool) or not isinstance(cpu, int | float) or not 0 < cpu <= MAX_AMOUNT:
+        raise InvalidRequest(f"{where}: cpuLimit must be a positive number up to {MAX_AMOUNT}, got {cpu!r}")
     if not isinstance(values["network_access"], bool):
         raise InvalidRequest(f"{where}: networkAccess must be true or false")
     ports = values["exposed_ports"]
     if not isinstance(ports, list | tuple):
         raise InvalidRequest(f"{where}: exposedPorts must be an array")
     return ExecutionEnvironment(
-        id=_int(f"{where}: id", values["id"]),
+        id=_int(f"{where}: id", values["id"], maximum=MAX_ID),
         image=image.strip(),
         prewarming_pool_size=_int(
             f"{where}: prewarmingPoolSize", values["prewarming_pool_size"], maximum=10_000
@@ -196,9 +206,9 @@ def new_runner_id(environment_id: int) -> str:
 def runner_environment_id(job_id: str) -> int | None:
     """The environment of a runner job ID ``<id>-<uuid>``, or None for other jobs."""
     head, sep, tail = job_id.partition("-")
-    if not sep or not head.isdigit() or len(tail) != 36:
+    if not sep or len(tail) != 36:
         return None
-    return int(head)
+    return decimal(head)
 
 
 def runner_job(

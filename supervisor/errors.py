@@ -29,6 +29,7 @@ most specific class here, with the original chained as ``__cause__``.
         ├── RunnerCommandFailed        a helper command the daemon ran in a runner exited non-zero
         ├── ConfigError                a setting is missing or invalid
         └── InvalidRequest             a client's request body or parameters are invalid (HTTP 400)
+            └── RequestTooLarge        a request body over ``server.max_body`` (HTTP 413)
 
 Programming errors (a bug here, not a condition of the world) are ``RuntimeError`` subclasses and
 never part of this tree.
@@ -56,6 +57,7 @@ __all__ = [
     "NomadRequestError",
     "NomadUnavailableError",
     "NomadUnreachable",
+    "RequestTooLarge",
     "RunnerCommandFailed",
     "RunnerGoneError",
     "StreamConnectionLost",
@@ -210,6 +212,10 @@ class ConfigError(TerminalError):
 
 class InvalidRequest(TerminalError):
     """A client's request is invalid; the message says which field and why."""
+
+
+class RequestTooLarge(InvalidRequest):
+    """A request body is larger than the daemon takes."""
 
 
 def leaves(error: BaseException) -> list[BaseException]:

@@ -44,45 +44,59 @@ _MAX_STDERR: Final = 64 * 1024
 _MAX_LISTING: Final = 64 * 1024 * 1024
 
 
-def parse_patch(body: Any, workspace: str) -> tuple[list[str], list[tuple[str, bytes | None]]]:
-    """Poseidon's ``{"delete": [...], "copy": [{"path", "content"}]}``, checked and made relative."""
+def parse_patch(
+    body: Any, workspace: str, *, max_files: int
+) -> tuple[list[str], list[tuple[str, bytes | None]]]:
+    """Poseidon's ``{"delete": [...], "copy": [{"path", "content"}]}``, checked and made relative;
+    at most ``max_files`` entries in all."""
     if not isinstance(body, dict):
         raise InvalidRequest("body must be a JSON object")
     unknown = sorted(set(body) - {"delete", "copy"})
     if unknown:
         raise InvalidRequest(f"unknown field {unknown[0]!r}")
-    deletions_raw = body.get("delete") or []
-    copies_raw = body.get("copy") or []
-    if not isinstance(deletions_raw, list) or not isinstance(copies_raw, list):
+    deletions_raw = _array(body.get("delete"))
+    copies_raw = _array(body.get("copy"))
+    if deletions_raw is None or copies_raw is None:
         raise InvalidRequest("delete and copy must be arrays")
+    if len(deletions_raw) + len(copies_raw) > max_files:
+        raise InvalidRequest(f"at most {max_files} delete and copy entries are taken in one request")
     deletions = []
     for i, path in enumerate(deletions_raw):
         if path == CLEAR_WORKSPACE or path in ("./", ".", "*"):
             deletions.append(".")
         else:
             deletions.append(workspace_path(path, workspace, field=f"delete[{i}]"))
-    copies: list[tuple[str, bytes | None]] = []
-    for i, entry in enumerate(copies_raw):
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            raise InvalidRequest(f"copy[{i}] must be an object with a path")
-        extra = sorted(set(entry) - {"path", "content"})
-        if extra:
-            raise InvalidRequest(f"copy[{i}]: unknown field {extra[0]!r}")
-        raw_path: str = entry["path"]
-        relative = workspace_path(raw_path, workspace, field=f"copy[{i}].path")
-        if relative == ".":
-            raise InvalidRequest(f"copy[{i}].path names the workspace itself")
-        if raw_path.endswith("/"):
-            copies.append((relative, None))
-            continue
-        content = entry.get("content", "")
-        if not isinstance(content, str):
-            raise InvalidRequest(f"copy[{i}].content must be a base64 string")
-        try:
-            copies.append((relative, base64.b64decode(content, validate=True)))
-        except binascii.Error:
-            raise InvalidRequest(f"copy[{i}].content is not valid base64") from None
+    copies = [_copy_entry(f"copy[{i}]", entry, workspace) for i, entry in enumerate(copies_raw)]
     return deletions, copies
+
+
+def _array(value: Any) -> list[Any] | None:
+    """An array of the body; missing or null is empty (as Go reads it), anything else is None."""
+    if value is None:
+        return []
+    return value if isinstance(value, list) else None
+
+
+def _copy_entry(field: str, entry: Any, workspace: str) -> tuple[str, bytes | None]:
+    """One ``{"path", "content"}`` of a copy: a path ending in "/" is a directory (None)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        raise InvalidRequest(f"{field} must be an object with a path")
+    extra = sorted(set(entry) - {"path", "content"})
+    if extra:
+        raise InvalidRequest(f"{field}: unknown field {extra[0]!r}")
+    raw_path: str = entry["path"]
+    relative = workspace_path(raw_path, workspace, field=f"{field}.path")
+    if relative == ".":
+        raise InvalidRequest(f"{field}.path names the workspace itself")
+    if raw_path.endswith("/"):
+        return relative, None
+    content = entry.get("content", "")
+    if not isinstance(content, str):
+        raise InvalidRequest(f"{field}.content must be a base64 string")
+    try:
+        return relative, base64.b64decode(content, validate=True)
+    except binascii.Error:
+        raise InvalidRequest(f"{field}.content is not valid base64") from None
 
 
 @frozen

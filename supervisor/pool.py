@@ -26,7 +26,7 @@ from typing import Final
 
 from attrs import define, field, frozen
 
-from .environments import ExecutionEnvironment, new_runner_id, runner_environment_id
+from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_id, runner_environment_id
 from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from .nodes import NodeChanges, NodeTracker
 from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub, PortMapping
@@ -556,7 +556,8 @@ class RunnerPool:
         runner = Runner(job.id, environment_id, state, registered_index=max(job.create_index, 1))
         if used:
             timeout = job.meta.get("timeout", "0")
-            runner.inactivity_timeout = float(timeout) if timeout.isdigit() else 60.0
+            seconds = decimal(timeout)
+            runner.inactivity_timeout = float(min(seconds, MAX_AMOUNT)) if seconds is not None else 60.0
             runner.last_activity = now
         self.runners[runner.id] = runner
         return runner

@@ -47,6 +47,9 @@ CLEAR_WORKSPACE: Final = "./*"
 MISSING_EXIT_CODE: Final = 66
 # The path leads out of the workspace through a link.
 ESCAPE_EXIT_CODE: Final = 67
+# Linux's limits on a path and on one name in it, in bytes.
+_PATH_MAX: Final = 4095
+_NAME_MAX: Final = 255
 _FIND_FORMAT: Final = r"%y\t%s\t%T@\t%M\t%u\t%g\t%p\t%l\0"
 _ENTRY_TYPES: Final = {"f": "-", "d": "d", "l": "l", "p": "p", "s": "s", "b": "b", "c": "c"}
 
@@ -85,6 +88,14 @@ def workspace_path(path: str, workspace: str, *, field: str = "path") -> str:
     relative = posixpath.normpath(path or ".")
     if relative == ".." or relative.startswith("../"):
         raise InvalidRequest(f"{field} {path!r} escapes the workspace")
+    try:
+        encoded = posixpath.join(workspace, relative).encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{field} is not valid Unicode text") from None
+    if len(encoded) > _PATH_MAX:
+        raise InvalidRequest(f"{field} is longer than {_PATH_MAX} bytes in the workspace")
+    if any(len(name) > _NAME_MAX for name in encoded.split(b"/")):
+        raise InvalidRequest(f"{field} has a name longer than {_NAME_MAX} bytes")
     return relative
 
 

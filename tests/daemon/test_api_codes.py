@@ -42,12 +42,20 @@ async def test_every_route_but_health_and_version_needs_the_token(
             assert response.content == b"", "Poseidon answers 401 without a body"
 
 
-@pytest.mark.parametrize("path", ["/execution-environments/x", "/execution-environments/-1"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/execution-environments/x",
+        "/execution-environments/-1",
+        "/execution-environments/²",
+        "/execution-environments/18446744073709551616",
+    ],
+)
 @pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
 async def test_environment_ids_must_be_integers(harness: Harness, method: str, path: str) -> None:
     response = await harness.http.request(method, path.lstrip("/"), json=ENVIRONMENT)
     assert response.status_code == 400
-    assert "non-negative integer" in response.json()["message"]
+    assert "executionEnvironmentId must be an integer from 0" in response.json()["message"]
 
 
 async def test_a_released_runner_is_gone_for_every_route(harness: Harness) -> None:
