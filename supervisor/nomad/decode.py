@@ -148,16 +148,34 @@ def _structure_payload(topic: str, payload: Mapping[str, Any] | None) -> tuple[E
     return _converter.structure(inner, model), bool(payload.get("Deleted", False))
 
 
+def _field(data: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    """``data[key]`` if it is a ``kind`` (never a bool for int); missing or null is ``default``."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{key} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
 def _structure_event(data: Mapping[str, Any]) -> Event:
-    topic = data["Topic"]
-    payload, deleted = _structure_payload(topic, data.get("Payload"))
+    if not isinstance(data, Mapping):
+        raise ValueError(f"an event must be a JSON object, got {type(data).__name__}")
+    topic = _field(data, "Topic", str, None)
+    kind = _field(data, "Type", str, None)
+    if topic is None or kind is None:
+        raise ValueError("an event needs a Topic and a Type")
+    filter_keys = _field(data, "FilterKeys", list, [])
+    if not all(isinstance(key, str) for key in filter_keys):
+        raise ValueError("FilterKeys must be strings")
+    payload, deleted = _structure_payload(topic, _field(data, "Payload", dict, None))
     return Event(
         topic=topic,
-        type=data["Type"],
-        key=data.get("Key", ""),
-        namespace=data.get("Namespace", ""),
-        filter_keys=data.get("FilterKeys") or [],
-        index=data.get("Index", 0),
+        type=kind,
+        key=_field(data, "Key", str, ""),
+        namespace=_field(data, "Namespace", str, ""),
+        filter_keys=filter_keys,
+        index=_field(data, "Index", int, 0),
         payload=payload,
         deleted=deleted,
     )
@@ -176,7 +194,7 @@ def decode_batch(line: bytes | str) -> EventBatch | None:
     index = data.get("Index", 0)
     if not events and not index:
         return None
-    if not isinstance(events, list) or not isinstance(index, int):
+    if not isinstance(events, list) or not isinstance(index, int) or isinstance(index, bool):
         raise ValueError("an event batch needs an integer Index and a list of Events")
     try:
         return EventBatch(index=index, events=[_structure_event(event) for event in events])

@@ -27,6 +27,7 @@ import orjson
 import trio
 import trio_websocket
 from attrs import frozen
+from loguru import logger
 
 from ..errors import (
     ExecAgentUnreachable,
@@ -71,6 +72,7 @@ class ExecSession:
         self.exited: ExecExited | None = None
         self.stdout_closed = False
         self.stderr_closed = False
+        self.malformed_frames = 0
 
     async def send_stdin(self, data: bytes) -> None:
         """Write ``data`` to the command's stdin."""
@@ -126,28 +128,37 @@ class ExecSession:
         raise AssertionError("an exec session ends with ExecExited or an error")  # pragma: no cover
 
     def _parse(self, message: str | bytes) -> ExecOutput | ExecExited | None:
+        """One frame of Nomad's exec protocol; a frame that is not one is logged, counted and skipped."""
         try:
-            frame = orjson.loads(message)
-        except orjson.JSONDecodeError:
+            return self._frame(orjson.loads(message))
+        except (ValueError, TypeError) as exc:  # orjson's JSONDecodeError and binascii.Error too
+            self.malformed_frames += 1
+            logger.warning("skipped a malformed exec frame of {}: {} ({!r})", self._what, exc, message[:200])
             return None
+
+    def _frame(self, frame: Any) -> ExecOutput | ExecExited | None:
         if not isinstance(frame, dict):
-            return None
+            raise ValueError(f"a frame must be a JSON object, got {type(frame).__name__}")
         if frame.get("exited"):
-            result = frame.get("result") or {}
+            result = frame.get("result") or {}  # exit code 0 comes as "result": {}
+            if not isinstance(result, dict):
+                raise ValueError("result must be an object")
             self.exited = ExecExited(
-                exit_code=int(result.get("exit_code", 0)),
-                signal=int(result.get("signal", 0)),
-                oom_killed=bool(result.get("oom_killed", False)),
+                exit_code=_integer(result, "exit_code"),
+                signal=_integer(result, "signal"),
+                oom_killed=result.get("oom_killed") is True,
             )
             return self.exited
         for stream in ("stdout", "stderr"):
             body = frame.get(stream)
             if not isinstance(body, dict):
                 continue
-            if body.get("close"):
+            if body.get("close") is True:
                 setattr(self, f"{stream}_closed", True)
             if data := body.get("data"):
-                return ExecOutput(stream, base64.b64decode(data))
+                if not isinstance(data, str):
+                    raise ValueError(f"{stream}.data must be a base64 string")
+                return ExecOutput(stream, base64.b64decode(data, validate=True))
         return None
 
     def _closed_error(self, exc: trio_websocket.ConnectionClosed) -> Exception:
@@ -158,6 +169,13 @@ class ExecSession:
             f"exec connection lost before the command exited (close {close.code} {close.name}): "
             f"{self._what}; the outcome is unknown"
         )
+
+
+def _integer(result: dict[str, Any], key: str) -> int:
+    value = result.get(key, 0)  # Nomad omits zero fields
+    if type(value) is not int:
+        raise ValueError(f"result.{key} must be an integer")
+    return value
 
 
 def rejection(code: int, reason: str) -> ExecRejected:
