@@ -69,7 +69,7 @@ async def test_statistics_per_environment(harness: Harness) -> None:
         ("/execution-environments/23", {**ENVIRONMENT, "id": 24}, "does not match"),
         ("/execution-environments/23", {**ENVIRONMENT, "exposedPorts": [0]}, "exposedPorts"),
         ("/execution-environments/23", {**ENVIRONMENT, "prewarmingPoolSize": -1}, "prewarmingPoolSize"),
-        ("/execution-environments/abc", ENVIRONMENT, "must be a non-negative integer"),
+        ("/execution-environments/abc", ENVIRONMENT, "must be an integer from 0"),
     ],
 )
 async def test_invalid_environments_are_400_with_a_message(
