@@ -74,6 +74,8 @@ class NodeTracker:
     """Every node's status, eligibility, drain and last restart, from events and listings."""
 
     nodes: dict[str, TrackedNode] = field(factory=dict)
+    # The index of the newest listing applied: it showed every node that existed then.
+    listed_index: int = 0
 
     def draining(self, node_id: str) -> bool:
         """Whether the node drains now."""
@@ -95,6 +97,8 @@ class NodeTracker:
         known = self.nodes.get(node.id)
         if known is not None and 0 < node.modify_index <= known.modify_index:
             return NodeChanges()  # replayed or duplicated: that state was applied already
+        if known is None and index <= self.listed_index:
+            return NodeChanges()  # a newer listing did not show the node: it is gone since
         # A registration is an agent's restart unless its node event says it is the node's first;
         # a replayed first registration (a stream resumed early) must not make runners suspect.
         last_message = node.events[-1].message if node.events else ""
@@ -122,6 +126,7 @@ class NodeTracker:
         restarted: list[tuple[str, int]] = []
         ready: list[str] = []
         seen: set[str] = set()
+        self.listed_index = max(self.listed_index, index)
         for stub in listed:
             seen.add(stub.id)
             tracked = self.nodes.get(stub.id) or TrackedNode(stub.id)

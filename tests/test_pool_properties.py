@@ -3,8 +3,9 @@
 Whatever the interleaving of claims, releases, Nomad carrying out the pool's actions in any order,
 jobs vanishing without an event, events delivered late or replayed, and listings applied long after
 they were taken: a runner given back is never handed out again, and no runner ID is handed out
-twice. The examples are kept small so that the test command stays fast; raise
-``HYPOTHESIS_MAX_EXAMPLES`` to run them longer.
+twice. And once everything has settled, the pool after all that history and a fresh listing
+equals a pool built from that listing alone. The examples are kept small so that the test command
+stays fast; raise ``HYPOTHESIS_MAX_EXAMPLES`` to run them longer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from supervisor.environments import ExecutionEnvironment
 from supervisor.nomad import Allocation, AllocListStub, JobListStub
-from supervisor.pool import Action, CreateRunner, DestroyRunner, RunnerPool, RunnerState
+from supervisor.pool import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerPool, RunnerState
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 3, 100.0, 256, False, ())
 Listing = tuple[list[JobListStub], list[AllocListStub], int]
@@ -30,8 +31,9 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         self.pool = RunnerPool()
         self.index = 1
         self.jobs: dict[str, int] = {}  # live runner jobs: ID -> registration index
+        self.meta: dict[str, dict[str, str]] = {}  # their meta, once a claim is recorded in it
         self.allocs: dict[str, Allocation] = {}  # the live allocation of each job
-        self.pending: list[CreateRunner | DestroyRunner] = []
+        self.pending: list[CreateRunner | DestroyRunner | MarkUsed] = []
         self.registering: list[str] = []
         self.events: list[Event] = []
         self.delivered: list[Event] = []
@@ -42,7 +44,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         self._carry_out(self.pool.set_environment(ENVIRONMENT)[1])
 
     def _carry_out(self, actions: list[Action]) -> None:
-        self.pending += [a for a in actions if isinstance(a, CreateRunner | DestroyRunner)]
+        self.pending += [a for a in actions if isinstance(a, CreateRunner | DestroyRunner | MarkUsed)]
 
     def _next_index(self) -> int:
         self.index += 1
@@ -57,6 +59,11 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         is answered at once, as RunnerFactory does them."""
         action = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
         runner_id = action.runner_id
+        if isinstance(action, MarkUsed):  # an in-place update of a job that may be gone by now
+            if runner_id in self.jobs:
+                self.meta[runner_id] = {"used": "true", "timeout": str(action.timeout)}
+                self._next_index()
+            return
         if isinstance(action, CreateRunner):
             if runner_id in self.pool.runners:
                 self.registering.append(runner_id)
@@ -90,6 +97,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
 
     def _purge(self, runner_id: str) -> int:
         """Nomad's purge: the index of the write, or 0 for a job it does not know."""
+        self.meta.pop(runner_id, None)
         if self.jobs.pop(runner_id, None) is None:
             return 0
         self.allocs.pop(runner_id, None)
@@ -102,6 +110,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
     def a_job_vanishes_without_an_event(self, data: st.DataObject) -> None:
         runner_id = data.draw(st.sampled_from(list(self.jobs)))
         del self.jobs[runner_id]
+        self.meta.pop(runner_id, None)
         self.allocs.pop(runner_id, None)
         self._next_index()
 
@@ -126,7 +135,10 @@ class PoolAgainstNomad(RuleBasedStateMachine):
 
     @rule()
     def a_listing_is_taken(self) -> None:
-        jobs = [JobListStub(id=i, status="running", create_index=at) for i, at in self.jobs.items()]
+        jobs = [
+            JobListStub(id=i, status="running", create_index=at, meta=self.meta.get(i, {}))
+            for i, at in self.jobs.items()
+        ]
         allocs = [
             AllocListStub(
                 id=a.id,
@@ -190,6 +202,26 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         for runner in self.pool.runners.values():
             if runner.state is RunnerState.IDLE:
                 assert runner.id in self.jobs, f"idle runner {runner.id} has no job in Nomad"
+        self._agrees_with_a_pool_built_from_the_listing_alone(jobs, allocs, index)
+
+    def _agrees_with_a_pool_built_from_the_listing_alone(
+        self, jobs: list[JobListStub], allocs: list[AllocListStub], index: int
+    ) -> None:
+        """The history before a listing changes nothing the listing shows: every runner whose job
+        it lists has the same state, allocation and node as in a pool that saw only the listing, and
+        no runner it does not list is handed out by either."""
+        alone = RunnerPool()
+        alone.set_environment(ENVIRONMENT)
+        alone.reconcile(jobs, allocs, self.now, index=index)
+        listed = {job.id for job in jobs}
+
+        def view(pool: RunnerPool) -> dict[str, tuple[RunnerState, str, str]]:
+            return {r.id: (r.state, r.alloc_id, r.node_id) for r in pool.runners.values() if r.id in listed}
+
+        assert view(self.pool) == view(alone)
+        for pool in (self.pool, alone):
+            serving = {r.id for r in pool.runners.values() if r.state in (RunnerState.IDLE, RunnerState.USED)}
+            assert serving <= listed
 
 
 class _First:
