@@ -89,20 +89,24 @@ class Agents:
         self._starting: set[str] = set()
         self._stopping: set[str] = set()
         self._drain_timers: dict[str, Callable[[], None]] = {}
+        # Called when an agent stops and when it starts again (its HTTP port closes and opens).
+        self.on_agent_stopped: list[Callable[[SimNode], None]] = []
+        self.on_agent_started: list[Callable[[SimNode], None]] = []
         state.after_write.append(self._after_write)
         scheduler.on_placed.append(self._check_flood)
 
     # -- nodes ----------------------------------------------------------------------------------
 
-    def register_node(self, name: str, address: str) -> SimNode:
-        """Add a client node: NodeRegistration ("Node registered"), then ready."""
+    def register_node(self, name: str, address: str, http_addr: str = "") -> SimNode:
+        """Add a client node: NodeRegistration ("Node registered"), then ready; its agent serves
+        Nomad's HTTP API at ``http_addr``."""
         state = self.state
         node = SimNode(
             id=state.new_id(),
             name=name,
             datacenter=state.config.datacenter,
             address=address,
-            http_addr=f"{address}:4646",
+            http_addr=http_addr or f"{address}:4646",
             attributes={
                 "kernel.name": "linux",
                 "unique.hostname": name,
@@ -140,6 +144,8 @@ class Agents:
         node.agent_up = False
         node.agent_down_since = self.state.now()
         self.exec.drop_node(node.id)
+        for hook in self.on_agent_stopped:
+            hook(node)
         since = node.agent_down_since
         self.state.timers.call_later(
             self.state.config.heartbeat_grace, lambda: self._heartbeat_missed(node, since)
@@ -164,6 +170,8 @@ class Agents:
         if node.agent_up:
             return
         node.agent_up = True
+        for hook in self.on_agent_started:
+            hook(node)
         node.back_since = self.state.now()
         node.placements_since_back = 0
         state = self.state

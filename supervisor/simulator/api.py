@@ -16,6 +16,7 @@ import orjson
 import trio
 
 from .broker import TopicFilter
+from .client_api import ExecRoute, check_token
 from .encode import (
     alloc_full,
     alloc_stub,
@@ -120,7 +121,7 @@ class NomadAPI:
         add("/v1/evaluation/{eval_id}", "GET", self.get_evaluation)
         add("/v1/status/leader", "GET", self.status_leader)
         add("/v1/event/stream", "GET", self.event_stream)
-        add("/v1/client/allocation/{alloc_id}/exec", "GET", self.exec)
+        add("/v1/client/allocation/{alloc_id}/exec", "GET", ExecRoute(cluster, forwarded_by=server.name).exec)
         cluster.control.add_routes(add)
 
     async def __call__(self, request: Request) -> Response | StreamReply | WebSocketReply:
@@ -130,7 +131,7 @@ class NomadAPI:
             return text_response(404, "404 page not found")
         if handler is None:
             return text_response(405, "Invalid method")
-        if (denied := self._check_token(request)) is not None:
+        if (denied := check_token(self.cluster, request)) is not None:
             return denied
         try:
             reply = await handler(request, params)
@@ -140,20 +141,6 @@ class NomadAPI:
             # The answer was computed; it reaches the client this much later (network, load).
             await trio.sleep(self.cluster.config.response_latency)
         return reply
-
-    def _check_token(self, request: Request) -> Response | None:
-        expected = self.cluster.config.acl_token
-        if not expected or request.path == "/v1/status/leader":
-            return None
-        token = request.headers.get("x-nomad-token", "")
-        authorization = request.headers.get("authorization", "")
-        if not token and authorization.lower().startswith("bearer "):
-            token = authorization[7:].strip()
-        if not token:
-            return text_response(403, "Permission denied")
-        if token != expected:
-            return text_response(403, "ACL token not found")
-        return None
 
     # -- shared helpers -------------------------------------------------------------------------
 
@@ -470,55 +457,3 @@ class NomadAPI:
         subscription = self.server.broker.subscribe(topic_filter, index)
         source = self.cluster.stream_source(self.server, subscription)
         return StreamReply(source, hijack=self.cluster.config.hijacks_event_stream)
-
-    # -- exec -----------------------------------------------------------------------------------
-
-    async def exec(self, request: Request, params: dict[str, str]) -> Response | WebSocketReply:
-        """``/v1/client/allocation/:id/exec``: the exec WebSocket, refused with Nomad's close frames."""
-        config = self.cluster.config
-        command_text, task = request.arg("command"), request.arg("task")
-        command_error = ""
-        try:
-            command = orjson.loads(command_text) if command_text else None
-        except orjson.JSONDecodeError:
-            command = None
-        if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
-            command_error = "command is not present"
-        tty = request.arg("tty", "false")
-        if tty not in ("true", "false", "1", "0", "t", "f"):
-            command_error = f"tty value is not a boolean: {tty}"
-        if command_error and config.checks_exec_before_upgrade:
-            raise NomadError(500, command_error)
-
-        async def session(websocket: Any) -> None:
-            if command_error:
-                await websocket.close(1008, command_error)
-                return
-            error = self._exec_refusal(params["alloc_id"], task)
-            if error is not None:
-                await websocket.close(*error)
-                return
-            alloc = self.state.allocs[params["alloc_id"]]
-            assert isinstance(command, list)
-            await self.cluster.execs.run(websocket, alloc, task, command, self.server.name)
-
-        return WebSocketReply(session, kind="exec")
-
-    def _exec_refusal(self, alloc_id: str, task: str) -> tuple[int, str] | None:
-        """Nomad's close frame for an exec that cannot start: 1008 for coded 4xx errors, 1011 otherwise."""
-        alloc = self.state.allocs.get(alloc_id)
-        if alloc is None:
-            return 1008, f'Unknown allocation "{alloc_id}"'
-        if task not in alloc.tasks:
-            return 1008, f'unknown task name "{task}"'
-        if alloc.client_terminal:
-            return 1008, f"exec not possible, client status of allocation {alloc.id} is {alloc.client_status}"
-        node = self.state.nodes.get(alloc.node_id)
-        if node is None or not node.agent_up:
-            return 1011, f"failed to connect to client {alloc.node_id}: no path to node"
-        state = alloc.task_states.get(task, {}).get("State", "pending")
-        if state == "pending":
-            return 1008, f'task "{task}" not started yet.'
-        if state != "running":
-            return 1008, f'task "{task}" is not running.'
-        return None

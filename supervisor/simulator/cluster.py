@@ -22,6 +22,7 @@ from loguru import logger
 from .agents import Agents
 from .api import NomadAPI
 from .broker import EventBroker, Subscription
+from .client_api import AgentEndpoint
 from .config import SimConfig
 from .control import ControlAPI
 from .exec import ExecSessions
@@ -125,6 +126,10 @@ class SimulatedCluster:
             for i in range(self.config.servers)
         ]
         self.leader: str | None = None
+        # Each node's agent HTTP port, by node ID.
+        self.endpoints: dict[str, AgentEndpoint] = {}
+        self.agents.on_agent_stopped.append(lambda node: self.endpoints[node.id].close())
+        self.agents.on_agent_started.append(self._agent_listens)
         self._nursery: trio.Nursery | None = None
         self._write_event = trio.Event()
         self.state.after_write.append(self._wake_blocking_queries)
@@ -145,7 +150,11 @@ class SimulatedCluster:
                     await nursery.start(self._serve, server)
                 self.leader = self.servers[0].name
                 for i in range(self.config.nodes):
-                    self.agents.register_node(f"worker-{i + 1:02d}", f"10.0.1.{10 + i}")
+                    name = f"worker-{i + 1:02d}"
+                    endpoint = AgentEndpoint(self, name, self.host)
+                    await endpoint.listen(nursery)
+                    endpoint.attach(self.agents.register_node(name, f"10.0.1.{10 + i}", endpoint.address))
+                    self.endpoints[endpoint.node_id] = endpoint
                 add_history(self.state, self.config.history_allocations)
                 nursery.start_soon(self._collect_garbage)
                 logger.info("simulated Nomad cluster serving on {}", ", ".join(self.addresses))
@@ -196,6 +205,22 @@ class SimulatedCluster:
         """A subscriber's NDJSON body: ``{}`` at once and every heartbeat interval, batches as they come."""
         return _StreamSource(server.broker, subscription, self.config.heartbeat_interval)
 
+    # -- agents' HTTP ports ----------------------------------------------------------------------
+
+    def _agent_listens(self, node: Any) -> None:
+        endpoint = self.endpoints.get(node.id)
+        if endpoint is not None and self._nursery is not None:
+            self._nursery.start_soon(endpoint.listen, self._nursery)
+
+    def set_agent_reachable(self, name: str, reachable: bool) -> bool:
+        """Firewall a node's agent port off (new connections are never answered), or open it again;
+        False if no node has that name."""
+        endpoint = next((e for e in self.endpoints.values() if e.name == name), None)
+        if endpoint is None:
+            return False
+        endpoint.reachable = reachable
+        return True
+
     # -- faults on servers ----------------------------------------------------------------------
 
     def restart_server(self, name: str, *, downtime: float) -> None:
@@ -221,7 +246,7 @@ class SimulatedCluster:
         server.http = None
         if self.leader == server.name:
             self.leader = None
-            self.execs.drop_all()
+            self.execs.drop_forwarded()
             for other in self.servers:
                 if other.http is not None:
                     other.http.drop("exec")
@@ -278,6 +303,11 @@ class SimulatedCluster:
                     "eligibility": n.eligibility,
                     "drain": n.drain_strategy is not None,
                     "agent_up": n.agent_up,
+                    "http_addr": n.http_addr,
+                    "http_reachable": self.endpoints[n.id].reachable if n.id in self.endpoints else False,
+                    "direct_execs": self.endpoints[n.id].http.connection_count("exec")
+                    if n.id in self.endpoints
+                    else 0,
                     "allocations": len(state.live_allocs_by_node.get(n.id, ())),
                 }
                 for n in state.nodes.values()

@@ -59,6 +59,7 @@ class ControlAPI:
         add("/sim/v1/state", "GET", self.state)
         add("/sim/v1/nodes/restart-all", "POST", self.restart_all)
         add("/sim/v1/nodes/{name}/restart", "POST", self.restart_node)
+        add("/sim/v1/nodes/{name}/http", "POST", self.agent_http)
         add("/sim/v1/servers/{name}/restart", "POST", self.restart_server)
         add("/sim/v1/streams/cut", "POST", self.cut_streams)
         add("/sim/v1/allocations/{alloc_id}/fail", "POST", self.fail_allocation)
@@ -81,6 +82,17 @@ class ControlAPI:
             recreate_containers=_flag(body, "recreate_containers"),
         )
         return json_response({"node": node.name, "id": node.id})
+
+    async def agent_http(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /sim/v1/nodes/{name}/http`` ``{"reachable": bool}``: a firewall between the
+        daemon and the node's agent, or none."""
+        body = _body(request)
+        reachable = body.get("reachable")
+        if not isinstance(reachable, bool):
+            raise NomadError(400, "reachable must be true or false")
+        if not self.cluster.set_agent_reachable(params["name"], reachable):
+            raise NomadError(404, f"no node named {params['name']!r}")
+        return json_response({"node": params["name"], "reachable": reachable})
 
     async def restart_all(self, request: Request, params: dict[str, str]) -> Response:
         """``POST /sim/v1/nodes/restart-all``."""

@@ -133,9 +133,10 @@ class ExecSessions:
         """End every session forwarded through the server, without an exit (it restarted)."""
         self._drop(lambda s: s.server == server)
 
-    def drop_all(self) -> None:
-        """End every session, without an exit."""
-        self._drop(lambda s: True)
+    def drop_forwarded(self) -> None:
+        """End every session a server forwards, without an exit (the leader restarted); the sessions
+        the agents hold themselves go on."""
+        self._drop(lambda s: bool(s.server))
 
     def _drop(self, selected: Any) -> None:
         for session in list(self._sessions):
@@ -160,7 +161,8 @@ class ExecSessions:
     async def run(
         self, websocket: ServerWebSocket, alloc: SimAlloc, task: str, command: list[str], server: str
     ) -> None:
-        """Run ``command`` in the allocation's task for one exec WebSocket, with Nomad's frames."""
+        """Run ``command`` in the allocation's task for one exec WebSocket, with Nomad's frames;
+        ``server`` names the server that forwards the session, "" for one held by the agent."""
         session = _Session(alloc.id, alloc.node_id, server)
         self._sessions.add(session)
         try:

@@ -215,9 +215,10 @@ class HttpServer:
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             task_status.started(bound)
-            await trio.serve_listeners(partial(self._serve_connection), listeners, handler_nursery=nursery)
+            await trio.serve_listeners(partial(self.serve_connection), listeners, handler_nursery=nursery)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def serve_connection(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection until it closes or is dropped."""
         record = _Connection(trio.CancelScope())
         self._connections.add(record)
         try:
