@@ -16,6 +16,7 @@ from attrs import field, frozen
 from .environments import ExecutionEnvironment, environment_from_dict
 from .errors import ConfigError, InvalidRequest
 from .nomad import NomadSettings
+from .nomad.settings import DIRECT_EXEC_MODES
 
 __all__ = [
     "AdmissionSettings",
@@ -132,6 +133,8 @@ class NomadSection:
     request_timeout: float = 10.0
     exec_connect_timeout: float = 10.0
     close_timeout: float = 2.0
+    direct_exec: str = "auto"
+    agent_connect_timeout: float = 1.0
 
 
 @frozen
@@ -160,6 +163,8 @@ class Settings:
             "request_timeout": self.nomad.request_timeout,
             "exec_connect_timeout": self.nomad.exec_connect_timeout,
             "close_timeout": self.nomad.close_timeout,
+            "direct_exec": self.nomad.direct_exec,
+            "agent_connect_timeout": self.nomad.agent_connect_timeout,
         }
         if self.nomad.address:
             overrides["addresses"] = self.nomad.address
@@ -265,6 +270,10 @@ def load_settings(path: str | Path | None, environ: Mapping[str, str]) -> Settin
 def _validate(settings: Settings) -> None:
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError(f"server.port: {settings.server.port} is outside 0-65535")
+    if settings.nomad.direct_exec not in DIRECT_EXEC_MODES:
+        raise ConfigError(
+            f"nomad.direct_exec: {settings.nomad.direct_exec!r} is not one of {', '.join(DIRECT_EXEC_MODES)}"
+        )
     if not 0 <= settings.alert.prewarming_pool_threshold <= 1:
         raise ConfigError("alert.prewarming_pool_threshold: must be between 0 and 1")
     if settings.factory.registrations_per_second <= 0:
@@ -283,6 +292,7 @@ def _validate(settings: Settings) -> None:
         "nomad.request_timeout",
         "nomad.exec_connect_timeout",
         "nomad.close_timeout",
+        "nomad.agent_connect_timeout",
         "server.max_body",
         "server.max_message",
         "server.max_files",

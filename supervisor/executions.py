@@ -132,6 +132,8 @@ class ExecutionService:
         self._variables: dict[str, tuple[str, ...]] = {}
         # Ended executions by their terminal message ("closed": the client left first).
         self.outcomes: dict[str, int] = {"exit": 0, "timeout": 0, "error": 0, "closed": 0}
+        # Executions by the path their exec session took: straight to the agent, or via a server.
+        self.paths: dict[str, int] = {"agent": 0, "server": 0}
         self._running: set[_Running] = set()
         # Where executions, and the stops that must outlive them, run: not under the request.
         self._nursery = execution_nursery
@@ -285,6 +287,7 @@ class ExecutionService:
                 self._client.open_exec(alloc_id, task=self._settings.task, command=argv) as session,
                 trio.open_nursery() as nursery,
             ):
+                self.paths[session.path] = self.paths.get(session.path, 0) + 1
 
                 async def forward_stdin() -> None:
                     while (text := await socket.receive_text()) is not None:

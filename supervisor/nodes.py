@@ -37,6 +37,7 @@ class TrackedNode:
     draining: bool = False
     force_deadline: datetime | None = None
     http_addr: str = ""
+    tls: bool = False
     # The index of the agent's last restart this tracker saw (0: none).
     restarted_at: int = 0
     # A restart whose runners wait for the node to be ready again to be proven.
@@ -109,6 +110,7 @@ class NodeTracker:
         was_draining, previous_status = tracked.draining, tracked.status
         tracked.modify_index = max(tracked.modify_index, node.modify_index)
         tracked.name, tracked.http_addr = node.name, node.http_addr or tracked.http_addr
+        tracked.tls = node.tls_enabled if node.http_addr else tracked.tls
         tracked.eligible = node.eligible
         tracked.draining = node.drain
         tracked.force_deadline = node.drain_strategy.force_deadline if node.drain_strategy else None

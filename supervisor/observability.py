@@ -75,6 +75,15 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "status": "ok",
         "running": service.executions.running_count,
         "ended": dict(service.executions.outcomes),
+        "by_path": dict(service.executions.paths),
+    }
+    agents = service.client.agents
+    checks["exec_paths"] = {
+        "status": "ok",
+        "mode": settings.nomad.direct_exec,
+        "sessions": {"agent": agents.sessions["agent"], "server": agents.sessions["server"]},
+        "fallbacks": agents.sessions["fallback"],
+        "unreachable_agents": sorted(node_id for node_id, _ in agents.unreachable),
     }
     statuses = {check["status"] for check in checks.values()}
     status = "critical" if "critical" in statuses else "warning" if "warning" in statuses else "ok"
@@ -142,6 +151,19 @@ def metrics_text(service: RunnerService) -> str:
         "counter",
         "Runners found gone, by how: event, listing, node restart, exec refusal.",
         [({"path": path}, service.pool.found_gone.get(path, 0)) for path in FOUND_BY],
+    )
+    agents = service.client.agents
+    metric(
+        "supervisor_exec_sessions_total",
+        "counter",
+        "Exec sessions (executions, file commands, stops) by who held them: the agent or a server.",
+        [({"path": path}, agents.sessions[path]) for path in ("agent", "server")],
+    )
+    metric(
+        "supervisor_exec_agent_fallbacks_total",
+        "counter",
+        "Exec sessions that went through a server because the allocation's agent could not be reached.",
+        [(None, agents.sessions["fallback"])],
     )
     metric(
         "supervisor_executions_running",

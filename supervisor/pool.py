@@ -222,6 +222,8 @@ class RunnerPool:
     listed_index: int = 0
     # Idle runners per environment, oldest first (dicts keep insertion order).
     _idle: dict[int, dict[str, None]] = field(factory=dict)
+    # Each runner's allocation, the other way round: for exec straight to the allocation's agent.
+    _by_alloc: dict[str, str] = field(factory=dict)
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -288,6 +290,11 @@ class RunnerPool:
         spec = runner.environment or self.environments[environment_id]
         actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout)]
         return runner, actions + self.fill(environment_id)
+
+    def runner_of_alloc(self, alloc_id: str) -> Runner | None:
+        """The runner whose allocation this is, if any."""
+        runner = self.runners.get(self._by_alloc.get(alloc_id, ""))
+        return runner if runner is not None and runner.alloc_id == alloc_id else None
 
     def used_runner(self, runner_id: str) -> Runner | None:
         """The runner if a client holds it, else None."""
@@ -419,6 +426,7 @@ class RunnerPool:
         Nomad would refuse the same job again; the next change that fills the pool tries again."""
         runner = self.runners.pop(runner_id, None)
         if runner is not None:
+            self._by_alloc.pop(runner.alloc_id, None)
             self._idle.get(runner.environment_id, {}).pop(runner_id, None)
         return []
 
@@ -567,6 +575,9 @@ class RunnerPool:
     def _update(self, runner: Runner, alloc: Allocation | AllocListStub) -> None:
         if alloc.modify_index > runner.suspect_since > 0 and _running(alloc) and alloc.id == runner.alloc_id:
             runner.suspect_since = 0  # its client reported the allocation running since the restart
+        if runner.alloc_id != alloc.id:
+            self._by_alloc.pop(runner.alloc_id, None)
+            self._by_alloc[alloc.id] = runner.id
         runner.alloc_id = alloc.id
         runner.alloc_create_index = alloc.create_index
         runner.alloc_modify_index = alloc.modify_index
@@ -591,6 +602,7 @@ class RunnerPool:
         if found is not None:
             self.found_gone[found] = self.found_gone.get(found, 0) + 1
         self.runners.pop(runner.id, None)
+        self._by_alloc.pop(runner.alloc_id, None)
         self._idle.get(runner.environment_id, {}).pop(runner.id, None)
         floor = max(runner.registered_index, runner.alloc_modify_index, self.listed_index)
         self.tombstones[runner.id] = Tombstone(floor, vanished_at)

@@ -30,6 +30,7 @@ from .factory import RunnerFactory
 from .files import FileService
 from .levels import Requests
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node
+from .nomad.agents import AgentRoute
 from .nomad.api import NomadApi
 from .pool import (
     FOUND_BY_NODE_RESTART,
@@ -59,6 +60,7 @@ class RunnerService:
         self.client = client
         self.settings = settings
         self.pool = RunnerPool()
+        client.agents.locate = self._agent_route
         self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.factory = RunnerFactory(client, self.pool, settings.factory)
         self.executions = ExecutionService(
@@ -162,6 +164,18 @@ class RunnerService:
         """The client used the runner now: its inactivity timeout starts again."""
         # A later deadline needs no wake-up: the expiry loop rechecks when the old one passes.
         self.pool.activity(runner_id, trio.current_time())
+
+    def _agent_route(self, alloc_id: str) -> AgentRoute | None:
+        """Where the allocation's agent is, for exec straight to it: the node tracker knows the
+        node's address (from its events) and its generation (the index of its agent's last
+        restart)."""
+        runner = self.pool.runner_of_alloc(alloc_id)
+        if runner is None or not runner.node_id:
+            return None
+        node = self.pool.nodes.nodes.get(runner.node_id)
+        if node is None:
+            return AgentRoute(runner.node_id)
+        return AgentRoute(node.id, node.restarted_at, node.http_addr, node.tls, down=node.status == "down")
 
     def _alloc_of(self, runner_id: str) -> str | None:
         runner = self.pool.used_runner(runner_id)

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 from supervisor.nomad import Allocation, AllocListStub, EventStream, Indexed, Job, JobListStub, NodeListStub
+from supervisor.nomad.agents import AgentDirectory
 from supervisor.nomad.api import ExecChannel
 from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
 
@@ -19,6 +20,9 @@ class NomadDouble:
     """Satisfies ``NomadApi``; every call is unexpected until a subclass says otherwise."""
 
     address = "http://nomad.invalid:4646"
+
+    def __init__(self) -> None:
+        self.agents = AgentDirectory()
 
     def rotate_address(self) -> None:
         _unexpected("rotate_address")

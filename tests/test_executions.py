@@ -135,6 +135,7 @@ class _ExitedSession:
 
     def __init__(self) -> None:
         self.exited = False
+        self.path = "server"
 
     def __aiter__(self) -> _ExitedSession:
         return self

@@ -20,6 +20,7 @@ class _Session:
     def __init__(self, *, breaks: bool) -> None:
         self.breaks = breaks
         self.exited: ExecExited | None = None
+        self.path = "server"
 
     async def send_stdin(self, data: bytes) -> None:
         if self.breaks:

@@ -260,14 +260,6 @@ def test_tls_context_loads_the_ca_and_checks_its_files(tmp_path: Path) -> None:
 
 
 async def test_exec_sessions_share_the_clients_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    built: list[ssl.SSLContext] = []
-    create = ssl.create_default_context
-
-    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
-        built.append(create(*args, **kwargs))
-        return built[-1]
-
-    monkeypatch.setattr(ssl, "create_default_context", counting)
     given: list[object] = []
 
     def refuse(url: str, **kwargs: object) -> object:
@@ -280,5 +272,24 @@ async def test_exec_sessions_share_the_clients_tls_context(monkeypatch: pytest.M
             with pytest.raises(NomadUnavailableError):
                 async with client.open_exec("a1", task="t", command=["true"]):
                     pass
-    assert len(built) == 1, "one TLS context per client, not one per exec session"
-    assert given == [built[0]] * 3
+    assert isinstance(given[0], ssl.SSLContext)
+    assert given == [given[0]] * 3, "one TLS context per client, not one per exec session"
+
+
+def checked(context: ssl.SSLContext) -> str | None:
+    """The name the context checks on a peer dialled at 10.0.0.9."""
+    return context.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="10.0.0.9").server_hostname
+
+
+def test_tls_checks_the_configured_name_on_servers_and_clients_name_on_agents() -> None:
+    settings = NomadSettings(addresses=("https://10.0.0.1:4646",), tls_server_name="server.global.nomad")
+    server = settings.ssl_context()
+    agent = settings.ssl_context(checked_name=settings.agent_tls_name, always=True)
+    assert server is not None
+    assert agent is not None
+    assert checked(server) == "server.global.nomad"
+    assert checked(agent) == "client.global.nomad"
+    assert NomadSettings(region="eu").agent_tls_name == "client.eu.nomad"
+    plain = NomadSettings(addresses=("https://10.0.0.1:4646",)).ssl_context()
+    assert plain is not None
+    assert checked(plain) == "10.0.0.9"

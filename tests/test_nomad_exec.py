@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -19,6 +20,7 @@ from supervisor.errors import (
     TransientError,
 )
 from supervisor.nomad import ExecExited, ExecOutput, NomadClient, NomadSettings
+from supervisor.nomad.agents import AgentRoute
 
 from .fakes import WsPeer, start_exec_server
 
@@ -173,4 +175,87 @@ async def test_nothing_listening_is_unavailable_and_the_next_server_is_tried() -
             exited, _, _ = await session.wait_exit()
         assert exited.exit_code == 0
         assert client.address == alive, "the server that answered is kept"
+        nursery.cancel_scope.cancel("test over")
+
+
+async def _refused_port() -> str:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()
+    return f"127.0.0.1:{port}"
+
+
+def _located(client: NomadClient, http_addr: str) -> None:
+    client.agents.locate = lambda alloc_id: AgentRoute("node-1", 7, http_addr)
+
+
+async def test_a_session_the_agent_started_is_never_retried_on_a_server() -> None:
+    served: list[str] = []
+
+    async def agent(peer: WsPeer) -> None:
+        served.append("agent")
+        await peer.send_output("stdout", b"started\n")
+        await peer.drop()
+
+    async def server(peer: WsPeer) -> None:
+        served.append("server")  # pragma: no cover
+
+    async with trio.open_nursery() as nursery:
+        agent_url = await start_exec_server(nursery, agent)
+        server_url = await start_exec_server(nursery, server)
+        async with client_for(server_url) as client:
+            _located(client, agent_url.removeprefix("http://"))
+            with pytest.raises(ExecConnectionLost):
+                async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                    assert session.path == "agent"
+                    await session.wait_exit()
+        nursery.cancel_scope.cancel("test over")
+    assert served == ["agent"]
+    assert client.agents.sessions["fallback"] == 0
+
+
+async def test_an_agent_that_refuses_connections_is_passed_over_for_its_generation() -> None:
+    async def server(peer: WsPeer) -> None:
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        server_url = await start_exec_server(nursery, server)
+        async with client_for(server_url) as client:
+            _located(client, await _refused_port())
+            for _ in range(2):
+                async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                    assert session.path == "server"
+                    assert (await session.wait_exit())[0] == ExecExited(0)
+            assert client.agents.sessions["fallback"] == 1, "the agent was tried once"
+            client.agents.locate = lambda alloc_id: AgentRoute("node-1", 8, "127.0.0.1:1")
+            async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                await session.wait_exit()
+            assert client.agents.sessions["fallback"] == 2, "a new generation is tried again"
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_direct_exec_always_never_falls_back() -> None:
+    async with client_for("http://127.0.0.1:1", direct_exec="always") as client:
+        _located(client, await _refused_port())
+        with pytest.raises(NomadUnavailableError):
+            async with client.open_exec(ALLOC, task="t", command=["true"]):
+                pass  # pragma: no cover
+    assert client.agents.sessions["fallback"] == 0
+
+
+async def test_a_peer_that_accepts_and_never_answers_is_given_up_at_the_connect_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
+        url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        async with client_for(url, exec_connect_timeout=3) as client:
+            started = trio.current_time()
+            with pytest.raises(NomadUnavailableError, match="no answer"):
+                async with client.open_exec(ALLOC, task="t", command=["true"]):
+                    pass  # pragma: no cover
+            assert trio.current_time() - started == pytest.approx(3, abs=0.1)
         nursery.cancel_scope.cancel("test over")

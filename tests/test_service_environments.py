@@ -30,6 +30,7 @@ class _GatedNomad(NomadDouble):
     """Jobs in a dict; a call named in ``gates`` stops there until its gate is set."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.jobs: dict[str, dict[str, Any]] = {}
         self.gates: dict[str, trio.Event] = {}
         self.reached: dict[str, trio.Event] = {}

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from .agents import AgentDirectory
 from .client import Indexed
 from .events import EventStream
 from .exec import ExecExited, ExecOutput
@@ -31,6 +32,8 @@ class ExecChannel(Protocol):
     """One running command's session: stdin in; output chunks, then its exit, out."""
 
     exited: ExecExited | None
+    # Who holds the session: the allocation's client "agent", or a "server" that forwards it.
+    path: str
 
     async def send_stdin(self, data: bytes) -> None:
         """Write to the command's stdin."""
@@ -66,6 +69,9 @@ class JobWriter(Protocol):
 
 class NomadApi(JobWriter, ExecOpener, Protocol):
     """Everything the runner service and its children use: writes, exec, listings and the stream."""
+
+    # Where the allocations' client agents are, for exec straight to them.
+    agents: AgentDirectory
 
     @property
     def address(self) -> str:

@@ -11,6 +11,7 @@ retrying writes is safe.
 from __future__ import annotations
 
 import random
+import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Generic, TypeVar
@@ -22,7 +23,8 @@ import trio
 from attrs import frozen
 from loguru import logger
 
-from ..errors import NomadUnavailableError, TransientError
+from ..errors import NomadUnavailableError, SupervisorError, TransientError
+from .agents import AgentDirectory, AgentRoute
 from .boundary import translate_status, translate_transport_errors
 from .decode import structure, structure_list
 from .events import EventStream, open_event_stream
@@ -84,6 +86,9 @@ class NomadClient:
         self._current = 0
         # Built once: loading the CA bundle costs milliseconds, too much for every exec session.
         self.ssl_context = settings.ssl_context()
+        self._agent_ssl: ssl.SSLContext | None = None
+        # Where each allocation's client agent listens; the runner service says how to find them.
+        self.agents = AgentDirectory()
         headers = {"User-Agent": "nomad-runner-supervisor"}
         if settings.token:
             headers["X-Nomad-Token"] = settings.token
@@ -377,8 +382,73 @@ class NomadClient:
     async def open_exec(
         self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
     ) -> AsyncIterator[ExecSession]:
-        """Run ``command`` in the allocation's task. A server that cannot be reached (so nothing ran)
-        is passed over for the next one, once each; a session that started is never retried."""
+        """Run ``command`` in the allocation's task: on its client agent first (``direct_exec``
+        "auto" or "always"), then through the servers. An agent or server that cannot be reached (so
+        nothing ran) is passed over; a session that started is never retried."""
+        mode = self.settings.direct_exec
+        route = await self._agent_route(alloc_id) if mode != "never" else None
+        if route is not None:
+            started = False
+            try:
+                async with open_exec(
+                    self,
+                    alloc_id,
+                    task=task,
+                    command=command,
+                    tty=tty,
+                    address=self.agents.url(route),
+                    ssl_context=self._agent_ssl_context() if route.tls else None,
+                    connect_timeout=self.settings.agent_connect_timeout,
+                ) as session:
+                    started = True
+                    session.path = "agent"
+                    self.agents.sessions["agent"] += 1
+                    yield session
+                return
+            except NomadUnavailableError as exc:
+                if started or mode == "always":
+                    raise
+                self.agents.mark_unreachable(route)
+                logger.warning(
+                    "the client agent of node {} ({}) could not be reached ({}); exec goes through "
+                    "the servers until it registers again",
+                    route.node_id,
+                    route.http_addr,
+                    exc,
+                )
+        elif mode == "always":
+            raise NomadUnavailableError(
+                f"exec in allocation {alloc_id}: its client agent is not known or down"
+            )
+        async with self._exec_via_servers(alloc_id, task=task, command=command, tty=tty) as session:
+            self.agents.sessions["server"] += 1
+            yield session
+
+    async def _agent_route(self, alloc_id: str) -> AgentRoute | None:
+        """The allocation's agent, with its address read from Nomad if no event gave it yet."""
+        route = self.agents.route(alloc_id)
+        if route is None or route.http_addr:
+            return route
+        try:
+            node = (await self.get_node(route.node_id)).value
+        except SupervisorError as exc:
+            logger.debug("the address of node {} could not be read: {}", route.node_id, exc)
+            return None
+        if not node.http_addr or node.status == "down":
+            return None
+        return self.agents.learn(route, node.http_addr, node.tls_enabled)
+
+    def _agent_ssl_context(self) -> ssl.SSLContext | None:
+        if self._agent_ssl is None:
+            self._agent_ssl = self.settings.ssl_context(
+                checked_name=self.settings.agent_tls_name, always=True
+            )
+        return self._agent_ssl
+
+    @asynccontextmanager
+    async def _exec_via_servers(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool
+    ) -> AsyncIterator[ExecSession]:
         for attempt in range(len(self.settings.addresses)):
             started = False
             try:

@@ -43,6 +43,7 @@ _ACRONYMS: Final = {
     "http": "HTTP",
     "cpu": "CPU",
     "dns": "DNS",
+    "tls": "TLS",
 }
 _UNIT_SUFFIXES: Final = ("_ns", "_s")
 _ZERO_TIME_PREFIX: Final = "0001-01-01T00:00:00"

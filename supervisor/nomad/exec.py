@@ -18,6 +18,8 @@ that is the normal end. Failures:
 from __future__ import annotations
 
 import base64
+import math
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Literal
@@ -73,6 +75,8 @@ class ExecSession:
         self.stdout_closed = False
         self.stderr_closed = False
         self.malformed_frames = 0
+        # Who holds the session: the allocation's client "agent", or a "server" that forwards it.
+        self.path = "server"
 
     async def send_stdin(self, data: bytes) -> None:
         """Write ``data`` to the command's stdin."""
@@ -189,8 +193,11 @@ def rejection(code: int, reason: str) -> ExecRejected:
     return ExecRejected(code, reason)
 
 
-def exec_url(client: NomadConnection, alloc_id: str, *, task: str, command: Sequence[str], tty: bool) -> str:
-    base = client.address.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+def exec_url(
+    client: NomadConnection, alloc_id: str, *, task: str, command: Sequence[str], tty: bool, address: str = ""
+) -> str:
+    """The exec WebSocket's URL on ``address`` (a server's or an agent's), or the client's server."""
+    base = (address or client.address).replace("https://", "wss://", 1).replace("http://", "ws://", 1)
     query = {
         **client.common_params(),
         "task": task,
@@ -208,24 +215,38 @@ async def open_exec(
     task: str,
     command: Sequence[str],
     tty: bool = False,
+    address: str = "",
+    ssl_context: ssl.SSLContext | None = None,
+    connect_timeout: float | None = None,
 ) -> AsyncIterator[ExecSession]:
-    """Start ``command`` in ``task`` of allocation ``alloc_id``, on the client's current server."""
-    url = exec_url(client, alloc_id, task=task, command=command, tty=tty)
+    """Start ``command`` in ``task`` of allocation ``alloc_id``, on ``address`` (an agent's, with its
+    ``ssl_context``) or the client's current server. Not connected within ``connect_timeout``
+    (default: the client's), nothing ran: NomadUnavailableError."""
+    url = exec_url(client, alloc_id, task=task, command=command, tty=tty, address=address)
     what = f"exec in allocation {alloc_id} task {task}"
     headers = [(b"X-Nomad-Token", client.settings.token.encode())] if client.settings.token else []
+    timeout = client.settings.exec_connect_timeout if connect_timeout is None else connect_timeout
     connected = False
     try:
-        async with trio_websocket.open_websocket_url(
-            url,
-            ssl_context=client.ssl_context,
-            extra_headers=headers,
-            message_queue_size=_MESSAGE_QUEUE_SIZE,
-            max_message_size=_MAX_MESSAGE_SIZE,
-            connect_timeout=client.settings.exec_connect_timeout,
-            disconnect_timeout=client.settings.close_timeout,
-        ) as connection:
-            connected = True
-            yield ExecSession(connection, what)
+        # trio-websocket's own connect timeout leaves its reader task waiting on a peer that accepted
+        # the connection and never answers; this deadline, lifted once connected, ends it too.
+        with trio.move_on_after(timeout) as connecting:
+            async with trio_websocket.open_websocket_url(
+                url,
+                ssl_context=ssl_context if address else client.ssl_context,
+                extra_headers=headers,
+                message_queue_size=_MESSAGE_QUEUE_SIZE,
+                max_message_size=_MAX_MESSAGE_SIZE,
+                connect_timeout=timeout,
+                disconnect_timeout=client.settings.close_timeout,
+            ) as connection:
+                connected = True
+                connecting.deadline = math.inf
+                yield ExecSession(connection, what)
+        if not connected:
+            raise NomadUnavailableError(
+                f"{what}: no answer from {address or client.address} within {timeout:g}s"
+            )
     except trio_websocket.ConnectionRejected as exc:
         body = (exc.body or b"").decode("utf-8", errors="replace")
         if exc.status_code == 404:

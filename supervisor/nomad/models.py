@@ -353,6 +353,7 @@ class Node(_NodeFields):
     """``GET /v1/node/:id`` and Node event payloads; ``drain`` is Nomad's ``DrainStrategy != nil``."""
 
     http_addr: str = ""
+    tls_enabled: bool = False
     status_updated_at_s: int = 0
     drain_strategy: DrainStrategy | None = None
     attributes: dict[str, str] = field(factory=_empty_dict)

@@ -12,9 +12,35 @@ from attrs import field, frozen
 from ..backoff import BackoffPolicy
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_NOMAD_ADDR", "NomadSettings", "RetryPolicy"]
+__all__ = ["DEFAULT_NOMAD_ADDR", "DIRECT_EXEC_MODES", "NomadSettings", "RetryPolicy"]
 
 DEFAULT_NOMAD_ADDR: Final = "http://127.0.0.1:4646"
+# Whether exec goes to the allocation's client agent first ("auto", with the servers as fallback),
+# only there ("always"), or only through the servers ("never").
+DIRECT_EXEC_MODES: Final = ("auto", "always", "never")
+# What Go's strconv.ParseBool reads as true, as Nomad's CLI reads NOMAD_SKIP_VERIFY.
+_GO_TRUE: Final = ("1", "t", "T", "TRUE", "true", "True")
+
+
+class _NamedContext(ssl.SSLContext):
+    """A TLS context that checks one fixed name on every peer's certificate, whatever address it
+    dials: a server's ``tls_server_name``, or ``client.<region>.nomad`` on a client agent."""
+
+    checked_name: str = ""
+
+    def wrap_bio(self, *args: object, **kwargs: object) -> ssl.SSLObject:
+        kwargs["server_hostname"] = self.checked_name or kwargs.get("server_hostname")
+        return super().wrap_bio(*args, **kwargs)  # type: ignore[arg-type]
+
+    def wrap_socket(self, *args: object, **kwargs: object) -> ssl.SSLSocket:
+        kwargs["server_hostname"] = self.checked_name or kwargs.get("server_hostname")
+        return super().wrap_socket(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def _direct_exec(value: str) -> str:
+    if value not in DIRECT_EXEC_MODES:
+        raise ConfigError(f"nomad.direct_exec: {value!r} is not one of {', '.join(DIRECT_EXEC_MODES)}")
+    return value
 
 
 def _addresses(value: Sequence[str]) -> tuple[str, ...]:
@@ -61,6 +87,10 @@ class NomadSettings:
     # How long closing an exec session or the event stream may take before it is abandoned.
     close_timeout: float = 2.0
     retry: RetryPolicy = field(factory=RetryPolicy)
+    direct_exec: str = field(default="auto", converter=_direct_exec)
+    # An allocation's agent not connected within this long: exec goes through the servers instead
+    # (Nomad's own API client waits 1 s, its ClientConnTimeout).
+    agent_connect_timeout: float = 1.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: object) -> NomadSettings:
@@ -81,7 +111,7 @@ class NomadSettings:
         ):
             if environ.get(name):
                 values[key] = environ[name]
-        if environ.get("NOMAD_SKIP_VERIFY", "").lower() in ("1", "true", "yes"):
+        if environ.get("NOMAD_SKIP_VERIFY", "") in _GO_TRUE:
             values["skip_verify"] = True
         values.update({k: v for k, v in overrides.items() if v not in (None, "", ())})
         return cls(**values)  # type: ignore[arg-type]
@@ -91,14 +121,26 @@ class NomadSettings:
         """Whether any server is reached over https."""
         return any(a.startswith("https://") for a in self.addresses)
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context for https addresses (CA, client certificate), or None for plain http."""
-        if not self.uses_tls:
+    @property
+    def agent_tls_name(self) -> str:
+        """The name a client agent's certificate carries, as Nomad's API client checks it."""
+        return f"client.{self.region or 'global'}.nomad"
+
+    def ssl_context(self, *, checked_name: str = "", always: bool = False) -> ssl.SSLContext | None:
+        """The TLS context for https addresses (CA, client certificate), or None for plain http
+        (unless ``always``). ``checked_name`` is the name checked on every peer's certificate;
+        empty, the name dialled (or ``tls_server_name``, when set)."""
+        if not (self.uses_tls or always):
             return None
         if bool(self.client_cert) != bool(self.client_key):
             raise ConfigError("nomad.client_cert and nomad.client_key must be given together")
+        context = _NamedContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.checked_name = checked_name or self.tls_server_name
         try:
-            context = ssl.create_default_context(cafile=self.ca_cert or None)
+            if self.ca_cert:
+                context.load_verify_locations(cafile=self.ca_cert)
+            else:
+                context.load_default_certs()
             if self.client_cert:
                 context.load_cert_chain(self.client_cert, self.client_key)
         except (OSError, ssl.SSLError) as exc:

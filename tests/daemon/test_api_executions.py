@@ -153,7 +153,20 @@ async def test_destroying_the_runner_ends_its_execution_with_an_error(harness: H
     assert messages[-1] == {"type": "error", "data": "the runner was destroyed by request"}
 
 
+async def test_a_leader_restart_leaves_an_execution_held_by_its_agent_alone(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    messages = await harness.run_until_end(
+        runner, "echo go; sleep 1; echo done", partial(harness.restart_leader, 1)
+    )
+    assert messages[-1] == {"type": "exit", "data": 0}
+    assert output(messages) == "go\ndone\n"
+    assert harness.service.client.agents.sessions["agent"] >= 1
+
+
 async def test_a_lost_exec_connection_is_an_error_not_an_exit(harness: Harness) -> None:
+    """Through the servers (the agents firewalled off), a leader restart cuts the session."""
+    harness.firewall_agents()
     await harness.environment(10)
     runner = await harness.runner(10)
 

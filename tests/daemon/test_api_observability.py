@@ -16,7 +16,15 @@ async def test_details_name_every_check(harness: Harness) -> None:
     await harness.execute(runner, command="true")
     details = (await harness.http.get("/health/details")).json()
     checks = details["checks"]
-    assert set(checks) == {"event_stream", "nomad", "draining_nodes", "pools", "executions", "runners"}
+    assert set(checks) == {
+        "event_stream",
+        "nomad",
+        "draining_nodes",
+        "pools",
+        "executions",
+        "runners",
+        "exec_paths",
+    }
     assert checks["runners"] == {"status": "ok", "suspect": 0, "suspect_ids": [], "found_gone": {}}
     assert checks["event_stream"]["state"] == "up"
     assert checks["event_stream"]["last_index"] > 0
