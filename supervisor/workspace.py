@@ -50,7 +50,9 @@ ESCAPE_EXIT_CODE: Final = 67
 # Linux's limits on a path and on one name in it, in bytes.
 _PATH_MAX: Final = 4095
 _NAME_MAX: Final = 255
-_FIND_FORMAT: Final = r"%y\t%s\t%T@\t%M\t%u\t%g\t%p\t%l\0"
+# Eight fields per entry, each ended by a NUL: the one byte no name or link target can hold.
+_FIND_FORMAT: Final = r"%y\0%s\0%T@\0%M\0%u\0%g\0%p\0%l\0"
+_FIELDS: Final = 8
 _ENTRY_TYPES: Final = {"f": "-", "d": "d", "l": "l", "p": "p", "s": "s", "b": "b", "c": "c"}
 
 # Shell functions every file command starts with. W is the workspace's physical path (the task's
@@ -68,7 +70,7 @@ _PRELUDE: Final = (
     'if [ -L "$c" ] || { [ -e "$c" ] && [ ! -d "$c" ]; }; then rm -f -- "$c" || exit 71; fi; '
     '[ -d "$c" ] || mkdir -- "$c" || exit 71; '
     "fi; "
-    'cd -P -- "$c" 2>/dev/null || return 1; '
+    'cd -P -- "./$c" 2>/dev/null || return 1; '
     'inside || { [ "$mode" = make ] && { echo "$c: a link was swapped in" >&2; '
     f"exit {ESCAPE_EXIT_CODE}; }}; return 2; }}; "
     "done; }; "
@@ -128,18 +130,25 @@ def _delete_step(path: str) -> str:
     """Delete ``path`` (recursively; "." clears the workspace). The link itself goes, never its
     target; a path that leads out of the workspace has nothing in it to delete."""
     if path == ".":
-        return 'cd -P -- "$W" && rm -rf -- ./* ./.[!.]* ./..?* || exit 72'
+        return 'cd -P -- "$W" && find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 72'
     *parents, name = _components(path)
     return f"if {_enter('follow', parents)}; then rm -rf -- {shlex.quote(name)} || exit 72; fi"
 
 
 def _copy_steps(copies: Sequence[tuple[str, bytes | None]]) -> str:
-    """Extract the tar on stdin into a fresh directory in the workspace, then move each entry into
-    place in the archive's order. A directory entry is made (and given 1777) where a link or file
-    was; a file is renamed over whatever stands at its name, an empty directory included. The fresh
-    directory goes at the end, whatever happened (in a subshell, so that the trap the command may
-    have of its own stays)."""
-    moves = ['tar --no-same-owner -x -f - -C "$S" || exit 72']
+    """Extract the tar on stdin into a fresh private directory in the workspace, then move each entry
+    into place in the archive's order. A directory entry is made (and given 1777) where a link or
+    file was; a file is renamed over whatever stands at its name, an empty directory included.
+
+    The private directory is entered and checked (its physical path, our owner, mode 0700) and held
+    open as fd 4, and every move reads from ``/dev/fd/4``: renaming it away and planting a link at
+    its name changes nothing. It goes at the end, whatever happened (in a subshell, so that a trap
+    the command has of its own stays)."""
+    moves = [
+        'cd -P -- "$S" && [ "$(pwd -P)" = "$S" ] && [ "$(stat -c %u:%a .)" = "$(id -u):700" ] || exit 71',
+        "exec 4<. || exit 71",
+        "tar --no-same-owner -x -f - || exit 72",
+    ]
     for path, content in copies:
         parts = _components(path)
         if content is None:
@@ -151,7 +160,7 @@ def _copy_steps(copies: Sequence[tuple[str, bytes | None]]) -> str:
             f"{{ {_enter('make', parents)} || exit 71; }}; "
             f"if [ -d {target} ] && [ ! -L {target} ]; then rmdir -- {target} 2>/dev/null || "
             f"{{ echo {shlex.quote(path + ': a directory is in the way')} >&2; exit 73; }}; fi; "
-            f'mv -f -T -- "$S"/{source} {target} || exit 72'
+            f"mv -f -T -- /dev/fd/4/{source} {target} || exit 72"
         )
     return (
         'S=$(mktemp -d "$W/.supervisor-copy-XXXXXXXX") || exit 71; '
@@ -202,14 +211,16 @@ def read_file_command(path: str) -> list[str]:
     """The command that writes the file at ``path`` to stdout; MISSING_EXIT_CODE when it is not a
     readable file, ESCAPE_EXIT_CODE when a link leads it out of the workspace."""
     *parents, name = _components(path) or ["."]
-    quoted = shlex.quote(name)
+    quoted = shlex.quote(f"./{name}")
     script = (
         _PRELUDE + _entered_or_exit("follow", parents, path) + f"; f={quoted}; "
-        'if [ -L "$f" ]; then t=$(readlink -f -- "$f") || exit 66; '
+        # The "." keeps a trailing newline of the target's name from being stripped.
+        'if [ -L "$f" ]; then t=$(readlink -f -- "$f" && echo .) || exit 66; t=${t%.}; t=${t%?}; '
         f'case $t in "$W"/*) ;; *) echo {shlex.quote(path + " leads out of the workspace")} >&2; '
         f"exit {ESCAPE_EXIT_CODE};; esac; "
-        'cd -P -- "$(dirname -- "$t")" 2>/dev/null && inside || exit 66; f=$(basename -- "$t"); fi; '
-        'if [ -f "$f" ] && [ -r "$f" ]; then dd if="$f" iflag=nofollow bs=65536 status=none; '
+        'cd -P -- "${t%/*}/" 2>/dev/null && inside || exit 66; f=./${t##*/}; fi; '
+        # nonblock: a file swapped for a FIFO after the test fails at once instead of waiting.
+        'if [ -f "$f" ] && [ -r "$f" ]; then dd if="$f" iflag=nofollow,nonblock bs=65536 status=none; '
         f"else echo 'no such file or not readable' >&2; exit {MISSING_EXIT_CODE}; fi"
     )
     return ["/bin/sh", "-c", script]
@@ -218,15 +229,13 @@ def read_file_command(path: str) -> list[str]:
 def parse_file_listing(output: bytes, path: str) -> list[dict[str, Any]]:
     """The FileHeader objects of a ``list_files_command`` output for ``path``; names are given from
     the workspace, with a ``./`` prefix."""
-    records = output.split(b"\0")
-    listed_as, records = records[0], records[1:]
+    listed_as, _, rest = output.partition(b"\0")
     relative = path if listed_as == b"d" else posixpath.dirname(path) or "."
     prefix = "./" if relative == "." else f"./{relative}/"
+    fields = rest.decode("utf-8", "replace").split("\0")[:-1]
     headers = []
-    for record in records:
-        if not record:
-            continue
-        kind, size, mtime, mode, owner, group, name, target = record.decode("utf-8", "replace").split("\t", 7)
+    for start in range(0, len(fields) - _FIELDS + 1, _FIELDS):
+        kind, size, mtime, mode, owner, group, name, target = fields[start : start + _FIELDS]
         header: dict[str, Any] = {
             "name": prefix + name.removeprefix("./"),
             "entryType": _ENTRY_TYPES.get(kind, "?"),

@@ -3,6 +3,7 @@ follow a link out of it, whoever made the link and wherever it sits in the path.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -253,3 +254,71 @@ def test_workspace_paths(path: str, expected: str) -> None:
 def test_paths_that_escape_are_refused(path: str) -> None:
     with pytest.raises(InvalidRequest):
         workspace_path(path, "/workspace")
+
+
+# -- what a review found ----------------------------------------------------------------------
+
+
+def test_a_staging_directory_that_is_not_ours_is_refused(workspace: Path, tmp_path: Path) -> None:
+    """mktemp answers with a link to a directory outside, as if the student had swapped it in: the
+    copy refuses, and nothing outside changes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    outside = workspace.parent / "outside"
+    (bin_dir / "mktemp").write_text(f'#!/bin/sh\nln -s {outside} "$W/.swapped"; echo "$W/.swapped"\n')
+    (bin_dir / "mktemp").chmod(0o755)
+    argv = delete_and_copy_command([], [("secret.txt", b"overwritten")])
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    archive = tar_archive([("secret.txt", b"overwritten")], mtime=time.time())
+    script = argv[2].replace("W=$(pwd -P) || exit 70;", "W=$(pwd -P) || exit 70; export W;", 1)
+    done = subprocess.run(
+        ["/bin/sh", "-c", script], cwd=workspace, input=archive, capture_output=True, env=env, check=False
+    )
+    assert done.returncode == 71, done.stderr
+    untouched(outside)
+
+
+def test_a_component_named_dash_is_a_name_not_the_previous_directory(workspace: Path) -> None:
+    assert patch(workspace, copies=[("a/-/f.txt", b"f")]).returncode == 0
+    assert (workspace / "a" / "-" / "f.txt").read_bytes() == b"f"
+    assert not (workspace / "f.txt").exists()
+    assert run(read_file_command("a/-/f.txt"), workspace).stdout == b"f"
+    assert set(listing(workspace, "a/-")) == {"./a/-/f.txt"}
+    assert patch(workspace, deletions=["a/-/f.txt"]).returncode == 0
+    assert not (workspace / "a" / "-" / "f.txt").exists()
+
+
+def test_a_download_of_a_fifo_never_waits_for_a_writer(workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    (workspace / "file").write_text("data")
+    assert run(read_file_command("pipe"), workspace).returncode == MISSING_EXIT_CODE
+    swapper = subprocess.Popen(
+        ["/bin/sh", "-c", "while :; do echo data > g; mv -f g f; mkfifo h; mv -f h f; done"], cwd=workspace
+    )
+    try:
+        for _ in range(200):  # each reads the file, finds nothing, or fails: none waits
+            subprocess.run(read_file_command("f"), cwd=workspace, capture_output=True, timeout=5, check=False)
+    finally:
+        swapper.kill()
+        swapper.wait()
+
+
+def test_a_link_target_ending_in_a_newline_is_that_file(workspace: Path) -> None:
+    (workspace / "a").write_text("a")
+    (workspace / "a\n").write_text("a and newline")
+    (workspace / "link").symlink_to("a\n")
+    assert run(read_file_command("link"), workspace).stdout == b"a and newline"
+
+
+def test_a_name_with_a_tab_is_listed_whole(workspace: Path) -> None:
+    (workspace / "a\tb").write_text("x")
+    assert set(listing(workspace)) == {"./a\tb"}
+
+
+def test_clearing_a_workspace_of_many_long_names_works(workspace: Path) -> None:
+    """More names than one command line takes (Linux: 2 MiB of arguments)."""
+    for i in range(9000):
+        (workspace / f"{i:05d}{'x' * 240}").touch()
+    done = patch(workspace, deletions=["."])
+    assert done.returncode == 0, done.stderr[:200]
+    assert list(workspace.iterdir()) == []
