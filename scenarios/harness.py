@@ -140,11 +140,19 @@ class Scenario:
         """Every message of one execution, up to the WebSocket's close."""
         response = await self.http.post(f"/runners/{runner_id}/execute", json={"command": command})
         response.raise_for_status()
+        return await self.read_execution(response.json()["websocketUrl"])
+
+    async def read_execution(
+        self, url: str, *, first_line: Callable[[], None] = lambda: None
+    ) -> list[dict[str, Any]]:
+        """Every message of the execution at ``url``; ``first_line()`` once its first output came."""
         messages: list[dict[str, Any]] = []
-        async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
+        async with trio_websocket.open_websocket_url(url) as ws:
             try:
                 while True:
                     messages.append(json.loads(await ws.get_message()))
+                    if messages[-1]["type"] == "stdout" and sum(m["type"] == "stdout" for m in messages) == 1:
+                        first_line()
             except trio_websocket.ConnectionClosed:
                 pass
         return messages
@@ -204,11 +212,14 @@ class Scenario:
 
 @asynccontextmanager
 async def open_scenario(
-    name: str, seed: int, config: SimConfig, settings: Settings | None = None
+    name: str, seed: int, config: SimConfig, settings: Settings | None = None, *, first_server: int = 0
 ) -> AsyncIterator[Scenario]:
+    """A cluster and a daemon at ``settings`` (default: the defaults), whose Nomad address lists every
+    server, ``first_server`` first (the one its name resolves to)."""
     async with trio.open_nursery() as nursery:
         cluster = await nursery.start(SimulatedCluster(config).run)
-        environ = {"NOMAD_ADDR": ",".join(cluster.addresses)}
+        addresses = cluster.addresses[first_server:] + cluster.addresses[:first_server]
+        environ = {"NOMAD_ADDR": ",".join(addresses)}
         daemon = Daemon(settings or Settings(server=ServerSettings(port=0)), environ=environ)
         await nursery.start(daemon.run)
         async with (

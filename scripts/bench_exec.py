@@ -10,7 +10,9 @@ a trivial command, ``--concurrency`` at a time, three ways in one run:
   (the baseline);
 - through our API: ``POST /runners/{id}/execute``, the WebSocket, up to the ``exit`` message;
 - through the bare stack: the same two requests to hypercorn + starlette configured as the daemon
-  configures them, answering at once with no Nomad behind: what the API stack costs by itself.
+  configures them, answering at once with no Nomad behind: what the API stack costs by itself;
+- through our API with every client agent firewalled off (the simulator's control), so that exec
+  takes the fallback path through the servers instead of going straight to the agent.
 
 Then all three again one at a time, where nothing waits for a CPU. Prints throughput, p50/p99
 latency, each process's CPU time per execution, the added latency, and the daemon's CPU budget that
@@ -186,6 +188,15 @@ async def measure(
         results["direct 1"] = await timed(direct, unloaded, 1)
         results["api 1"] = await timed(through_api, unloaded, 1)
         results["floor 1"] = await timed(bare_stack, unloaded, 1)
+        # The fallback path: every agent firewalled off, exec through the servers.
+        state = (await http.get(f"{nomad}/sim/v1/state")).json()
+        for node in state["nodes"]:
+            await http.post(f"{nomad}/sim/v1/nodes/{node['name']}/http", json={"reachable": False})
+        await timed(through_api, args.concurrency, args.concurrency)  # each agent is tried once
+        results["fallback"] = await phase(
+            "fallback", through_api, args.executions, args.concurrency, daemon_pids
+        )
+        results["fallback 1"] = await timed(through_api, unloaded, 1)
     await api_pool.aclose()
     await floor_pool.aclose()
     return results
@@ -306,6 +317,8 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         "direct 1": "one at a time: directly",
         "api 1": "one at a time: through the API",
         "floor 1": "one at a time: bare stack",
+        "fallback": "through the API, agents firewalled",
+        "fallback 1": "one at a time: agents firewalled",
     }
     shape = f"{args.concurrency} at a time, on {args.runners} runners"
     print(f"{args.executions} executions of {COMMAND!r}, {shape}")
@@ -313,7 +326,7 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
     for name, row in rows.items():
         print(f"{labels[name]:<36}{row['throughput']:>14.1f}{row['p50']:>8.1f}ms{row['p99']:>8.1f}ms")
     print("CPU per execution:")
-    for path in ("direct", "api", "floor"):
+    for path in ("direct", "api", "fallback", "floor"):
         spent = ", ".join(f"{who} {CPU[(p, who)] * 1000:.2f} ms" for p, who in CPU if p == path)
         print(f"  {labels[path]}: {spent}")
 
@@ -331,6 +344,13 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
     print(
         f"added latency one at a time: p50 {unloaded_p50:+.1f} ms, p99 {unloaded_p99:+.1f} ms; "
         f"a POST and a WebSocket round through the bare stack take {rows['floor 1']['p50']:.1f} ms at p50"
+    )
+
+    print(
+        "straight to the agent versus through the servers (agents firewalled): "
+        f"p50 {rows['api 1']['p50']:.1f} ms against {rows['fallback 1']['p50']:.1f} ms one at a time, "
+        f"{rows['api']['throughput']:.0f} against {rows['fallback']['throughput']:.0f} executions/s "
+        "under load"
     )
 
     # All processes share this machine's cores, so throughput follows the CPU an execution costs.
