@@ -293,3 +293,12 @@ def test_tls_checks_the_configured_name_on_servers_and_clients_name_on_agents() 
     plain = NomadSettings(addresses=("https://10.0.0.1:4646",)).ssl_context()
     assert plain is not None
     assert checked(plain) == "10.0.0.9"
+
+
+@pytest.mark.parametrize(
+    ("value", "skips"),
+    [("1", True), ("t", True), ("TRUE", True), ("True", True), ("0", False), ("yes", False)],
+)
+def test_nomad_skip_verify_is_read_as_nomads_cli_reads_it(value: str, skips: bool) -> None:
+    settings = NomadSettings.from_env({"NOMAD_ADDR": "https://10.0.0.1:4646", "NOMAD_SKIP_VERIFY": value})
+    assert settings.skip_verify is skips
