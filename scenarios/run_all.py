@@ -18,6 +18,8 @@ SCENARIOS = {
     "all_agents_restart": {"quick": ["--runners", "6"], "full": ["--runners", "100"]},
     "rolling_agent_restart": {"quick": ["--runners", "6"], "full": ["--runners", "100"]},
     "agent_drain_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
+    "allocation_failures": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
+    "node_down": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
 }
 
 

@@ -79,7 +79,7 @@ async def one_row(
         claimed = [await scenario.claim() for _ in range(max(1, args.runners // 2))]
         if not reachable:
             for endpoint in cluster.endpoints.values():
-                cluster.set_agent_reachable(endpoint.name, False)
+                await cluster.set_agent_reachable(endpoint.name, False)
             for runner in claimed:  # each node's agent is tried once, then the servers serve it
                 await scenario.execute(runner, "true")
         await scenario.wait_for(lambda: scenario.service.gate.state is StreamState.UP, within=30)

@@ -243,9 +243,11 @@ async def test_direct_exec_always_never_falls_back() -> None:
     assert client.agents.sessions["fallback"] == 0
 
 
-async def test_a_peer_that_accepts_and_never_answers_is_given_up_at_the_connect_timeout(
+async def test_a_peer_that_accepts_and_never_answers_is_an_unknown_outcome_at_the_connect_timeout(
     autojump_clock: trio.abc.Clock,
 ) -> None:
+    """The request may have arrived: the command may run. Never sent again, to this server or another."""
+
     async def silent(stream: trio.SocketStream) -> None:
         await trio.sleep_forever()
 
@@ -254,8 +256,52 @@ async def test_a_peer_that_accepts_and_never_answers_is_given_up_at_the_connect_
         url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
         async with client_for(url, exec_connect_timeout=3) as client:
             started = trio.current_time()
-            with pytest.raises(NomadUnavailableError, match="no answer"):
+            with pytest.raises(ExecConnectionLost, match="outcome is unknown"):
                 async with client.open_exec(ALLOC, task="t", command=["true"]):
                     pass  # pragma: no cover
             assert trio.current_time() - started == pytest.approx(3, abs=0.1)
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_an_agent_whose_upgrade_never_comes_is_never_retried_on_a_server(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The agent accepted the connection (the probe passed) and the request: it may be running the
+    command, so the servers are not asked to run it again."""
+    asked: list[str] = []
+
+    async def silent_agent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async def server(peer: WsPeer) -> None:
+        asked.append("server")  # pragma: no cover
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, silent_agent, 0, host="127.0.0.1"))
+        server_url = await start_exec_server(nursery, server)
+        async with client_for(server_url) as client:
+            _located(client, f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+            with pytest.raises(ExecConnectionLost):
+                async with client.open_exec(ALLOC, task="t", command=["true"]):
+                    pass  # pragma: no cover
+        nursery.cancel_scope.cancel("test over")
+    assert asked == []
+    assert client.agents.sessions["fallback"] == 0
+
+
+async def test_an_agent_that_answers_with_an_error_status_sends_exec_to_the_servers() -> None:
+    async def server(peer: WsPeer) -> None:
+        await peer.send_exit(0)
+
+    async def unused(peer: WsPeer) -> None:
+        pass  # pragma: no cover
+
+    async with trio.open_nursery() as nursery:
+        agent_url = await start_exec_server(nursery, unused, reject_status=404)
+        server_url = await start_exec_server(nursery, server)
+        async with client_for(server_url) as client:
+            _located(client, agent_url.removeprefix("http://"))
+            async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                assert session.path == "server", "a stale address must not declare the runner lost"
+                assert (await session.wait_exit())[0] == ExecExited(0)
         nursery.cancel_scope.cancel("test over")

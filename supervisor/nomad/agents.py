@@ -44,7 +44,8 @@ class AgentDirectory:
     # and generation.
     learned: dict[tuple[str, int], tuple[str, bool]] = field(factory=dict)
     unreachable: set[tuple[str, int]] = field(factory=set)
-    # Exec sessions opened on each path ("agent", "server"), and fallbacks from an agent to a server.
+    # Exec sessions opened on each path ("agent", "server"), and those that went to a server after
+    # their agent was tried ("fallback").
     sessions: Counter[str] = field(factory=Counter)
 
     def route(self, alloc_id: str) -> AgentRoute | None:
@@ -66,7 +67,6 @@ class AgentDirectory:
         """The agent could not be reached: the servers serve its node until it registers again."""
         self.unreachable = {key for key in self.unreachable if key[0] != route.node_id}
         self.unreachable.add((route.node_id, route.generation))
-        self.sessions["fallback"] += 1
 
     def url(self, route: AgentRoute) -> str:
         """The agent's base URL."""

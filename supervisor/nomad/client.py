@@ -23,7 +23,7 @@ import trio
 from attrs import frozen
 from loguru import logger
 
-from ..errors import NomadUnavailableError, SupervisorError, TransientError
+from ..errors import NomadUnavailableError, SupervisorError, TerminalError, TransientError
 from .agents import AgentDirectory, AgentRoute
 from .boundary import translate_status, translate_transport_errors
 from .decode import structure, structure_list
@@ -387,6 +387,13 @@ class NomadClient:
         nothing ran) is passed over; a session that started is never retried."""
         mode = self.settings.direct_exec
         route = await self._agent_route(alloc_id) if mode != "never" else None
+        tried = route is not None
+        if route is not None and not await self._agent_answers(route):
+            if mode == "always":
+                raise NomadUnavailableError(
+                    f"exec in allocation {alloc_id}: its client agent cannot be reached"
+                )
+            route = None
         if route is not None:
             started = False
             try:
@@ -398,39 +405,64 @@ class NomadClient:
                     tty=tty,
                     address=self.agents.url(route),
                     ssl_context=self._agent_ssl_context() if route.tls else None,
-                    connect_timeout=self.settings.agent_connect_timeout,
                 ) as session:
                     started = True
                     session.path = "agent"
                     self.agents.sessions["agent"] += 1
                     yield session
                 return
-            except NomadUnavailableError as exc:
+            except (NomadUnavailableError, TerminalError) as exc:
+                # Refused before the upgrade, or answered with an error status: nothing ran there.
+                # The servers give the authoritative answer (a stale address may name another node).
                 if started or mode == "always":
                     raise
-                self.agents.mark_unreachable(route)
-                logger.warning(
-                    "the client agent of node {} ({}) could not be reached ({}); exec goes through "
-                    "the servers until it registers again",
-                    route.node_id,
-                    route.http_addr,
-                    exc,
-                )
+                logger.info("exec in {} goes through the servers: its agent answered {}", alloc_id, exc)
         elif mode == "always":
             raise NomadUnavailableError(
                 f"exec in allocation {alloc_id}: its client agent is not known or down"
             )
         async with self._exec_via_servers(alloc_id, task=task, command=command, tty=tty) as session:
             self.agents.sessions["server"] += 1
+            self.agents.sessions["fallback"] += tried
             yield session
 
+    async def _agent_answers(self, route: AgentRoute) -> bool:
+        """Whether the agent accepts a TCP connection within ``agent_connect_timeout``. Probed apart
+        from the exec itself, so that no exec request is ever sent where no answer may come: a
+        timeout after the request left would leave its outcome unknown. An agent that does not
+        answer is passed over until its node registers again."""
+        host, _, port = route.http_addr.rpartition(":")
+        try:
+            with trio.fail_after(self.settings.agent_connect_timeout):
+                probe = await trio.open_tcp_stream(host.strip("[]"), int(port))
+            await probe.aclose()
+            return True
+        except (OSError, ValueError, trio.TooSlowError) as exc:
+            self.agents.mark_unreachable(route)
+            logger.warning(
+                "the client agent of node {} ({}) could not be reached ({!r}); exec goes through the "
+                "servers until it registers again",
+                route.node_id,
+                route.http_addr,
+                exc,
+            )
+            return False
+
     async def _agent_route(self, alloc_id: str) -> AgentRoute | None:
-        """The allocation's agent, with its address read from Nomad if no event gave it yet."""
+        """The allocation's agent, with its address read from Nomad (once, in one try bounded by
+        the agent connect timeout) if no event gave it yet."""
         route = self.agents.route(alloc_id)
         if route is None or route.http_addr:
             return route
         try:
-            node = (await self.get_node(route.node_id)).value
+            response = await self.request(
+                "GET",
+                f"/v1/node/{_escape(route.node_id)}",
+                namespaced=False,
+                attempts=1,
+                http_timeout=self.settings.agent_connect_timeout,
+            )
+            node = structure(orjson.loads(response.content), Node)
         except SupervisorError as exc:
             logger.debug("the address of node {} could not be read: {}", route.node_id, exc)
             return None

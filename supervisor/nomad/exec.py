@@ -175,6 +175,17 @@ class ExecSession:
         )
 
 
+def _never_sent(exc: BaseException) -> bool:
+    """Whether a failed connect ended before the request could reach Nomad: the TCP connect failed
+    (trio-websocket's HandshakeError from an OSError), or the TLS handshake did (trio's
+    BrokenResourceError from an SSLError)."""
+    if isinstance(exc, trio_websocket.HandshakeError):
+        return isinstance(exc.__cause__, OSError)
+    if isinstance(exc, trio.BrokenResourceError):
+        return isinstance(exc.__cause__, ssl.SSLError)
+    return isinstance(exc, OSError)
+
+
 def _integer(result: dict[str, Any], key: str) -> int:
     value = result.get(key, 0)  # Nomad omits zero fields
     if type(value) is not int:
@@ -220,8 +231,13 @@ async def open_exec(
     connect_timeout: float | None = None,
 ) -> AsyncIterator[ExecSession]:
     """Start ``command`` in ``task`` of allocation ``alloc_id``, on ``address`` (an agent's, with its
-    ``ssl_context``) or the client's current server. Not connected within ``connect_timeout``
-    (default: the client's), nothing ran: NomadUnavailableError."""
+    ``ssl_context``) or the client's current server, upgraded within ``connect_timeout`` (default:
+    the client's).
+
+    Only a connection that failed before the request could reach Nomad (refused, unreachable, a TLS
+    handshake that failed) is NomadUnavailableError, safe to try elsewhere. Once the request may have
+    arrived, no answer in time is ExecConnectionLost: the command may be running, and nobody may run
+    it a second time."""
     url = exec_url(client, alloc_id, task=task, command=command, tty=tty, address=address)
     what = f"exec in allocation {alloc_id} task {task}"
     headers = [(b"X-Nomad-Token", client.settings.token.encode())] if client.settings.token else []
@@ -230,7 +246,7 @@ async def open_exec(
     try:
         # trio-websocket's own connect timeout leaves its reader task waiting on a peer that accepted
         # the connection and never answers; this deadline, lifted once connected, ends it too.
-        with trio.move_on_after(timeout) as connecting:
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as connecting:
             async with trio_websocket.open_websocket_url(
                 url,
                 ssl_context=ssl_context if address else client.ssl_context,
@@ -240,12 +256,15 @@ async def open_exec(
                 connect_timeout=timeout,
                 disconnect_timeout=client.settings.close_timeout,
             ) as connection:
+                if connecting.cancel_called:  # upgraded in the very tick the deadline passed
+                    raise ExecConnectionLost(f"{what}: upgraded at the deadline; the outcome is unknown")
                 connected = True
                 connecting.deadline = math.inf
                 yield ExecSession(connection, what)
         if not connected:
-            raise NomadUnavailableError(
-                f"{what}: no answer from {address or client.address} within {timeout:g}s"
+            raise ExecConnectionLost(
+                f"{what}: {address or client.address} accepted the connection and did not answer within "
+                f"{timeout:g}s; the outcome is unknown"
             )
     except trio_websocket.ConnectionRejected as exc:
         body = (exc.body or b"").decode("utf-8", errors="replace")
@@ -253,8 +272,12 @@ async def open_exec(
             raise ExecAllocationUnknown(1008, body.strip() or "alloc not found") from exc
         error = translate_status(exc.status_code, body, what)
         raise (error or ExecConnectionLost(f"{what}: unexpected handshake status {exc.status_code}")) from exc
+    except trio_websocket.ConnectionTimeout as exc:
+        raise ExecConnectionLost(f"{what}: no upgrade within {timeout:g}s; the outcome is unknown") from exc
     except (trio_websocket.HandshakeError, OSError, trio.BrokenResourceError) as exc:
         if connected:
             raise
-        # Nothing ran: as safe to retry on another server as any request that got no answer.
-        raise NomadUnavailableError(f"{what}: could not connect: {exc!r}") from exc
+        if not _never_sent(exc):
+            raise ExecConnectionLost(f"{what}: the upgrade failed: {exc!r}; the outcome is unknown") from exc
+        # The request never reached Nomad: as safe to send elsewhere as any request that got no answer.
+        raise NomadUnavailableError(f"{what}: could not connect: {exc.__cause__ or exc!r}") from exc

@@ -7,13 +7,14 @@ forwards ends when that server (or, for every forwarded session, the leader) res
 
 Each simulated node's agent listens on a loopback port of its own while the agent runs: stopped, it
 refuses connections (its open sessions are cut by the exec layer); started again, it listens on the
-same port. ``reachable = False`` stands for a firewall between the daemon and the clients: the port
-accepts connections and never answers, so a client waits until its own connect timeout.
+same port. ``set_reachable(False)`` stands for a firewall between the daemon and the clients that
+drops packets: a new connection never completes, so a client waits until its own connect timeout.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any, Final
 
 import orjson
@@ -48,7 +49,9 @@ def check_token(cluster: ClusterHandle, request: Request) -> Response | None:
 
 class ExecRoute:
     """``/v1/client/allocation/:id/exec`` as a server forwards it (``forwarded_by`` names the
-    server) or as a node's agent serves it (``node_id`` names the node, and ``forwarded_by`` is "")."""
+    server) or as a node's agent serves it (``node_id`` names the node, and ``forwarded_by`` is "").
+    An agent asked for another node's allocation forwards the request to the servers, as Nomad's
+    client does (its RPC goes to the leader, which routes it to the allocation's node)."""
 
     def __init__(self, cluster: ClusterHandle, *, forwarded_by: str = "", node_id: str = "") -> None:
         self.cluster = cluster
@@ -82,7 +85,14 @@ class ExecRoute:
                 return
             alloc = self.cluster.state.allocs[params["alloc_id"]]
             assert isinstance(command, list)
-            await self.cluster.execs.run(websocket, alloc, task, command, self.forwarded_by)
+            await self.cluster.execs.run(websocket, alloc, task, command, forwarded_by)
+
+        alloc = self.cluster.state.allocs.get(params["alloc_id"])
+        forwarded_by = self.forwarded_by
+        if self.node_id and alloc is not None and alloc.node_id != self.node_id:
+            if self.cluster.leader is None:
+                raise NomadError(500, "No cluster leader")
+            forwarded_by = self.cluster.leader
 
         return WebSocketReply(session, kind="exec")
 
@@ -90,8 +100,8 @@ class ExecRoute:
         """Nomad's close frame for an exec that cannot start: 1008 for coded 4xx errors, 1011 otherwise."""
         state = self.cluster.state
         alloc = state.allocs.get(alloc_id)
-        if alloc is None or (self.node_id and alloc.node_id != self.node_id):
-            return 1008, f'Unknown allocation "{alloc_id}"'  # an agent knows its own allocations only
+        if alloc is None:
+            return 1008, f'Unknown allocation "{alloc_id}"'
         if task not in alloc.tasks:
             return 1008, f'unknown task name "{task}"'
         if alloc.client_terminal:
@@ -119,6 +129,9 @@ class AgentEndpoint:
         self.reachable = True
         self.http = HttpServer(self._handle, name=f"agent {name}")
         self._scope: trio.CancelScope | None = None
+        self._stopped = trio.Event()
+        # While firewalled: the port's socket and the one connection that fills its queue.
+        self._dropping: list[socket.socket] = []
         self._route: ExecRoute | None = None
 
     @property
@@ -132,32 +145,68 @@ class AgentEndpoint:
         self._route = ExecRoute(self.cluster, node_id=node.id)
 
     async def listen(self, nursery: trio.Nursery) -> None:
-        """Open the port (any free one the first time, the same one after) and serve in ``nursery``."""
-        if self._scope is not None:
+        """Open the port (any free one the first time, the same one after) and serve in ``nursery``;
+        behind a firewall, only hold the port."""
+        if self._scope is not None or self._dropping:
             return
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        self.port = listeners[0].socket.getsockname()[1]
+        if not self.reachable:
+            self._drop_new_connections()
+            return
+        listener = (await trio.open_tcp_listeners(self.port, host=self.host))[0]
+        self.port = listener.socket.getsockname()[1]
         self._scope = scope = trio.CancelScope()
+        self._stopped = stopped = trio.Event()
 
-        async def serve() -> None:
-            with scope:
-                async with trio.open_nursery() as connections:
-                    await trio.serve_listeners(self._connection, listeners, handler_nursery=connections)
+        async def accept() -> None:
+            try:
+                with scope:
+                    async with listener:
+                        while True:
+                            nursery.start_soon(self.http.serve_connection, await listener.accept())
+            finally:
+                stopped.set()
 
-        nursery.start_soon(serve)
+        nursery.start_soon(accept)
 
     def close(self) -> None:
         """The agent stopped: the port refuses connections, and its connections are cut."""
         if self._scope is not None:
             self._scope.cancel(f"agent {self.name} stopped")
             self._scope = None
+        self._release_port()
         self.http.drop()
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
-        if not self.reachable:
-            async with stream:  # a firewall drops the packets: nothing is ever answered
-                await trio.sleep_forever()
-        await self.http.serve_connection(stream)
+    async def set_reachable(self, reachable: bool, nursery: trio.Nursery) -> None:
+        """Put a firewall between the daemon and this agent that drops new connections (a client's
+        connect waits until its own timeout), or take it away; established connections go on."""
+        if reachable == self.reachable:
+            return
+        self.reachable = reachable
+        if not reachable and self._scope is not None:
+            self._scope.cancel(f"agent {self.name} firewalled off")
+            self._scope = None
+            await self._stopped.wait()
+            self._drop_new_connections()
+        elif reachable and self._dropping:
+            self._release_port()
+            await self.listen(nursery)
+
+    def _drop_new_connections(self) -> None:
+        """Hold the port with a socket whose accept queue (of one) is full, so that the kernel drops
+        every new connection's SYN, as a firewall that drops packets does."""
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind((self.host, self.port))
+        held.listen(0)
+        filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        filler.setblocking(False)
+        filler.connect_ex((self.host, self.port))
+        self._dropping = [held, filler]
+
+    def _release_port(self) -> None:
+        for held in self._dropping:
+            held.close()
+        self._dropping = []
 
     async def _handle(self, request: Request) -> Response | WebSocketReply:
         found = _EXEC_PATH.match(request.path)

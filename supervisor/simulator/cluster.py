@@ -212,13 +212,13 @@ class SimulatedCluster:
         if endpoint is not None and self._nursery is not None:
             self._nursery.start_soon(endpoint.listen, self._nursery)
 
-    def set_agent_reachable(self, name: str, reachable: bool) -> bool:
-        """Firewall a node's agent port off (new connections are never answered), or open it again;
+    async def set_agent_reachable(self, name: str, reachable: bool) -> bool:
+        """Firewall a node's agent port off (new connections never complete), or open it again;
         False if no node has that name."""
         endpoint = next((e for e in self.endpoints.values() if e.name == name), None)
-        if endpoint is None:
+        if endpoint is None or self._nursery is None:
             return False
-        endpoint.reachable = reachable
+        await endpoint.set_reachable(reachable, self._nursery)
         return True
 
     # -- faults on servers ----------------------------------------------------------------------

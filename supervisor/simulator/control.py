@@ -90,7 +90,7 @@ class ControlAPI:
         reachable = body.get("reachable")
         if not isinstance(reachable, bool):
             raise NomadError(400, "reachable must be true or false")
-        if not self.cluster.set_agent_reachable(params["name"], reachable):
+        if not await self.cluster.set_agent_reachable(params["name"], reachable):
             raise NomadError(404, f"no node named {params['name']!r}")
         return json_response({"node": params["name"], "reachable": reachable})
 

@@ -70,7 +70,7 @@ class ClusterHandle(Protocol):
     def restart_server(self, name: str, *, downtime: float) -> None:
         """Restart the server: its streams and forwarded execs drop; it serves again after ``downtime``."""
 
-    def set_agent_reachable(self, name: str, reachable: bool) -> bool:
+    async def set_agent_reachable(self, name: str, reachable: bool) -> bool:
         """Firewall the node's agent port off, or open it again; False for an unknown node."""
 
     def cut_streams(self) -> int:

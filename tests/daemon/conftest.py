@@ -66,11 +66,11 @@ class Harness:
             url = f"{self.cluster.addresses[0]}/sim/v1/servers/{self.cluster.leader}/restart"
             await http.post(url, json={"downtime_s": downtime})
 
-    def firewall_agents(self) -> None:
+    async def firewall_agents(self) -> None:
         """Every client agent's port stops answering, as in a deployment where the clients are
         firewalled off from the daemon: exec goes through the servers."""
         for endpoint in self.cluster.endpoints.values():
-            self.cluster.set_agent_reachable(endpoint.name, False)
+            await self.cluster.set_agent_reachable(endpoint.name, False)
 
     async def environment(self, environment_id: int = 10, **fields: Any) -> None:
         response = await self.http.put(

@@ -166,7 +166,7 @@ async def test_a_leader_restart_leaves_an_execution_held_by_its_agent_alone(harn
 
 async def test_a_lost_exec_connection_is_an_error_not_an_exit(harness: Harness) -> None:
     """Through the servers (the agents firewalled off), a leader restart cuts the session."""
-    harness.firewall_agents()
+    await harness.firewall_agents()
     await harness.environment(10)
     runner = await harness.runner(10)
 

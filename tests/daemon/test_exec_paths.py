@@ -30,7 +30,7 @@ async def test_every_command_goes_to_the_agent_when_it_can_be_reached(harness: H
 async def test_an_unreachable_agent_is_tried_once_per_registration_then_the_servers_serve(
     harness: Harness,
 ) -> None:
-    harness.firewall_agents()
+    await harness.firewall_agents()
     await harness.environment(10)
     runner = await harness.runner(10)
     agents = harness.service.client.agents

@@ -27,7 +27,7 @@ def settings() -> Settings:
 
 async def test_the_only_server_restarting_under_an_execution_keeps_the_runner(harness: Harness) -> None:
     """Through the server (the agent firewalled off), its restart cuts the session."""
-    harness.firewall_agents()
+    await harness.firewall_agents()
     await harness.environment(10)
     runner = await harness.runner(10)
 

@@ -52,19 +52,19 @@ async def test_a_node_advertises_its_agents_port_and_serves_exec_there(
     assert frames[-1] == {"exited": True, "result": {}}
 
 
-async def test_an_agent_knows_only_its_own_allocations(
+async def test_an_agent_forwards_another_nodes_allocation_to_the_servers(
     cluster: SimulatedCluster, client: NomadClient
 ) -> None:
     alloc_id = await running_alloc(cluster, client)
-    other = next(e for e in cluster.endpoints.values() if e.node_id != cluster.state.allocs[alloc_id].node_id)
-    with pytest.raises(trio_websocket.ConnectionClosed) as closed:
-        async with trio_websocket.open_websocket_url(
-            exec_url(f"ws://{other.address}", alloc_id, ["true"])
-        ) as ws:
-            await ws.get_message()
-    assert closed.value.reason is not None
-    assert closed.value.reason.code == 1008
-    assert closed.value.reason.reason == f'Unknown allocation "{alloc_id}"'
+    node_id = cluster.state.allocs[alloc_id].node_id
+    other = next(e for e in cluster.endpoints.values() if e.node_id != node_id)
+    url = exec_url(f"ws://{other.address}", alloc_id, ["sh", "-c", "echo started; sleep 1; echo done"])
+    async with trio_websocket.open_websocket_url(url) as ws:
+        assert orjson.loads(await ws.get_message()) == {"stdout": {"data": "c3RhcnRlZAo="}}
+        assert cluster.leader is not None
+        cluster.restart_server(cluster.leader, downtime=0.5)
+        frames = await collect(ws)
+    assert not any("exited" in f for f in frames), "forwarded through the leader, it ended with it"
 
 
 async def test_a_session_held_by_the_agent_outlives_a_leader_restart_and_a_forwarded_one_does_not(
@@ -109,7 +109,9 @@ async def test_an_agent_restart_cuts_its_sessions_and_its_port_refuses_until_it_
         assert (await collect(ws))[-1] == {"exited": True, "result": {}}, "the same port serves again"
 
 
-async def test_a_firewalled_agent_port_never_answers(cluster: SimulatedCluster, client: NomadClient) -> None:
+async def test_a_firewalled_agent_port_never_completes_a_connection(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
     alloc_id = await running_alloc(cluster, client)
     node = cluster.state.nodes[cluster.state.allocs[alloc_id].node_id]
     async with httpx.AsyncClient(base_url=cluster.addresses[0]) as http:
@@ -121,13 +123,10 @@ async def test_a_firewalled_agent_port_never_answers(cluster: SimulatedCluster, 
             await http.post(f"/sim/v1/nodes/{node.name}/http", json={"reachable": "no"})
         ).status_code == 400
     host, port = node.http_addr.split(":")
-    stream = await trio.open_tcp_stream(host, int(port))
-    async with stream:
-        await stream.send_all(b"GET /v1/client/allocation/x/exec HTTP/1.1\r\nHost: agent\r\n\r\n")
-        with trio.move_on_after(0.5) as waited:
-            await stream.receive_some(1)
-    assert waited.cancelled_caught, "the connection is accepted and never answered"
-    cluster.set_agent_reachable(node.name, True)
+    with trio.move_on_after(0.5) as waited:
+        await trio.open_tcp_stream(host, int(port))
+    assert waited.cancelled_caught, "the connect never completes: a client waits for its own timeout"
+    await cluster.set_agent_reachable(node.name, True)
     async with trio_websocket.open_websocket_url(
         exec_url(agent_of(cluster, alloc_id), alloc_id, ["true"])
     ) as ws:
