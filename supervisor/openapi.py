@@ -153,6 +153,11 @@ def _shared_responses(settings: ServerSettings) -> dict[str, Any]:
     }
 
 
+# What every operation on a runner may answer besides its own: a bad request, no token, no route,
+# and a runner that is gone.
+_RUNNER_ERRORS: Final = ("BadRequest", "Unauthorized", "NotFound", "RunnerGone")
+
+
 def _runner_id() -> dict[str, Any]:
     schema = {"type": "string", "pattern": "^[^/]+$"}
     return {"name": "runnerId", "in": "path", "required": True, "schema": schema}
@@ -300,10 +305,7 @@ def _runner_paths() -> dict[str, Any]:
                             ),
                         }
                     },
-                    "BadRequest",
-                    "Unauthorized",
-                    "NotFound",
-                    "RunnerGone",
+                    *_RUNNER_ERRORS,
                     "FailedFileDependency",
                     "InternalServerError",
                 ),
@@ -316,10 +318,7 @@ def _runner_paths() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": _json(patch)},
                 "responses": _responses(
                     {"204": {"description": "Done"}},
-                    "BadRequest",
-                    "Unauthorized",
-                    "NotFound",
-                    "RunnerGone",
+                    *_RUNNER_ERRORS,
                     "TooLarge",
                     "InternalServerError",
                 ),
@@ -345,10 +344,7 @@ def _runner_paths() -> dict[str, Any]:
                             },
                         }
                     },
-                    "BadRequest",
-                    "Unauthorized",
-                    "NotFound",
-                    "RunnerGone",
+                    *_RUNNER_ERRORS,
                     "FailedFileDependency",
                     "InternalServerError",
                 ),
@@ -375,10 +371,7 @@ def _runner_paths() -> dict[str, Any]:
                             ),
                         }
                     },
-                    "BadRequest",
-                    "Unauthorized",
-                    "NotFound",
-                    "RunnerGone",
+                    *_RUNNER_ERRORS,
                     "TooLarge",
                     "InternalServerError",
                 ),
