@@ -33,8 +33,12 @@ def terminal_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [m for m in messages if m["type"] in ("exit", "timeout", "error")]
 
 
-def parse_arguments(description: str, default_runners: int) -> argparse.Namespace:
+def parse_arguments(
+    description: str, default_runners: int, extra: Callable[[argparse.ArgumentParser], None] = lambda p: None
+) -> argparse.Namespace:
+    """Every scenario's options (``--runners``, ``--seed``, ``--report``, ``--plot``), and ``extra``'s."""
     parser = argparse.ArgumentParser(description=description)
+    extra(parser)
     parser.add_argument("--runners", type=int, default=default_runners, help="prewarming pool size")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report", type=Path, help="write the JSON report here")

@@ -1,15 +1,19 @@
-"""Run every scenario; exit 0 only if all pass.
+"""Run every scenario for some seeds; print one table, scenario by seed; exit 0 only if all pass.
 
-    python scenarios/run_all.py [--quick]
+    python scenarios/run_all.py [--quick] [--seeds 1,2,3,4,5]
 
-``--quick`` (what the test command runs) uses small pools.
+``--quick`` (what the test command runs) uses small pools and seed 1 unless ``--seeds`` says
+otherwise; without it, the full sizes for seeds 1 to 5. A cell is ``ok``, or the first invariant
+that failed (``crashed`` if the scenario ended without a report).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -20,23 +24,47 @@ SCENARIOS = {
     "agent_drain_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "allocation_failures": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "node_down": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
+    "stream_flapping": {"quick": ["--runners", "6", "--seconds", "10"], "full": ["--runners", "20"]},
 }
+
+
+def run_one(name: str, options: list[str], seed: int, scratch: Path) -> str:
+    """``ok``, the first failing invariant, or ``crashed``."""
+    report = scratch / f"{name}-{seed}.json"
+    argv = [sys.executable, str(HERE / f"{name}.py"), *options, "--seed", str(seed), "--report", str(report)]
+    code = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode
+    if not report.exists():
+        return "crashed"
+    failed = [k for k, v in json.loads(report.read_text())["invariants"].items() if not v["ok"]]
+    if code == 0 and not failed:
+        return "ok"
+    return failed[0] if failed else f"exit {code}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seeds", help="comma-separated seeds (default: 1 with --quick, else 1-5)")
     args = parser.parse_args()
-    failed = []
-    for name, options in SCENARIOS.items():
-        argv = [sys.executable, str(HERE / f"{name}.py"), *options["quick" if args.quick else "full"]]
-        result = subprocess.run(argv, stderr=subprocess.DEVNULL, check=False)
-        if result.returncode != 0:
-            failed.append(name)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [1] if args.quick else [1, 2, 3, 4, 5]
+    size = "quick" if args.quick else "full"
+    results: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, options in SCENARIOS.items():
+            results[name] = [run_one(name, options[size], seed, Path(scratch)) for seed in seeds]
+    width = max(len(name) for name in SCENARIOS)
+    cells = [max(6, *(len(r[i]) for r in results.values())) for i in range(len(seeds))]
+    print(
+        f"{'scenario':<{width}}  "
+        + "  ".join(f"{'seed ' + str(s):<{w}}" for s, w in zip(seeds, cells, strict=True))
+    )
+    for name, row in results.items():
+        print(f"{name:<{width}}  " + "  ".join(f"{cell:<{w}}" for cell, w in zip(row, cells, strict=True)))
+    failed = [name for name, row in results.items() if any(cell != "ok" for cell in row)]
     if failed:
         print(f"scenarios that failed: {', '.join(failed)} (of {len(SCENARIOS)})")
     else:
-        print(f"every scenario held its invariants ({len(SCENARIOS)})")
+        print(f"every scenario held its invariants ({len(SCENARIOS)} scenarios, seeds {args.seeds or seeds})")
     return 1 if failed else 0
 
 
