@@ -455,11 +455,13 @@ class NomadClient:
         if route is None or route.http_addr:
             return route
         try:
+            # Any server answers a stale read, with or without a leader; the next one if it cannot.
             response = await self.request(
                 "GET",
                 f"/v1/node/{_escape(route.node_id)}",
+                params={"stale": ""},
                 namespaced=False,
-                attempts=1,
+                attempts=2,
                 http_timeout=self.settings.agent_connect_timeout,
             )
             node = structure(orjson.loads(response.content), Node)
