@@ -4,7 +4,6 @@ and the routes' own errors as JSON."""
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -93,6 +92,24 @@ async def test_paths_and_shapes_no_runner_could_take_are_400(
     assert words in response.json()["message"]
 
 
+class _Chunks:
+    """A chunked body with no length (not an async generator: one the server stops reading early
+    would be left to the garbage collector)."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.left = count
+        self.size = size
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self.left == 0:
+            raise StopAsyncIteration
+        self.left -= 1
+        return b" " * self.size
+
+
 @pytest.mark.parametrize("settings", [LIMITED])
 async def test_a_body_over_the_limit_is_413_before_it_is_read_whole(
     harness: Harness, settings: Settings
@@ -102,11 +119,7 @@ async def test_a_body_over_the_limit_is_413_before_it_is_read_whole(
     assert sized.status_code == 413
     assert "server.max_body" in sized.json()["message"]
 
-    async def chunks() -> AsyncIterator[bytes]:
-        for _ in range(100):
-            yield b" " * 1024
-
-    chunked = await harness.http.patch("/runners/10-anything/files", content=chunks())
+    chunked = await harness.http.patch("/runners/10-anything/files", content=_Chunks(100, 1024))
     assert chunked.status_code == 413
     assert "server.max_body" in chunked.json()["message"]
 
