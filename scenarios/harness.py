@@ -216,12 +216,22 @@ class Scenario:
 
 @asynccontextmanager
 async def open_scenario(
-    name: str, seed: int, config: SimConfig, settings: Settings | None = None, *, first_server: int = 0
+    name: str,
+    seed: int,
+    config: SimConfig,
+    settings: Settings | None = None,
+    *,
+    first_server: int = 0,
+    before_start: Callable[[NomadClient], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Scenario]:
     """A cluster and a daemon at ``settings`` (default: the defaults), whose Nomad address lists every
-    server, ``first_server`` first (the one its name resolves to)."""
+    server, ``first_server`` first (the one its name resolves to); ``before_start`` prepares the
+    cluster, through Nomad's API, before the daemon starts."""
     async with trio.open_nursery() as nursery:
         cluster = await nursery.start(SimulatedCluster(config).run)
+        if before_start is not None:
+            async with NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as prepare:
+                await before_start(prepare)
         addresses = cluster.addresses[first_server:] + cluster.addresses[:first_server]
         environ = {"NOMAD_ADDR": ",".join(addresses)}
         daemon = Daemon(settings or Settings(server=ServerSettings(port=0)), environ=environ)

@@ -51,14 +51,15 @@ class EnvironmentStore:
         async with self.lock:
             self.adopt((await self._client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
 
-    def adopt(self, jobs: Iterable[JobListStub]) -> None:
-        """The environments of listed template jobs into the pool; call it holding ``lock``."""
+    def adopt(self, jobs: Iterable[JobListStub], *, fill: bool = True) -> None:
+        """The environments of listed template jobs into the pool; call it holding ``lock``. Without
+        ``fill``, their pools are refilled by the reconcile of their runner jobs that follows."""
         for job in jobs:
             if job.stop or not job.id.startswith(TEMPLATE_PREFIX):
                 continue
             environment = environment_from_template(job.meta)
             if environment is not None and self._pool.environments.get(environment.id) != environment:
-                self._apply(self._pool.set_environment(environment)[1])
+                self._apply(self._pool.set_environment(environment, fill=fill)[1])
 
     async def fetch(self, environment_id: int) -> ExecutionEnvironment | None:
         """The environment as Nomad holds it now (None if it does not), adopted into the pool."""

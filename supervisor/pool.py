@@ -227,9 +227,12 @@ class RunnerPool:
 
     # -- environments ---------------------------------------------------------------------------
 
-    def set_environment(self, environment: ExecutionEnvironment) -> tuple[bool, list[Action]]:
+    def set_environment(
+        self, environment: ExecutionEnvironment, *, fill: bool = True
+    ) -> tuple[bool, list[Action]]:
         """Create or replace; returns whether it was new. Idle runners of a replaced environment are
-        destroyed at once, used ones when their client releases them."""
+        destroyed at once, used ones when their client releases them. Without ``fill``, the pool is
+        not refilled here: a listing of its runner jobs is about to be reconciled, which refills."""
         previous = self.environments.get(environment.id)
         self.environments[environment.id] = environment
         actions: list[Action] = []
@@ -239,7 +242,7 @@ class RunnerPool:
                     runner.retired = True
                 else:
                     actions += self._remove(runner, "the execution environment changed")
-        return previous is None, actions + self.fill(environment.id)
+        return previous is None, actions + (self.fill(environment.id) if fill else [])
 
     def remove_environment(self, environment_id: int) -> list[Action]:
         """Forget the environment and destroy its runners (their executions end)."""
@@ -290,6 +293,20 @@ class RunnerPool:
         spec = runner.environment or self.environments[environment_id]
         actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout)]
         return runner, actions + self.fill(environment_id)
+
+    def orphans(self, jobs: Iterable[JobListStub]) -> list[Action]:
+        """Runner jobs of environments that do not exist (their template job is gone): destroy
+        them, since nothing will ever hand them out. A job of an environment the pool knows, or a
+        job that is not a runner's, is left alone."""
+        actions: list[Action] = []
+        for job in jobs:
+            environment_id = runner_environment_id(job.id)
+            if environment_id is None or environment_id in self.environments or job.id in self.runners:
+                continue
+            if job.id not in self.tombstones:
+                self.tombstones[job.id] = Tombstone(max(job.modify_index, self.listed_index), None)
+                actions.append(DestroyRunner(job.id, f"its environment {environment_id} does not exist"))
+        return actions
 
     def runner_of_alloc(self, alloc_id: str) -> Runner | None:
         """The runner whose allocation this is, if any."""

@@ -233,7 +233,7 @@ class RunnerService:
         self.apply(self.pool.replace_nodes(nodes.value, nodes.index))
         async with self.environments.lock:
             templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
-            self.environments.adopt(templates.value)
+            self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
             jobs: list[JobListStub] = []
             index = min(nodes.index, templates.index)
             for environment_id in sorted(self.pool.environments):
@@ -245,6 +245,8 @@ class RunnerService:
             )
             index = max(seen, min(index, allocs.index))
             self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
+            if not self.synced.is_set():  # once, at start: what a previous run may have left
+                self.apply(self.pool.orphans((await self.client.list_jobs(meta=True)).value))
         self.expiry.changed()  # adopted claims bring their inactivity deadlines
         self.last_index = max(self.last_index, index)
         self.synced.set()

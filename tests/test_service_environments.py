@@ -15,9 +15,16 @@ import trio
 import trio.testing
 
 from supervisor.config import Settings
-from supervisor.environments import TEMPLATE_PREFIX, ExecutionEnvironment
+from supervisor.environments import (
+    TEMPLATE_PREFIX,
+    ExecutionEnvironment,
+    new_runner_id,
+    runner_job,
+    template_job,
+)
 from supervisor.nomad.client import Indexed
 from supervisor.nomad.models import JobDeregisterResponse, JobListStub, JobRegisterResponse
+from supervisor.pool import CreateRunner, DestroyRunner
 from supervisor.service import RunnerService
 
 from .nomad_double import NomadDouble
@@ -111,3 +118,26 @@ async def test_an_update_and_a_delete_at_once_leave_the_pool_and_nomad_agreeing(
             await trio.testing.wait_all_tasks_blocked()
             deregistered.set()  # ...then the delete's purge
     assert _agree(service, nomad)
+
+
+async def test_a_restart_adopts_the_runners_it_finds_and_creates_none_beside_them(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a previous run left: the template and its runner jobs, one of them claimed. The first
+    listing adopts them all; the pool is not filled before its runner jobs are reconciled, so it is
+    not doubled. Runner jobs of an environment whose template is gone are destroyed."""
+    nomad = _GatedNomad()
+    nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
+    left = [new_runner_id(ENVIRONMENT.id), new_runner_id(ENVIRONMENT.id)]
+    nomad.jobs[left[0]] = runner_job(ENVIRONMENT, left[0])
+    nomad.jobs[left[1]] = runner_job(ENVIRONMENT, left[1], used=True, timeout=60)
+    orphan = new_runner_id(99)
+    nomad.jobs[orphan] = runner_job(ExecutionEnvironment(99, "python:3.12", 1, 100.0, 256, False, ()), orphan)
+    service = _service(nomad, nursery)
+    actions: list[object] = []
+    monkeypatch.setattr(service, "apply", actions.extend)
+    await service.relist()
+    assert set(service.pool.runners) == set(left), "adopted, and nothing created beside them"
+    assert service.pool.used_runner(left[1]) is not None
+    assert [a.runner_id for a in actions if isinstance(a, DestroyRunner)] == [orphan]
+    assert not any(isinstance(a, CreateRunner) for a in actions)
