@@ -51,7 +51,8 @@ class Scenario:
     name: str
     seed: int
     cluster: SimulatedCluster
-    daemon: Daemon
+    # None when the daemon runs as a process of its own (``daemon_restart``).
+    daemon: Daemon | None
     http: httpx.AsyncClient
     # The operator's own client of the cluster, for what an operator does beside the daemon.
     nomad: NomadClient
@@ -61,6 +62,7 @@ class Scenario:
 
     @property
     def service(self) -> RunnerService:
+        assert self.daemon is not None
         assert self.daemon.service is not None
         return self.daemon.service
 

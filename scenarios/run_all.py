@@ -24,6 +24,7 @@ SCENARIOS = {
     "agent_drain_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "allocation_failures": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "node_down": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
+    "daemon_restart": {"quick": ["--runners", "4"], "full": ["--runners", "30"]},
     "startup_adoption": {"quick": ["--runners", "4"], "full": ["--runners", "30"]},
     "rolling_upgrade": {"quick": ["--runners", "6"], "full": ["--runners", "30", "--rate", "8"]},
     "operator_drain": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},

@@ -310,9 +310,18 @@ class _Routes:
             return client_error(404, f"execution environment {environment_id} does not exist")
         return JSONResponse({"runnerId": runner.id, "mappedPorts": runner.mapped_ports()})
 
+    async def _synced(self) -> None:
+        """Wait (at the gate) for the daemon's first listing of Nomad: until then a runner the pool
+        does not know may be a claim of a previous run, not a runner that is gone."""
+        if not self.service.synced.is_set():
+            await self.service.gate.admit()
+
     async def _runner(self, request: Request) -> Runner:
         """The request's runner, if it may start something new; a suspect one is proven first."""
         runner = self.service.pool.serving_runner(request.path_params["runner_id"])
+        if runner is None and not self.service.synced.is_set():
+            await self._synced()
+            runner = self.service.pool.serving_runner(request.path_params["runner_id"])
         if runner is None:
             raise RunnerGoneError(_RUNNER_GONE)
         self.service.touch(runner.id)
@@ -320,6 +329,7 @@ class _Routes:
         return runner
 
     async def delete_runner(self, request: Request) -> Response:
+        await self._synced()
         try:
             self.service.release(request.path_params["runner_id"])
         except RunnerGoneError:

@@ -21,6 +21,7 @@ __all__ = [
     "noted_command",
     "pid_file",
     "stop_command",
+    "stop_every_noted_command",
     "unprivileged_command",
     "validate_command",
     "validate_environment",
@@ -137,6 +138,23 @@ def execution_command(
         + _note_pid(execution_id)
         + f"export {assignments}; "
         + run
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def stop_every_noted_command(grace: float) -> list[str]:
+    """argv that stops every command noted in the runner and everything each started, as
+    ``stop_command`` stops one: what a previous run of the daemon left behind when it was killed."""
+    tries = max(1, round(grace * 10))
+    script = (
+        "tree() { for c in $(cat /proc/$1/task/*/children 2>/dev/null); do tree $c; done; echo $1; }; "
+        'S=; A=; for N in "${TMPDIR:-/tmp}"/.supervisor-*.pid; do '
+        'P=$(cat "$N" 2>/dev/null) || continue; rm -f "$N"; T=$(tree $P); '
+        'kill -TERM $T 2>/dev/null; S="$S $P"; A="$A $T"; done; '
+        '[ -n "$S" ] || exit 0; i=0; '
+        f"while [ $i -lt {tries} ]; do L=; for P in $S; do kill -0 $P 2>/dev/null && L=1; done; "
+        '[ -n "$L" ] || break; sleep 0.1; i=$((i+1)); done; '
+        "kill -KILL $A 2>/dev/null; true"
     )
     return ["/bin/sh", "-c", script]
 

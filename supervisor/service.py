@@ -28,6 +28,7 @@ from .executions import MESSAGE_AGENT_AWAY, ExecutionService, wait_for_agent
 from .expiry import InactivityExpiry
 from .factory import RunnerFactory
 from .files import FileService
+from .leftovers import LeftoverSweep
 from .levels import Requests
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node
 from .nomad.agents import AgentRoute
@@ -40,6 +41,7 @@ from .pool import (
     Runner,
     RunnerGone,
     RunnerPool,
+    RunnerState,
 )
 
 __all__ = ["RunnerService"]
@@ -63,6 +65,13 @@ class RunnerService:
         client.agents.locate = self._agent_route
         self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.factory = RunnerFactory(client, self.pool, settings.factory)
+        self.leftovers = LeftoverSweep(
+            client,
+            task=settings.execution.task,
+            grace=settings.execution.stop_grace,
+            alloc_of=self._alloc_of,
+            nursery=execution_nursery,
+        )
         self.executions = ExecutionService(
             client,
             settings.execution,
@@ -141,8 +150,10 @@ class RunnerService:
                 raise RunnerGoneError(MESSAGE_AGENT_AWAY)
 
     async def prove(self, runner: Runner) -> None:
-        """Before new work starts in a suspect runner (its agent restarted since it was last seen
-        running), one GET of its allocation proves it; RunnerGoneError if it is gone."""
+        """Before new work starts in a runner: the commands a previous run left in it are stopped;
+        and a suspect runner (its agent restarted since it was last seen running) is proven by one
+        GET of its allocation; RunnerGoneError if it is gone."""
+        await self.leftovers.wait(runner.id)
         if not runner.suspect_since:
             return
         try:
@@ -247,6 +258,7 @@ class RunnerService:
             self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
             if not self.synced.is_set():  # once, at start: what a previous run may have left
                 self.apply(self.pool.orphans((await self.client.list_jobs(meta=True)).value))
+                self.leftovers.adopt(r.id for r in self.pool.runners.values() if r.state is RunnerState.USED)
         self.expiry.changed()  # adopted claims bring their inactivity deadlines
         self.last_index = max(self.last_index, index)
         self.synced.set()

@@ -14,6 +14,7 @@ from supervisor.commands import (
     nomad_variable_names,
     noted_command,
     stop_command,
+    stop_every_noted_command,
     unprivileged_command,
 )
 from supervisor.workspace import MISSING_EXIT_CODE, read_file_command
@@ -117,3 +118,42 @@ def test_nomad_variables_are_unset_and_the_clients_set(tmp_path: Path) -> None:
     assert "NOMAD_" not in output
     assert "CODEOCEAN=true" in output.splitlines()
     assert "GREETING=it's 'quoted' $HOME" in output.splitlines(), "values are passed literally"
+
+
+def test_every_noted_command_a_previous_run_left_is_stopped_and_nothing_else(tmp_path: Path) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    commands = [
+        subprocess.Popen(
+            execution_command(
+                f"sleep 60 & echo $! > child-{i}.pid; sleep 60",
+                {},
+                execution_id=f"left-{i}",
+                privileged=True,
+                nomad_variables=(),
+            ),
+            cwd=tmp_path,
+            env=environ,
+        )
+        for i in range(2)
+    ]
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(list(tmp_path.glob("child-*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        children = [int(p.read_text()) for p in tmp_path.glob("child-*.pid")]
+        subprocess.run(stop_every_noted_command(grace=0.5), env=environ, check=True, timeout=10)
+        for command in commands:
+            assert command.wait(timeout=5) != 0
+        deadline = time.monotonic() + 5
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not any(_alive(c) for c in children), "their background children are stopped too"
+        assert not list(tmp_path.glob(".supervisor-*.pid"))
+        assert bystander.poll() is None, "a command nobody noted is left alone"
+        done = subprocess.run(stop_every_noted_command(grace=0.5), env=environ, check=False, timeout=10)
+        assert done.returncode == 0, "nothing noted: nothing to do"
+    finally:
+        for process in [*commands, bystander]:
+            process.kill()
+            process.wait()
