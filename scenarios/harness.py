@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from html import escape
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,7 +41,7 @@ def parse_arguments(
     parser.add_argument("--runners", type=int, default=default_runners, help="prewarming pool size")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report", type=Path, help="write the JSON report here")
-    parser.add_argument("--plot", type=Path, help="write the timeline as an SVG picture here")
+    parser.add_argument("--plot", type=Path, help="draw what happened here (PNG, or SVG by the suffix)")
     return parser.parse_args()
 
 
@@ -59,6 +58,9 @@ class Scenario:
     started: float = attrs.field(factory=time.monotonic)
     invariants: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     timeline: list[dict[str, Any]] = attrs.field(factory=list)
+    # For the picture: the pool and the stream every 0.2 s, and each execution's start, end, outcome.
+    samples: list[dict[str, Any]] = attrs.field(factory=list)
+    lives: list[dict[str, Any]] = attrs.field(factory=list)
 
     @property
     def service(self) -> RunnerService:
@@ -153,6 +155,7 @@ class Scenario:
     ) -> list[dict[str, Any]]:
         """Every message of the execution at ``url``; ``first_line()`` once its first output came."""
         messages: list[dict[str, Any]] = []
+        start = round(time.monotonic() - self.started, 3)
         async with trio_websocket.open_websocket_url(url) as ws:
             try:
                 while True:
@@ -161,36 +164,40 @@ class Scenario:
                         first_line()
             except trio_websocket.ConnectionClosed:
                 pass
+        ends = terminal_messages(messages)
+        outcome = ends[-1]["type"] if ends else "closed"
+        self.lives.append(
+            {"start": start, "end": round(time.monotonic() - self.started, 3), "outcome": outcome}
+        )
         return messages
 
     def plot(self, path: Path) -> None:
-        """The timeline as SVG: one row per kind of event, time across, invariants listed above."""
-        kinds = list(dict.fromkeys(entry["event"] for entry in self.timeline))
-        end = max((entry["t"] for entry in self.timeline), default=1.0) or 1.0
-        left, width, row, top = 220, 600, 28, 40 + 18 * len(self.invariants)
-        height = top + row * len(kinds) + 40
-        parts = [
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 40}" height="{height}" '
-            'font-family="sans-serif" font-size="12">',
-            f'<text x="10" y="20" font-weight="bold">{escape(self.name)} (seed {self.seed})</text>',
-        ]
-        for i, (name, entry) in enumerate(self.invariants.items()):
-            colour = "#1a7f37" if entry["ok"] else "#cf222e"
-            text = escape(f"{'ok' if entry['ok'] else 'FAILED'}  {name} = {json.dumps(entry['value'])}")
-            parts.append(f'<text x="10" y="{38 + 18 * i}" fill="{colour}">{text}</text>')
-        for i, kind in enumerate(kinds):
-            y = top + row * i + row // 2
-            parts.append(f'<text x="10" y="{y + 4}">{escape(kind)}</text>')
-            parts.append(f'<line x1="{left}" y1="{y}" x2="{left + width}" y2="{y}" stroke="#ddd"/>')
-            for entry in self.timeline:
-                if entry["event"] == kind:
-                    x = left + width * entry["t"] / end
-                    parts.append(f'<circle cx="{x:.1f}" cy="{y}" r="5" fill="#0969da"/>')
-        axis = top + row * len(kinds) + 10
-        parts.append(f'<text x="{left}" y="{axis + 14}">0 s</text>')
-        parts.append(f'<text x="{left + width - 30}" y="{axis + 14}">{end:.1f} s</text>')
-        parts.append("</svg>")
-        path.write_text("\n".join(parts) + "\n")
+        """The picture of what happened (``picture.py``): pool, stream, events and executions."""
+        from picture import draw  # matplotlib is loaded only for a picture
+
+        draw(
+            path,
+            title=f"{self.name} (seed {self.seed})",
+            samples=self.samples,
+            timeline=self.timeline,
+            lives=self.lives,
+            invariants=self.invariants,
+        )
+
+    def sample(self) -> None:
+        """Note the pool's fill and the stream's state now (for the picture)."""
+        if self.daemon is None or self.daemon.service is None:
+            return
+        service = self.daemon.service
+        stats = service.pool.stats().values()
+        self.samples.append(
+            {
+                "t": round(time.monotonic() - self.started, 3),
+                "idle": sum(s.idle for s in stats),
+                "used": sum(s.used for s in stats),
+                "stream": service.gate.state.value,
+            }
+        )
 
     def report(self, path: Path | None, plot: Path | None = None) -> bool:
         ok = all(entry["ok"] for entry in self.invariants.values())
@@ -242,7 +249,15 @@ async def open_scenario(
             httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http,
             NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
         ):
-            yield Scenario(name, seed, cluster, daemon, http, nomad)
+            scenario = Scenario(name, seed, cluster, daemon, http, nomad)
+
+            async def sample() -> None:
+                while True:
+                    scenario.sample()
+                    await trio.sleep(0.2)
+
+            nursery.start_soon(sample)
+            yield scenario
         daemon.stop()
         nursery.cancel_scope.cancel("scenario over")
 
