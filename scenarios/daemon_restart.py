@@ -14,22 +14,18 @@ back; no runner job leaks.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import trio
-from harness import ENVIRONMENT_ID, EXIT_0, Scenario, parse_arguments, run, terminal_messages
+from harness import ENVIRONMENT_ID, EXIT_0, Scenario, parse_arguments, run, start_daemon, terminal_messages
 
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
 
-MARKER = "serving the API on "
 ENVIRONMENT = {
     "image": "python:3.12-slim",
     "prewarmingPoolSize": 4,
@@ -38,22 +34,6 @@ ENVIRONMENT = {
     "networkAccess": False,
     "exposedPorts": [],
 }
-
-
-async def start_daemon(cluster: SimulatedCluster, log: Path) -> tuple[trio.Process, str]:
-    """``supervisor run`` at its defaults against the cluster; the process and its API's base URL."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))}
-    env["NOMAD_ADDR"] = ",".join(cluster.addresses)
-    argv = [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"]
-    sink = await trio.open_file(log, "wb")
-    daemon = await trio.lowlevel.open_process(argv, stdout=sink.wrapped, stderr=subprocess.STDOUT, env=env)
-    await sink.aclose()
-    with trio.fail_after(30):
-        while True:
-            for line in (await trio.Path(log).read_text(errors="replace")).splitlines():
-                if MARKER in line:
-                    return daemon, line.split(MARKER, 1)[1].split(",")[0].strip() + "/api/v1"
-            await trio.sleep(0.05)
 
 
 async def pool_counts(scenario: Scenario) -> tuple[int, int]:

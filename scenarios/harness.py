@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,6 +26,7 @@ from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 ENVIRONMENT_ID = 10
+_SERVING: Final = "serving the API on "
 EXIT_0: Final = [{"type": "exit", "data": 0}]
 
 
@@ -260,6 +263,22 @@ async def open_scenario(
             yield scenario
         daemon.stop()
         nursery.cancel_scope.cancel("scenario over")
+
+
+async def start_daemon(cluster: SimulatedCluster, log: Path) -> tuple[trio.Process, str]:
+    """``supervisor run`` at its defaults against the cluster; the process and its API's base URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))}
+    env["NOMAD_ADDR"] = ",".join(cluster.addresses)
+    argv = [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"]
+    sink = await trio.open_file(log, "wb")
+    daemon = await trio.lowlevel.open_process(argv, stdout=sink.wrapped, stderr=subprocess.STDOUT, env=env)
+    await sink.aclose()
+    with trio.fail_after(30):
+        while True:
+            for line in (await trio.Path(log).read_text(errors="replace")).splitlines():
+                if _SERVING in line:
+                    return daemon, line.split(_SERVING, 1)[1].split(",")[0].strip() + "/api/v1"
+            await trio.sleep(0.05)
 
 
 def run(main: Callable[[argparse.Namespace], Awaitable[bool]], args: argparse.Namespace) -> None:

@@ -97,6 +97,17 @@ def _line(name: str, value: float, labels: dict[str, str] | None = None) -> str:
     return f"{name} {value:g}"
 
 
+def _task_count() -> int:
+    """Every task of the current trio run, from its root down through the nurseries."""
+    root = trio.lowlevel.current_root_task()
+    count, pending = 0, [root] if root is not None else []
+    while pending:
+        task = pending.pop()
+        count += 1
+        pending.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return count
+
+
 def metrics_text(service: RunnerService) -> str:
     """The daemon's state in Prometheus' text exposition format (version 0.0.4)."""
     lines: list[str] = []
@@ -108,6 +119,12 @@ def metrics_text(service: RunnerService) -> str:
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(_line(name, value, labels) for labels, value in samples)
 
+    metric(
+        "supervisor_trio_tasks",
+        "gauge",
+        "Tasks alive in the daemon's trio run (a leak shows as growth).",
+        [(None, _task_count())],
+    )
     metric(
         "supervisor_event_stream_up",
         "gauge",
