@@ -1,0 +1,378 @@
+"""The chaos soak: CodeOcean-like load while a random fault hits the cluster every few seconds.
+
+    python scripts/soak.py [--minutes 10] [--rate 20] [--fault-every 5] [--seed 1]
+                           [--report FILE.json] [--plot FILE.png]
+
+A simulated cluster (3 servers, 5 nodes) in this process; the daemon, ``supervisor run`` at its
+defaults, in a process of its own; three environments of 10 runners. The load, ``--rate``
+executions a second, does what CodeOcean does: claim; list the workspace (it must be empty); PATCH
+``delete: ["./*"]`` and a copy of a file with a fresh token; run ``cat`` of it and a sleep of
+0.1 to 3 s; check the output; release. On 410 it claims again and retries, on 500 it waits a
+little and retries. Every ``--fault-every`` seconds one fault of the simulator's kinds: a server or
+the leader restarts, an agent restarts, all agents restart losing jobs, a node drains (and is made
+eligible again later), the streams are cut, an allocation fails, a node goes down past its
+heartbeat grace.
+
+Invariants, checked from outside: every execution ends with exactly one terminal message; one that
+ends in error overlapped a fault that can cut it; no output is lost; no runner ID is handed out
+twice, and every claimed workspace is empty; no runner job leaks at the end; every pool is back to
+strength within 10 s of each fault (where the next fault lets it); the daemon's trio tasks, open
+descriptors and RSS drift less than 10% between minute 2 and the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import trio
+import trio_websocket
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scenarios"))
+from harness import start_daemon
+from picture import draw
+
+from supervisor.simulator import SimConfig, SimulatedCluster
+
+ENVIRONMENTS: Final = (10, 11, 12)
+POOL: Final = 10
+FAULTS: Final = ("server", "leader", "agent", "all_agents", "drain", "streams", "allocation", "node_down")
+# Faults that can end an execution: a stream cut cannot.
+CUTTING: Final = frozenset(FAULTS) - {"streams"}
+
+
+class Soak:
+    """What the load and the faults saw."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.lives: list[dict[str, Any]] = []
+        self.faults: list[dict[str, Any]] = []
+        self.samples: list[dict[str, Any]] = []
+        self.handed_out: set[str] = set()
+        self.violations: dict[str, list[Any]] = {
+            "terminal_messages": [],
+            "unexplained_errors": [],
+            "lost_output": [],
+            "handed_out_twice": [],
+            "workspace_not_empty": [],
+        }
+        self.retries = 0
+        self.client_errors = 0
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+async def one_execution(http: httpx.AsyncClient, soak: Soak, rng: random.Random) -> None:
+    """Claim, check the workspace, copy, run, check the output, release; again on 410."""
+    for _ in range(20):
+        environment = rng.choice(ENVIRONMENTS)
+        claim = await http.post("/runners", json={"executionEnvironmentId": environment})
+        if claim.status_code != 200:
+            soak.retries += 1
+            await trio.sleep(0.2)
+            continue
+        runner = claim.json()["runnerId"]
+        if runner in soak.handed_out:
+            soak.violations["handed_out_twice"].append(runner)
+        soak.handed_out.add(runner)
+        try:
+            if await run_in(http, soak, rng, runner):
+                return
+        finally:
+            await http.delete(f"/runners/{runner}")
+        soak.retries += 1
+
+
+async def run_in(http: httpx.AsyncClient, soak: Soak, rng: random.Random, runner: str) -> bool:
+    """False when the runner was gone (410) before the execution started: claim another."""
+    files = f"/runners/{runner}/files"
+    listing = await http.get(files)
+    if listing.status_code == 410:
+        return False
+    if listing.status_code == 200 and listing.json()["files"]:
+        soak.violations["workspace_not_empty"].append(runner)
+    token = uuid.uuid4().hex
+    patch = {
+        "delete": ["./*"],
+        "copy": [{"path": "f.txt", "content": base64.b64encode(token.encode()).decode()}],
+    }
+    copied = await http.patch(files, json=patch)
+    if copied.status_code != 204:
+        return copied.status_code != 410
+    pause = round(rng.uniform(0.1, 3.0), 2)
+    prepared = await http.post(
+        f"/runners/{runner}/execute", json={"command": f"cat f.txt; sleep {pause}; echo ."}
+    )
+    if prepared.status_code != 200:
+        return prepared.status_code != 410
+    start, messages = soak.now(), []
+    try:
+        with trio.move_on_after(120):
+            async with trio_websocket.open_websocket_url(prepared.json()["websocketUrl"]) as ws:
+                try:
+                    while True:
+                        messages.append(json.loads(await ws.get_message()))
+                except trio_websocket.ConnectionClosed:
+                    pass
+    except trio_websocket.ConnectionRejected:
+        return False  # the runner went before the execution started: nothing ran, claim another
+    ends = [m for m in messages if m["type"] in ("exit", "timeout", "error")]
+    outcome = ends[-1]["type"] if ends else "none"
+    soak.lives.append({"start": start, "end": soak.now(), "outcome": outcome})
+    if len(ends) != 1:
+        soak.violations["terminal_messages"].append({"runner": runner, "ends": ends})
+    elif outcome == "exit":
+        output = "".join(m["data"] for m in messages if m["type"] == "stdout")
+        if output != f"{token}.\n":
+            soak.violations["lost_output"].append({"runner": runner, "output": output[:80]})
+    elif not any(f["kind"] in CUTTING and start - 1 <= f["t"] <= soak.now() + 1 for f in soak.faults):
+        soak.violations["unexplained_errors"].append({"runner": runner, "end": ends[-1], "at": start})
+    return True
+
+
+async def inject(
+    cluster: SimulatedCluster,
+    control: httpx.AsyncClient,
+    soak: Soak,
+    rng: random.Random,
+    nursery: trio.Nursery,
+) -> None:
+    """One fault of a random kind (an undrain later, in ``nursery``)."""
+    kind = rng.choice(FAULTS)
+    nodes = sorted(cluster.state.nodes.values(), key=lambda n: n.name)
+    target = ""
+    if kind in ("server", "leader"):
+        up = [s for s in cluster.servers if s.up]
+        server = (
+            next((s for s in up if s.name == cluster.leader), None) if kind == "leader" else rng.choice(up)
+        )
+        if server is not None:
+            cluster.restart_server(server.name, downtime=2.0)
+            target = server.name
+    elif kind == "agent":
+        node = rng.choice([n for n in nodes if n.agent_up])
+        await control.post(f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": 2.0})
+        target = node.name
+    elif kind == "all_agents":
+        await control.post("/sim/v1/nodes/restart-all", json={"downtime_s": 2.0, "lose_fraction": 0.3})
+    elif kind == "drain":
+        node = rng.choice(nodes)
+        await control.post(
+            f"/v1/node/{node.id}/drain", json={"DrainSpec": {"Deadline": 3 * 10**9}, "Meta": {}}
+        )
+        target = node.name
+
+        async def undrain() -> None:
+            await trio.sleep(10)
+            body: dict[str, Any] = {"DrainSpec": None, "MarkEligible": True, "Meta": {}}
+            await control.post(f"/v1/node/{node.id}/drain", json=body)
+
+        nursery.start_soon(undrain)
+    elif kind == "streams":
+        cluster.cut_streams()
+    elif kind == "allocation":
+        live = [a for a in cluster.state.allocs.values() if a.client_status == "running"]
+        if live:
+            alloc = rng.choice(live)
+            await control.post(
+                f"/sim/v1/allocations/{alloc.id}/fail", json={"reason": rng.choice(["oom", "crash"])}
+            )
+            target = alloc.job_id
+    elif kind == "node_down":
+        node = rng.choice([n for n in nodes if n.agent_up])
+        downtime = cluster.config.heartbeat_grace + 3
+        await control.post(f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": downtime})
+        target = node.name
+    soak.faults.append({"t": soak.now(), "kind": kind, "target": target})
+
+
+async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soak: Soak) -> None:
+    """The pools, the stream and the daemon's resources, every second."""
+    while True:
+        try:
+            stats = (await http.get("/statistics/execution-environments")).json()
+            details = (await http.get("/health/details")).json()["checks"]
+            metrics = (await http.get(metrics_url)).text
+        except (httpx.HTTPError, KeyError, ValueError):
+            await trio.sleep(1)
+            continue
+        tasks = next(
+            (
+                float(line.split()[-1])
+                for line in metrics.splitlines()
+                if line.startswith("supervisor_trio_tasks ")
+            ),
+            0.0,
+        )
+        status = (await trio.Path(f"/proc/{daemon_pid}/status").read_text()).splitlines()
+        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        soak.samples.append(
+            {
+                "t": soak.now(),
+                "idle": sum(s["idleRunners"] for s in stats.values()),
+                "used": sum(s["usedRunners"] for s in stats.values()),
+                "at_strength": all(stats.get(str(e), {}).get("idleRunners", 0) >= POOL for e in ENVIRONMENTS),
+                "stream": details["event_stream"]["state"],
+                "tasks": tasks,
+                "fds": len(list(await trio.Path(f"/proc/{daemon_pid}/fd").iterdir())),
+                "rss_kib": rss,
+            }
+        )
+        await trio.sleep(1)
+
+
+def drift(samples: list[dict[str, Any]], key: str, since: float) -> float:
+    """The relative change of ``key`` from the first sample after ``since`` to the last one."""
+    later = [s for s in samples if s["t"] >= since] or samples
+    first, last = later[0][key], samples[-1][key]
+    return (last - first) / first if first else 0.0
+
+
+async def main(args: argparse.Namespace) -> bool:
+    rng = random.Random(args.seed)
+    soak = Soak()
+    config = SimConfig(seed=args.seed, servers=3, nodes=5, alloc_start_delay=0.05)
+    logs = Path(tempfile.mkdtemp(prefix="soak-"))
+    async with trio.open_nursery() as root:
+        cluster = await root.start(SimulatedCluster(config).run)
+        daemon, api = await start_daemon(cluster, logs / "daemon.log")
+        limits = httpx.Limits(max_connections=200)
+        async with (
+            httpx.AsyncClient(base_url=api, timeout=60, limits=limits) as http,
+            httpx.AsyncClient(base_url=cluster.addresses[0], timeout=30) as control,
+        ):
+            for environment in ENVIRONMENTS:
+                body = {
+                    "image": "python:3.12-slim",
+                    "prewarmingPoolSize": POOL,
+                    "cpuLimit": 100,
+                    "memoryLimit": 256,
+                    "networkAccess": False,
+                    "exposedPorts": [],
+                }
+                (await http.put(f"/execution-environments/{environment}", json=body)).raise_for_status()
+            await trio.sleep(3)
+            deadline = trio.current_time() + args.minutes * 60
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sample, http, api.removesuffix("/api/v1") + "/metrics", daemon.pid, soak)
+
+                async def faults() -> None:
+                    while trio.current_time() < deadline:
+                        await trio.sleep(args.fault_every)
+                        await inject(cluster, control, soak, rng, nursery)
+
+                nursery.start_soon(faults)
+                limiter = trio.CapacityLimiter(100)
+
+                async def limited() -> None:
+                    async with limiter:
+                        try:
+                            await one_execution(http, soak, rng)
+                        except httpx.TransportError:
+                            soak.client_errors += 1  # a kept-alive connection the daemon closed
+
+                async with trio.open_nursery() as load:
+                    while trio.current_time() < deadline:
+                        load.start_soon(limited)
+                        await trio.sleep(1 / args.rate)
+                await trio.sleep(30)  # the last faults' effects settle, the pools refill
+                nursery.cancel_scope.cancel("soak over")
+            leaked = await leaks(cluster, http)
+        daemon.terminate()
+        await daemon.wait()
+        root.cancel_scope.cancel("soak over")
+    return report(soak, leaked, args, logs)
+
+
+async def leaks(cluster: SimulatedCluster, http: httpx.AsyncClient) -> int:
+    """Runner jobs in Nomad beyond the pools, once every claim is given back."""
+
+    def runner_jobs() -> int:
+        return sum(
+            1 for (_, j), job in cluster.state.jobs.items() if j[:3] in ("10-", "11-", "12-") and not job.stop
+        )
+
+    with trio.move_on_after(60):
+        while runner_jobs() != POOL * len(ENVIRONMENTS):
+            await cluster.wait_for_write()
+    return runner_jobs() - POOL * len(ENVIRONMENTS)
+
+
+def report(soak: Soak, leaked: int, args: argparse.Namespace, logs: Path) -> bool:
+    samples = soak.samples
+    unrecovered = []
+    for i, fault in enumerate(soak.faults):
+        until = min([fault["t"] + 10] + [f["t"] for f in soak.faults[i + 1 :] if f["t"] > fault["t"]])
+        window = [s for s in samples if fault["t"] < s["t"] <= fault["t"] + 10]
+        if until >= fault["t"] + 10 and not any(s["at_strength"] for s in window):
+            unrecovered.append(fault)
+    checks: dict[str, tuple[bool, float]] = {
+        name: (not found, len(found)) for name, found in soak.violations.items()
+    }
+    checks["leaked_runner_jobs"] = (leaked == 0, leaked)
+    checks["pools_at_strength_within_10_s"] = (not unrecovered, len(unrecovered))
+    for key in ("tasks", "fds", "rss_kib"):
+        change = drift(samples, key, 120)
+        checks[f"{key}_drift_under_10_percent"] = (abs(change) < 0.1, round(change, 3))
+    print(f"soak: {args.minutes} min, {len(soak.lives)} executions, {len(soak.faults)} faults")
+    print(f"  {soak.retries} retries (410 or 500 on a claim or call)")
+    print(f"  {soak.client_errors} client transport errors (a kept-alive connection closed)")
+    outcomes: dict[str, int] = {}
+    for life in soak.lives:
+        outcomes[life["outcome"]] = outcomes.get(life["outcome"], 0) + 1
+    kinds: dict[str, int] = {}
+    for fault in soak.faults:
+        kinds[fault["kind"]] = kinds.get(fault["kind"], 0) + 1
+    print(f"  outcomes {outcomes}; faults {kinds}; daemon log {logs / 'daemon.log'}")
+    for name, (ok, value) in checks.items():
+        print(f"  {name:<36} {'PASS' if ok else 'FAIL'}  {value}")
+    invariants = {name: {"ok": ok, "value": value, "limit": 0} for name, (ok, value) in checks.items()}
+    if args.report:
+        document = {
+            "scenario": "soak",
+            "seed": args.seed,
+            "ok": all(ok for ok, _ in checks.values()),
+            "invariants": invariants,
+            "faults": soak.faults,
+            "outcomes": outcomes,
+            "violations": soak.violations,
+            "samples": samples,
+        }
+        args.report.write_text(json.dumps(document, indent=2) + "\n")
+    if args.plot:
+        timeline = [{"t": f["t"], "event": f["kind"]} for f in soak.faults]
+        draw(
+            args.plot,
+            title=f"soak, {args.minutes} min (seed {args.seed})",
+            samples=samples,
+            timeline=timeline,
+            lives=soak.lives,
+            invariants=invariants,
+        )
+    return all(ok for ok, _ in checks.values())
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=20.0, help="executions started a second")
+    parser.add_argument("--fault-every", type=float, default=5.0, help="seconds between faults")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--report", type=Path)
+    parser.add_argument("--plot", type=Path)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    sys.exit(0 if trio.run(main, parse()) else 1)
