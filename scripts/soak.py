@@ -68,6 +68,7 @@ class Soak:
         }
         self.retries = 0
         self.client_errors = 0
+        self.shed = 0
 
     def now(self) -> float:
         return round(time.monotonic() - self.started, 3)
@@ -247,50 +248,61 @@ async def main(args: argparse.Namespace) -> bool:
     async with trio.open_nursery() as root:
         cluster = await root.start(SimulatedCluster(config).run)
         daemon, api = await start_daemon(cluster, logs / "daemon.log")
-        limits = httpx.Limits(max_connections=200)
-        async with (
-            httpx.AsyncClient(base_url=api, timeout=60, limits=limits) as http,
-            httpx.AsyncClient(base_url=cluster.addresses[0], timeout=30) as control,
-        ):
-            for environment in ENVIRONMENTS:
-                body = {
-                    "image": "python:3.12-slim",
-                    "prewarmingPoolSize": POOL,
-                    "cpuLimit": 100,
-                    "memoryLimit": 256,
-                    "networkAccess": False,
-                    "exposedPorts": [],
-                }
-                (await http.put(f"/execution-environments/{environment}", json=body)).raise_for_status()
-            await trio.sleep(3)
-            deadline = trio.current_time() + args.minutes * 60
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(sample, http, api.removesuffix("/api/v1") + "/metrics", daemon.pid, soak)
+        try:
+            limits = httpx.Limits(max_connections=200)
+            async with (
+                httpx.AsyncClient(base_url=api, timeout=60, limits=limits) as http,
+                httpx.AsyncClient(base_url=cluster.addresses[0], timeout=30) as control,
+            ):
+                for environment in ENVIRONMENTS:
+                    body = {
+                        "image": "python:3.12-slim",
+                        "prewarmingPoolSize": POOL,
+                        "cpuLimit": 100,
+                        "memoryLimit": 256,
+                        "networkAccess": False,
+                        "exposedPorts": [],
+                    }
+                    (await http.put(f"/execution-environments/{environment}", json=body)).raise_for_status()
+                await trio.sleep(3)
+                deadline = trio.current_time() + args.minutes * 60
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(
+                        sample, http, api.removesuffix("/api/v1") + "/metrics", daemon.pid, soak
+                    )
 
-                async def faults() -> None:
-                    while trio.current_time() < deadline:
-                        await trio.sleep(args.fault_every)
-                        await inject(cluster, control, soak, rng, nursery)
+                    async def faults() -> None:
+                        while trio.current_time() < deadline:
+                            await trio.sleep(args.fault_every)
+                            await inject(cluster, control, soak, rng, nursery)
 
-                nursery.start_soon(faults)
-                limiter = trio.CapacityLimiter(100)
+                    nursery.start_soon(faults)
+                    limiter = trio.CapacityLimiter(100)
 
-                async def limited() -> None:
-                    async with limiter:
+                    async def limited(client: object) -> None:
                         try:
                             await one_execution(http, soak, rng)
                         except httpx.TransportError:
                             soak.client_errors += 1  # a kept-alive connection the daemon closed
+                        finally:
+                            limiter.release_on_behalf_of(client)
 
-                async with trio.open_nursery() as load:
-                    while trio.current_time() < deadline:
-                        load.start_soon(limited)
-                        await trio.sleep(1 / args.rate)
-                await trio.sleep(30)  # the last faults' effects settle, the pools refill
-                nursery.cancel_scope.cancel("soak over")
-            leaked = await leaks(cluster, http)
-        daemon.terminate()
-        await daemon.wait()
+                    async with trio.open_nursery() as load:
+                        while trio.current_time() < deadline:
+                            try:  # at most 100 clients at once: past that, the load is shed, not queued
+                                client = object()
+                                limiter.acquire_on_behalf_of_nowait(client)
+                                load.start_soon(limited, client)
+                            except trio.WouldBlock:
+                                soak.shed += 1
+                            await trio.sleep(1 / args.rate)
+                    await trio.sleep(30)  # the last faults' effects settle, the pools refill
+                    nursery.cancel_scope.cancel("soak over")
+                leaked = await leaks(cluster, http)
+        finally:  # whatever happened, the daemon goes too
+            daemon.terminate()
+            with trio.CancelScope(shield=True):
+                await daemon.wait()
         root.cancel_scope.cancel("soak over")
     return report(soak, leaked, args, logs)
 
@@ -328,6 +340,7 @@ def report(soak: Soak, leaked: int, args: argparse.Namespace, logs: Path) -> boo
     print(f"soak: {args.minutes} min, {len(soak.lives)} executions, {len(soak.faults)} faults")
     print(f"  {soak.retries} retries (410 or 500 on a claim or call)")
     print(f"  {soak.client_errors} client transport errors (a kept-alive connection closed)")
+    print(f"  {soak.shed} executions not started: 100 clients were busy")
     outcomes: dict[str, int] = {}
     for life in soak.lives:
         outcomes[life["outcome"]] = outcomes.get(life["outcome"], 0) + 1
