@@ -4,14 +4,15 @@
                            [--report FILE.json] [--plot FILE.png]
 
 A simulated cluster (3 servers, 5 nodes) in this process; the daemon, ``supervisor run`` at its
-defaults, in a process of its own; three environments of 10 runners. The load, ``--rate``
-executions a second, does what CodeOcean does: claim; list the workspace (it must be empty); PATCH
-``delete: ["./*"]`` and a copy of a file with a fresh token; run ``cat`` of it and a sleep of
-0.1 to 3 s; check the output; release. On 410 it claims again and retries, on 500 it waits a
-little and retries. Every ``--fault-every`` seconds one fault of the simulator's kinds: a server or
-the leader restarts, an agent restarts, all agents restart losing jobs, a node drains (and is made
-eligible again later), the streams are cut, an allocation fails, a node goes down past its
-heartbeat grace.
+defaults, in a process of its own; three environments of 30 runners (more than the load keeps
+busy, so that a pool below strength shows a fault, not the load). The load, ``--rate`` executions
+a second from at most 100 clients at once, does what CodeOcean does: claim; list the workspace (it
+must be empty); PATCH ``delete: ["./*"]`` and a copy of a file with a fresh token; run ``cat`` of
+it and a sleep of 0.1 to 3 s; check the output; release. On 410 it claims again and retries, on
+500 it waits a little and retries. Every ``--fault-every`` seconds one fault of the simulator's
+kinds: a server or the leader restarts, an agent restarts, all agents restart losing jobs, a node
+drains (and is made eligible again later), the streams are cut, an allocation fails, a node goes
+down past its heartbeat grace.
 
 Invariants, checked from outside: every execution ends with exactly one terminal message; one that
 ends in error overlapped a fault that can cut it; no output is lost; no runner ID is handed out
@@ -44,7 +45,7 @@ from picture import draw
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 ENVIRONMENTS: Final = (10, 11, 12)
-POOL: Final = 10
+POOL: Final = 30
 FAULTS: Final = ("server", "leader", "agent", "all_agents", "drain", "streams", "allocation", "node_down")
 # Faults that can end an execution: a stream cut cannot.
 CUTTING: Final = frozenset(FAULTS) - {"streams"}
