@@ -18,7 +18,7 @@ Invariants, checked from outside: every execution ends with exactly one terminal
 ends in error overlapped a fault that can cut it; no output is lost; no runner ID is handed out
 twice, and every claimed workspace is empty; no runner job leaks at the end; every pool is back to
 strength within 10 s of each fault (where the next fault lets it); the daemon's trio tasks, open
-descriptors and RSS drift less than 10% between minute 2 and the end.
+descriptors and RSS drift less than 10% between minute 2 and the end of the load.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class Soak:
         self.retries = 0
         self.client_errors = 0
         self.shed = 0
+        self.load_ended = float("inf")
 
     def now(self) -> float:
         return round(time.monotonic() - self.started, 3)
@@ -234,10 +235,11 @@ async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soa
         await trio.sleep(1)
 
 
-def drift(samples: list[dict[str, Any]], key: str, since: float) -> float:
-    """The relative change of ``key`` from the first sample after ``since`` to the last one."""
-    later = [s for s in samples if s["t"] >= since] or samples
-    first, last = later[0][key], samples[-1][key]
+def drift(samples: list[dict[str, Any]], key: str, since: float, until: float) -> float:
+    """The relative change of ``key`` from the first sample after ``since`` to the last one before
+    ``until`` (the load's end: after it the daemon idles, which is no drift)."""
+    window = [s for s in samples if since <= s["t"] <= until] or samples
+    first, last = window[0][key], window[-1][key]
     return (last - first) / first if first else 0.0
 
 
@@ -297,6 +299,7 @@ async def main(args: argparse.Namespace) -> bool:
                             except trio.WouldBlock:
                                 soak.shed += 1
                             await trio.sleep(1 / args.rate)
+                    soak.load_ended = soak.now()
                     await trio.sleep(30)  # the last faults' effects settle, the pools refill
                     nursery.cancel_scope.cancel("soak over")
                 leaked = await leaks(cluster, http)
@@ -336,7 +339,7 @@ def report(soak: Soak, leaked: int, args: argparse.Namespace, logs: Path) -> boo
     checks["leaked_runner_jobs"] = (leaked == 0, leaked)
     checks["pools_at_strength_within_10_s"] = (not unrecovered, len(unrecovered))
     for key in ("tasks", "fds", "rss_kib"):
-        change = drift(samples, key, 120)
+        change = drift(samples, key, 120, soak.load_ended)
         checks[f"{key}_drift_under_10_percent"] = (abs(change) < 0.1, round(change, 3))
     print(f"soak: {args.minutes} min, {len(soak.lives)} executions, {len(soak.faults)} faults")
     print(f"  {soak.retries} retries (410 or 500 on a claim or call)")
