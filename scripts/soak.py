@@ -144,6 +144,19 @@ async def run_in(http: httpx.AsyncClient, soak: Soak, rng: random.Random, runner
     return True
 
 
+async def post(cluster: SimulatedCluster, control: httpx.AsyncClient, path: str, json: Any) -> None:
+    """A control or operator request, to the first server that answers (one may be restarting):
+    tried again every second until one does."""
+    while True:
+        for address in cluster.addresses:
+            try:
+                await control.post(address + path, json=json)
+                return
+            except httpx.TransportError:
+                continue
+        await trio.sleep(1)
+
+
 async def inject(
     cluster: SimulatedCluster,
     control: httpx.AsyncClient,
@@ -154,6 +167,9 @@ async def inject(
     """One fault of a random kind (an undrain later, in ``nursery``)."""
     kind = rng.choice(FAULTS)
     nodes = sorted(cluster.state.nodes.values(), key=lambda n: n.name)
+    up = [n for n in nodes if n.agent_up]
+    if kind in ("agent", "node_down") and not up:
+        kind = "streams"  # every agent is away: nothing to restart
     target = ""
     if kind in ("server", "leader"):
         up = [s for s in cluster.servers if s.up]
@@ -164,22 +180,27 @@ async def inject(
             cluster.restart_server(server.name, downtime=2.0)
             target = server.name
     elif kind == "agent":
-        node = rng.choice([n for n in nodes if n.agent_up])
-        await control.post(f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": 2.0})
+        node = rng.choice(up)
+        await post(cluster, control, f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": 2.0})
         target = node.name
     elif kind == "all_agents":
-        await control.post("/sim/v1/nodes/restart-all", json={"downtime_s": 2.0, "lose_fraction": 0.3})
+        await post(
+            cluster, control, "/sim/v1/nodes/restart-all", json={"downtime_s": 2.0, "lose_fraction": 0.3}
+        )
     elif kind == "drain":
         node = rng.choice(nodes)
-        await control.post(
-            f"/v1/node/{node.id}/drain", json={"DrainSpec": {"Deadline": 3 * 10**9}, "Meta": {}}
+        await post(
+            cluster,
+            control,
+            f"/v1/node/{node.id}/drain",
+            json={"DrainSpec": {"Deadline": 3 * 10**9}, "Meta": {}},
         )
         target = node.name
 
         async def undrain() -> None:
             await trio.sleep(10)
             body: dict[str, Any] = {"DrainSpec": None, "MarkEligible": True, "Meta": {}}
-            await control.post(f"/v1/node/{node.id}/drain", json=body)
+            await post(cluster, control, f"/v1/node/{node.id}/drain", json=body)
 
         nursery.start_soon(undrain)
     elif kind == "streams":
@@ -188,14 +209,17 @@ async def inject(
         live = [a for a in cluster.state.allocs.values() if a.client_status == "running"]
         if live:
             alloc = rng.choice(live)
-            await control.post(
-                f"/sim/v1/allocations/{alloc.id}/fail", json={"reason": rng.choice(["oom", "crash"])}
+            await post(
+                cluster,
+                control,
+                f"/sim/v1/allocations/{alloc.id}/fail",
+                json={"reason": rng.choice(["oom", "crash"])},
             )
             target = alloc.job_id
     elif kind == "node_down":
-        node = rng.choice([n for n in nodes if n.agent_up])
+        node = rng.choice(up)
         downtime = cluster.config.heartbeat_grace + 3
-        await control.post(f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": downtime})
+        await post(cluster, control, f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": downtime})
         target = node.name
     soak.faults.append({"t": soak.now(), "kind": kind, "target": target})
 
