@@ -172,9 +172,11 @@ async def inject(
         kind = "streams"  # every agent is away: nothing to restart
     target = ""
     if kind in ("server", "leader"):
-        up = [s for s in cluster.servers if s.up]
+        serving = [s for s in cluster.servers if s.up]
         server = (
-            next((s for s in up if s.name == cluster.leader), None) if kind == "leader" else rng.choice(up)
+            next((s for s in serving if s.name == cluster.leader), None)
+            if kind == "leader"
+            else rng.choice(serving)
         )
         if server is not None:
             cluster.restart_server(server.name, downtime=2.0)
