@@ -297,12 +297,14 @@ class RunnerPool:
     def orphans(self, jobs: Iterable[JobListStub]) -> list[Action]:
         """Runner jobs of environments that do not exist (their template job is gone): destroy
         them, since nothing will ever hand them out. A job of an environment the pool knows, or a
-        job that is not a runner's, is left alone."""
+        job that is not ours (its ID and its meta both say whose runner it is), is left alone."""
         actions: list[Action] = []
         for job in jobs:
             environment_id = runner_environment_id(job.id)
             if environment_id is None or environment_id in self.environments or job.id in self.runners:
                 continue
+            if job.meta.get("environment") != str(environment_id):
+                continue  # named like a runner, but another system's job
             if job.id not in self.tombstones:
                 self.tombstones[job.id] = Tombstone(max(job.modify_index, self.listed_index), None)
                 actions.append(DestroyRunner(job.id, f"its environment {environment_id} does not exist"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -336,3 +337,12 @@ def test_an_exec_refused_for_an_unknown_allocation_is_evidence_of_loss() -> None
     assert RelistWanted(REASON_ALLOCATION_UNKNOWN) in actions
     assert pool.used_runner(runner.id) is None
     assert pool.found_gone == {"exec refusal": 1}
+
+
+def test_only_our_runner_jobs_of_a_vanished_environment_are_orphans() -> None:
+    pool = RunnerPool()
+    ours = JobListStub(id=f"7-{uuid.uuid4()}", meta={"environment": "7", "used": "false"})
+    theirs = JobListStub(id=f"7-{uuid.uuid4()}", meta={})
+    actions = pool.orphans([ours, theirs, JobListStub(id="web-frontend")])
+    assert [a.runner_id for a in actions if isinstance(a, DestroyRunner)] == [ours.id]
+    assert pool.orphans([ours]) == [], "its purge is ordered once"
