@@ -31,6 +31,11 @@ _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A command and its variables together, in bytes: the whole script is one argument of the exec, and
 # Linux takes at most 128 KiB in one argument (MAX_ARG_STRLEN).
 MAX_COMMAND_BYTES: Final = 100_000
+# A shell function printing a process and all its descendants, read from /proc before anything dies
+# (orphans are re-parented): what the stop commands signal.
+_PROCESS_TREE: Final = (
+    "tree() { for c in $(cat /proc/$1/task/*/children 2>/dev/null); do tree $c; done; echo $1; }; "
+)
 # Prints the task's environment, names and values; only the NOMAD_* names are kept from it
 # (nomad_variable_names). Run once per allocation: they never change.
 NOMAD_VARIABLES_COMMAND: Final = ["/bin/sh", "-c", "env"]
@@ -146,8 +151,7 @@ def stop_every_noted_command(grace: float) -> list[str]:
     """argv that stops every command noted in the runner and everything each started, as
     ``stop_command`` stops one: what a previous run of the daemon left behind when it was killed."""
     tries = max(1, round(grace * 10))
-    script = (
-        "tree() { for c in $(cat /proc/$1/task/*/children 2>/dev/null); do tree $c; done; echo $1; }; "
+    script = _PROCESS_TREE + (
         'S=; A=; for N in "${TMPDIR:-/tmp}"/.supervisor-*.pid; do '
         'P=$(cat "$N" 2>/dev/null) || continue; rm -f "$N"; T=$(tree $P); '
         'kill -TERM $T 2>/dev/null; S="$S $P"; A="$A $T"; done; '
@@ -166,8 +170,8 @@ def stop_command(execution_id: str, grace: float) -> list[str]:
     pid = f'"{pid_file(execution_id)}"'
     script = (
         f"P=$(cat {pid} 2>/dev/null) || exit 0; rm -f {pid}; "
-        "tree() { for c in $(cat /proc/$1/task/*/children 2>/dev/null); do tree $c; done; echo $1; }; "
-        "T=$(tree $P); kill -TERM $T 2>/dev/null; i=0; "
+        + _PROCESS_TREE
+        + "T=$(tree $P); kill -TERM $T 2>/dev/null; i=0; "
         f"while kill -0 $P 2>/dev/null && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; "
         "kill -KILL $T 2>/dev/null; true"
     )
