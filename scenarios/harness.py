@@ -132,8 +132,9 @@ class Scenario:
         return str(response.json()["runnerId"])
 
     async def claim_run_release(self, command: str = "echo ok", *, within: float = 30.0) -> str:
-        """Claim a runner as CodeOcean does (500 NOMAD_OVERLOAD: try again shortly), run
-        ``command`` in it and give it back; returns "exit 0", or what ended it otherwise."""
+        """Claim a runner as CodeOcean does (500 NOMAD_OVERLOAD: try again shortly; 410 on the
+        execution: the runner is gone, claim another), run ``command`` in it and give it back;
+        returns "exit 0", or what ended it otherwise."""
         with trio.move_on_after(within):
             while True:
                 response = await self.http.post("/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
@@ -142,8 +143,14 @@ class Scenario:
                     continue
                 response.raise_for_status()
                 runner = response.json()["runnerId"]
-                ends = terminal_messages(await self.execute(runner, command))
-                (await self.http.delete(f"/runners/{runner}")).raise_for_status()
+                started = await self.http.post(f"/runners/{runner}/execute", json={"command": command})
+                if started.status_code == 410:
+                    continue
+                started.raise_for_status()
+                ends = terminal_messages(await self.read_execution(started.json()["websocketUrl"]))
+                released = await self.http.delete(f"/runners/{runner}")
+                if released.status_code != 410:
+                    released.raise_for_status()
                 return "exit 0" if ends == EXIT_0 else json.dumps(ends)
         return f"no runner within {within:g} s"
 

@@ -21,6 +21,10 @@ SCENARIOS = {
     "server_restart": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
     "all_agents_restart": {"quick": ["--runners", "6"], "full": ["--runners", "100"]},
     "rolling_agent_restart": {"quick": ["--runners", "6"], "full": ["--runners", "100"]},
+    "rolling_agent_restart_storm": {
+        "quick": ["--runners", "120", "--nodes", "3"],
+        "full": ["--runners", "200"],
+    },
     "agent_drain_restart": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "allocation_failures": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "node_down": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},

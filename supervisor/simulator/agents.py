@@ -87,13 +87,14 @@ class Agents:
         self.scheduler = scheduler
         self.exec: ExecHooks = _NoExec()
         self._starting: set[str] = set()
+        # The allocations each node's agent is starting now, for the reschedule flood.
+        self._starting_on: dict[str, set[str]] = {}
         self._stopping: set[str] = set()
         self._drain_timers: dict[str, Callable[[], None]] = {}
         # Called when an agent stops and when it starts again (its HTTP port closes and opens).
         self.on_agent_stopped: list[Callable[[SimNode], None]] = []
         self.on_agent_started: list[Callable[[SimNode], None]] = []
         state.after_write.append(self._after_write)
-        scheduler.on_placed.append(self._check_flood)
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -143,6 +144,7 @@ class Agents:
             return
         node.agent_up = False
         node.agent_down_since = self.state.now()
+        self._starting -= self._starting_on.pop(node.id, set())
         self.exec.drop_node(node.id)
         for hook in self.on_agent_stopped:
             hook(node)
@@ -173,7 +175,6 @@ class Agents:
         for hook in self.on_agent_started:
             hook(node)
         node.back_since = self.state.now()
-        node.placements_since_back = 0
         state = self.state
         with state.write("NodeRegistration") as tx:
             node.status = "initializing"
@@ -283,8 +284,9 @@ class Agents:
             return
         if (
             self.state.now() - node.back_since <= config.flood_window
-            and node.placements_since_back > config.flood_limit
+            and len(self._starting_on.get(node.id, ())) > config.flood_limit
         ):
+            node.flood_crashes += 1
             self.stop_agent(node)
             self.state.timers.call_later(config.flood_downtime, lambda: self.start_agent(node))
 
@@ -416,7 +418,9 @@ class Agents:
                 self.state.timers.call_later(config.task_kill_delay, lambda: self._stop(alloc.id))
         elif alloc.client_status == "pending" and not alloc.task_states and alloc.id not in self._starting:
             self._starting.add(alloc.id)
+            self._starting_on.setdefault(node.id, set()).add(alloc.id)
             self.state.timers.call_later(config.alloc_start_delay, lambda: self._start(alloc.id))
+            self._check_flood(node)
 
     def _pending_to_run(self, alloc_id: str) -> SimAlloc | None:
         """The allocation, if it still waits for its tasks to start on a live agent."""
@@ -432,6 +436,8 @@ class Agents:
 
     def _start(self, alloc_id: str) -> None:
         self._starting.discard(alloc_id)
+        for starting in self._starting_on.values():
+            starting.discard(alloc_id)
         alloc = self._pending_to_run(alloc_id)
         if alloc is None:
             return

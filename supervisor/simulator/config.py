@@ -62,8 +62,10 @@ class SimConfig:
     event_buffer_size: int = 100
     heartbeat_interval: float = 30.0
 
-    # The reschedule flood: a node that gets more than flood_limit placements within flood_window
-    # after coming back crashes again for flood_downtime. 0 turns it off.
+    # The reschedule flood (seed 000: "Too many open files" on every agent): an agent that, within
+    # flood_window of coming back, is starting more than flood_limit tasks at once crashes, and is
+    # back after flood_downtime, when it restores (starts) its pending allocations again. 0 turns it
+    # off. Starts at once = placements per second on the node x alloc_start_delay.
     flood_limit: int = 0
     flood_window: float = 10.0
     flood_downtime: float = 5.0

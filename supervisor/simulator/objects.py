@@ -37,9 +37,9 @@ class SimNode:
     # The agent process: down while it restarts or after it crashed.
     agent_up: bool = True
     agent_down_since: float = 0.0
-    # Placements since the node last came back, for the reschedule flood.
+    # When the agent last came back, and how often a flood of task starts crashed it since.
     back_since: float = -1e18
-    placements_since_back: int = 0
+    flood_crashes: int = 0
     # The drain was started by the agent itself (drain_on_shutdown).
     self_drain: bool = False
 

@@ -68,8 +68,6 @@ class Scheduler:
         self.blocked: dict[JobKey, SimEval] = {}
         self._port_cursor: dict[str, int] = {}
         self._used_ports: dict[str, set[int]] = {}
-        # Nodes that received placements in the last plan, for the reschedule flood.
-        self.on_placed: list[Any] = []
 
     # -- evaluations ----------------------------------------------------------------------------
 
@@ -84,10 +82,9 @@ class Scheduler:
             return
         key = (evaluation.namespace, evaluation.job_id)
         failed: dict[str, Any] = {}
-        placed_on: list[SimNode] = []
         with self.state.write("PlanResult") as tx:
             for name, count in self._groups(key):
-                failed_count = self._reconcile_group(tx, key, name, count, evaluation, placed_on)
+                failed_count = self._reconcile_group(tx, key, name, count, evaluation)
                 if failed_count:
                     failed[name] = {
                         "CoalescedFailures": failed_count - 1,
@@ -103,9 +100,6 @@ class Scheduler:
                 self.blocked[key] = blocked
                 fields.update(failed_tg_allocs=failed, blocked_eval=blocked.id)
             self.state.eval_changed(tx, evaluation, **fields)
-        for node in placed_on:
-            for hook in self.on_placed:
-                hook(node)
 
     def unblock(self) -> None:
         """Capacity changed: blocked evaluations are queued again."""
@@ -130,9 +124,7 @@ class Scheduler:
 
     # -- reconciling one task group -------------------------------------------------------------
 
-    def _reconcile_group(
-        self, tx: Write, key: JobKey, group: str, count: int, evaluation: SimEval, placed_on: list[SimNode]
-    ) -> int:
+    def _reconcile_group(self, tx: Write, key: JobKey, group: str, count: int, evaluation: SimEval) -> int:
         """Stop, update and place allocations of one group; returns how many could not be placed."""
         state = self.state
         job = state.jobs.get(key)
@@ -162,7 +154,6 @@ class Scheduler:
                 unplaced += 1
                 continue
             self.place(tx, job, spec, node, index, evaluation, previous=previous)
-            placed_on.append(node)
         return unplaced
 
     def _mark_lost_on_down_nodes(self, tx: Write, allocs: list[SimAlloc]) -> None:
@@ -302,7 +293,6 @@ class Scheduler:
         state.add_alloc(tx, alloc)
         if previous is not None:
             state.alloc_changed(tx, previous, next_allocation=alloc.id)
-        node.placements_since_back += 1
         return alloc
 
     def _allocate_ports(self, node: SimNode, group: dict[str, Any]) -> list[dict[str, Any]]:
@@ -371,8 +361,6 @@ class Scheduler:
             )
             if followup is not None:
                 state.eval_changed(tx, followup, status="complete")
-        for hook in self.on_placed:
-            hook(node)
 
     def reschedule_delay(self, job: SimJob, alloc: SimAlloc) -> int:
         """The delay before the next reschedule, in ns, by the policy's delay function."""

@@ -1,0 +1,183 @@
+"""The agents restart one after another, each draining itself first, with 200 runners: the field's
+25-minute denial of service (seed 000), which our registration rate limit must never feed.
+
+    python scenarios/rolling_agent_restart_storm.py [--runners N] [--nodes K] [--seed S] [--report FILE]
+        [--plot FILE.png]
+
+The cluster models the storm as the field saw it: an agent that, within 30 s of coming back, is
+starting more than 20 tasks at once runs out of file descriptors and crashes; 5 s later it restores
+its pending allocations, all at once, and crashes again. With 200 runners on 5 agents, a drained
+agent's 40 runners are replaced on the agent that has just come back (the emptiest), so 40 starts at
+once crash it; at 100 runners (20 each) the field saw only warnings. A task takes 0.5 s to start.
+
+The roll: each agent drains on shutdown (a 3 s deadline), is away 2 s, registers again, and the
+operator's upgrade script makes its node eligible again; four clients claim, run and give back a
+runner every second.
+The daemon replaces the idle runners of each draining node, and its ``factory.registrations_per_second``
+(default 20) paces those registrations: about 10 starts at once on the agent that takes them.
+
+The same roll then runs again with the rate limit lifted (``registrations_per_second`` = 1e6, the one
+setting changed, to show it matters): the storm must appear there.
+
+Invariants (default settings): registrations per second, as Nomad saw them, stay within the rate;
+no agent crashes; the pool is at strength within 30 s of the last agent's return (the recovery time
+is reported); no runner job is leaked; and without the rate limit, agents crash again and again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import deque
+
+import attrs
+import httpx
+import trio
+from harness import ENVIRONMENT_ID, Scenario, open_scenario, parse_arguments, run
+
+from supervisor.config import FactorySettings, ServerSettings, Settings
+from supervisor.simulator import SimConfig
+from supervisor.simulator.state import Write
+
+DOWNTIME = 2.0
+# The agents' drain_on_shutdown deadline: claimed runners (batch jobs) move only then.
+DRAIN_DEADLINE = 3.0
+SPACING = 1.0
+CLIENTS = 4
+RECOVERY_WITHIN = 30.0
+UNLIMITED = 1e6
+# The storm's signature: an agent that crashes again when it restores what flooded it.
+STORM_CRASHES = 2
+
+
+def storm_cluster(seed: int, nodes: int) -> SimConfig:
+    return SimConfig(
+        seed=seed,
+        servers=3,
+        nodes=nodes,
+        alloc_start_delay=0.5,
+        flood_limit=20,
+        flood_window=30.0,
+        flood_downtime=5.0,
+    )
+
+
+@attrs.define
+class Registrations:
+    """When Nomad registered each runner job (its own clock), and the most within one second."""
+
+    times: list[float] = attrs.field(factory=list)
+
+    def watch(self, scenario: Scenario) -> None:
+        state = scenario.cluster.state
+        prefix = f"{ENVIRONMENT_ID}-"
+
+        def seen(tx: Write) -> None:
+            if tx.message_type == "JobRegistered" and any(
+                topic == "Job" and obj.id.startswith(prefix) for topic, obj in tx.touched.values()
+            ):
+                self.times.append(state.now())
+
+        state.after_write.append(seen)
+
+    def most_in_one_second(self) -> int:
+        window: deque[float] = deque()
+        most = 0
+        for t in self.times:
+            window.append(t)
+            while window[0] <= t - 1.0:
+                window.popleft()
+            most = max(most, len(window))
+        return most
+
+
+def flood_crashes(scenario: Scenario) -> int:
+    return sum(node.flood_crashes for node in scenario.cluster.state.nodes.values())
+
+
+async def roll(scenario: Scenario, runners: int, *, stop_on_storm: bool) -> float | None:
+    """Restart every agent in turn under load; the seconds from the last agent's return to the pool
+    at strength (None: not within RECOVERY_WITHIN), or None at once if a storm began."""
+    nodes = sorted(scenario.cluster.state.nodes.values(), key=lambda n: n.name)
+    control = scenario.cluster.addresses[0] + "/sim/v1/nodes/{}/restart"
+    body = {"downtime_s": DOWNTIME, "drain_on_shutdown": True, "drain_deadline_s": DRAIN_DEADLINE}
+    rolling = True
+
+    async def client() -> None:
+        while rolling:
+            await scenario.claim_run_release("echo ok")
+            await trio.sleep(1.0)
+
+    def storming() -> bool:
+        return any(n.flood_crashes >= STORM_CRASHES for n in nodes)
+
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+        for _ in range(CLIENTS):
+            nursery.start_soon(client)
+        for node in nodes:
+            (await http.post(control.format(node.name), json=body)).raise_for_status()
+            scenario.event("agent draining and restarting", node=node.name)
+            await scenario.wait_for(lambda n=node: not n.agent_up, within=30)  # type: ignore[misc]
+            back = await scenario.wait_for(
+                lambda n=node: storming() or (n.agent_up and n.status == "ready"),  # type: ignore[misc]
+                within=60,
+            )
+            if storming() and stop_on_storm:
+                break
+            scenario.event("agent back", node=node.name, seconds=back)
+            await scenario.nomad.set_eligibility(node.id, eligible=True)
+            await trio.sleep(SPACING)
+        rolling = False
+        nursery.cancel_scope.cancel("roll over")
+    if storming():
+        scenario.event("storm", crashes={n.name: n.flood_crashes for n in nodes if n.flood_crashes})
+        return None
+    scenario.event("last agent back")
+    healed = await scenario.wait_for(lambda: scenario.idle() == runners, within=RECOVERY_WITHIN)
+    scenario.event("pool at strength", seconds=healed)
+    return healed
+
+
+async def main(args: argparse.Namespace) -> bool:
+    report: Scenario | None = None
+    async with open_scenario(
+        "rolling_agent_restart_storm", args.seed, storm_cluster(args.seed, args.nodes)
+    ) as scenario:
+        report = scenario
+        registrations = Registrations()
+        registrations.watch(scenario)
+        await scenario.warm_with_claims(args.runners, args.runners // 10)
+        recovered = await roll(scenario, args.runners, stop_on_storm=False)
+        rate = scenario.service.settings.factory.registrations_per_second
+        most = registrations.most_in_one_second()
+        scenario.check("registrations_per_second_within_rate", most <= rate + 1, most, rate + 1)
+        scenario.check("agent_crashes", flood_crashes(scenario) == 0, flood_crashes(scenario), 0)
+        scenario.check("pool_recovered_s", recovered is not None, recovered, RECOVERY_WITHIN)
+        for runner in list(scenario.service.pool.runners):
+            if scenario.service.pool.used_runner(runner) is not None:
+                (await scenario.http.delete(f"/runners/{runner}")).raise_for_status()
+        await scenario.check_no_leaked_jobs()
+
+    unlimited = Settings(
+        server=ServerSettings(port=0), factory=FactorySettings(registrations_per_second=UNLIMITED)
+    )
+    config = storm_cluster(args.seed, args.nodes)
+    async with open_scenario("rolling_agent_restart_storm", args.seed, config, unlimited) as storm:
+        await storm.warm_with_claims(args.runners, args.runners // 10)
+        storm_recovered = await roll(storm, args.runners, stop_on_storm=True)
+        crashes = flood_crashes(storm)
+        report.timeline += [{**e, "run": "without the rate limit"} for e in storm.timeline]
+    report.check(
+        "storm_without_rate_limit",
+        crashes >= STORM_CRASHES and storm_recovered is None,
+        {"agent_crashes": crashes, "pool_recovered_s": storm_recovered},
+        {"agent_crashes": f">= {STORM_CRASHES}", "pool_recovered_s": None},
+    )
+    return report.report(args.report, args.plot)
+
+
+def extra(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, default=5, help="client agents")
+
+
+if __name__ == "__main__":
+    run(main, parse_arguments(__doc__.splitlines()[0], default_runners=200, extra=extra))
