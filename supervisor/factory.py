@@ -1,7 +1,7 @@
 """The runner factory: the only code that creates, updates and destroys runner jobs in Nomad.
 
-It carries out the pool's actions with a few workers, spaces registrations to
-``registrations_per_second``, and retries transient failures with exponential backoff for as long as
+It carries out the pool's actions with a few workers, spaces the registrations of new runner jobs
+(each places an allocation, which an agent must start) to ``registrations_per_second``, and retries transient failures with exponential backoff for as long as
 the action still matters (a runner destroyed meanwhile is not created; a destroy is retried until
 Nomad confirms it, so no runner job is leaked).
 """
@@ -139,19 +139,19 @@ class RunnerFactory:
             self.destroyed += 1
             logger.debug("destroyed runner {}: {}", action.runner_id, action.reason)
             return
-        await self._rate_limit()
-        if not self._still_wanted(action):
-            # The runner (or its environment) went while the action waited for its turn.
-            if isinstance(action, CreateRunner):
-                self._pool.purged(action.runner_id, 0)
-            return
         if isinstance(action, MarkUsed):
+            # A claim's meta update is an in-place update: no placement, so not paced.
             job = runner_job(action.environment, action.runner_id, used=True, timeout=action.timeout)
             await self._client.register_job(job)
             if self._pool.used_runner(action.runner_id) is None:
                 # Released while the write was under way: its purge may have come first and this
                 # registration brought the job back.
                 await self._purge(action.runner_id)
+            return
+        await self._rate_limit()
+        if not self._still_wanted(action):
+            # The runner (or its environment) went while the creation waited for its turn.
+            self._pool.purged(action.runner_id, 0)
             return
         runner = self._pool.runners[action.runner_id]
         environment = runner.environment or self._pool.environments[action.environment_id]

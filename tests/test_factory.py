@@ -121,6 +121,30 @@ async def test_an_environment_removed_while_a_creation_waits_for_its_turn(
     assert ("deregister", created) in nomad.calls
 
 
+async def test_a_claims_meta_write_does_not_wait_for_the_registration_pace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The pace is for new runner jobs, each of which places an allocation; marking a runner used
+    updates its job in place, so a claim's write never queues behind a refill."""
+    nomad = _QuickNomad()
+    async with trio.open_nursery() as nursery:
+        pool, factory = await _two_creations(nursery, nomad, registrations_per_second=0.1)
+        await trio.testing.wait_all_tasks_blocked()  # the first is registered, the second waits 10 s
+        first = nomad.calls[0][1]
+        pool.apply_allocation(
+            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43)
+        )
+        runner, _ = pool.claim(10, 0, now=0)
+        started = trio.current_time()
+        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert nomad.calls[1:] == [("register", first)], "written at once"
+        assert trio.current_time() == started
+        await trio.sleep(10)
+        assert len(nomad.calls) == 3, "the second creation still came at its pace"
+        nursery.cancel_scope.cancel("test over")
+
+
 class _BrokenOnceNomad(_QuickNomad):
     async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
         if not self.calls:
