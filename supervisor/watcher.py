@@ -29,6 +29,8 @@ from .service import RunnerService
 __all__ = ["EventStreamWatcher"]
 
 _TOPICS: Final = {"Job": "*", "Allocation": "*", "Node": "*"}
+# Seconds a stream must stay up before the failures before it are forgotten.
+STREAM_HEALTHY_AFTER: Final = 10.0
 
 
 @frozen
@@ -50,9 +52,10 @@ class EventStreamWatcher:
         self.service = service
         self.heartbeat_timeout = heartbeat_timeout
         self.resync_interval = resync_interval
-        # A connection must stay up this long before its failures are forgotten: a server that
-        # flaps must not earn a full relist every half second.
-        self.backoff = backoff or Backoff(BackoffPolicy(0.5, 30.0), healthy_after=resync_interval)
+        # A stream must stay up this long before its failures are forgotten: a server that flaps
+        # must not earn a full relist every half second, but one that restarted after serving a
+        # while must not cost the next reconnect the growing pause of a flapping one.
+        self.backoff = backoff or Backoff(BackoffPolicy(0.5, 30.0), healthy_after=STREAM_HEALTHY_AFTER)
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
         self.relists: dict[str, int] = {}
 
