@@ -19,7 +19,8 @@ The daemon replaces the idle runners of each draining node, and its ``factory.re
 The same roll then runs again with the rate limit lifted (``registrations_per_second`` = 1e6, the one
 setting changed, to show it matters): the storm must appear there.
 
-Invariants (default settings): registrations per second, as Nomad saw them, stay within the rate;
+Invariants (default settings): new runner jobs per second, as Nomad saw them over any 5 s, stay
+within the rate;
 no agent crashes; the pool is at strength within 30 s of the last agent's return (the recovery time
 is reported); no runner job is leaked; and without the rate limit, agents crash again and again.
 """
@@ -45,6 +46,7 @@ SPACING = 1.0
 CLIENTS = 4
 RECOVERY_WITHIN = 30.0
 UNLIMITED = 1e6
+PACE_WINDOW = 5.0
 # The storm's signature: an agent that crashes again when it restores what flooded it.
 STORM_CRASHES = 2
 
@@ -63,28 +65,32 @@ def storm_cluster(seed: int, nodes: int) -> SimConfig:
 
 @attrs.define
 class Registrations:
-    """When Nomad registered each runner job (its own clock), and the most within one second."""
+    """When Nomad registered each new runner job (its own clock): each places an allocation. A
+    claim's meta update registers the job again, in place, and is not counted."""
 
     times: list[float] = attrs.field(factory=list)
+    seen: set[str] = attrs.field(factory=set)
 
     def watch(self, scenario: Scenario) -> None:
         state = scenario.cluster.state
         prefix = f"{ENVIRONMENT_ID}-"
 
         def seen(tx: Write) -> None:
-            if tx.message_type == "JobRegistered" and any(
-                topic == "Job" and obj.id.startswith(prefix) for topic, obj in tx.touched.values()
-            ):
-                self.times.append(state.now())
+            if tx.message_type != "JobRegistered":
+                return
+            for topic, obj in tx.touched.values():
+                if topic == "Job" and obj.id.startswith(prefix) and obj.id not in self.seen:
+                    self.seen.add(obj.id)
+                    self.times.append(state.now())
 
         state.after_write.append(seen)
 
-    def most_in_one_second(self) -> int:
+    def most_within(self, seconds: float) -> int:
         window: deque[float] = deque()
         most = 0
         for t in self.times:
             window.append(t)
-            while window[0] <= t - 1.0:
+            while window[0] <= t - seconds:
                 window.popleft()
             most = max(most, len(window))
         return most
@@ -148,8 +154,11 @@ async def main(args: argparse.Namespace) -> bool:
         await scenario.warm_with_claims(args.runners, args.runners // 10)
         recovered = await roll(scenario, args.runners, stop_on_storm=False)
         rate = scenario.service.settings.factory.registrations_per_second
-        most = registrations.most_in_one_second()
-        scenario.check("registrations_per_second_within_rate", most <= rate + 1, most, rate + 1)
+        # Over 5 s, so that one request's network delay does not count as a burst; +1 for the
+        # window's edge.
+        most = registrations.most_within(PACE_WINDOW) / PACE_WINDOW
+        pace = rate + 1 / PACE_WINDOW
+        scenario.check("registrations_per_second_within_rate", most <= pace, most, pace)
         scenario.check("agent_crashes", flood_crashes(scenario) == 0, flood_crashes(scenario), 0)
         scenario.check("pool_recovered_s", recovered is not None, recovered, RECOVERY_WITHIN)
         for runner in list(scenario.service.pool.runners):

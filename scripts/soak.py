@@ -47,8 +47,22 @@ from supervisor.simulator import SimConfig, SimulatedCluster
 ENVIRONMENTS: Final = (10, 11, 12)
 POOL: Final = 30
 FAULTS: Final = ("server", "leader", "agent", "all_agents", "drain", "streams", "allocation", "node_down")
-# Faults that can end an execution: a stream cut cannot.
-CUTTING: Final = frozenset(FAULTS) - {"streams"}
+AGENT_DOWNTIME: Final = 2.0
+DRAIN_DEADLINE: Final = 3.0
+HEARTBEAT_GRACE: Final = SimConfig().heartbeat_grace
+# How long after it each fault can end an execution (a stream cut cannot): its own duration, then
+# 10 s for what follows (an election, an agent's registration, a task's restart).
+# After the load: the last fault's reach and 10 s to refill, so that it is judged like the others.
+SETTLE: Final = HEARTBEAT_GRACE + 3 + 10 + 5
+REACH: Final = {
+    "server": 12.0,
+    "leader": 12.0,
+    "agent": AGENT_DOWNTIME + 10,
+    "all_agents": AGENT_DOWNTIME + 10,
+    "drain": DRAIN_DEADLINE + 10,
+    "allocation": 30.0,
+    "node_down": HEARTBEAT_GRACE + 3 + 10,
+}
 
 
 class Soak:
@@ -60,6 +74,8 @@ class Soak:
         self.faults: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
         self.handed_out: set[str] = set()
+        # Every execution that ended in error, with the fault it is attributed to (None: none).
+        self.errors: list[dict[str, Any]] = []
         self.violations: dict[str, list[Any]] = {
             "terminal_messages": [],
             "unexplained_errors": [],
@@ -75,8 +91,29 @@ class Soak:
     def now(self) -> float:
         return round(time.monotonic() - self.started, 3)
 
+    def culprit(self, start: float, end: float, node: str, runner: str) -> dict[str, Any] | None:
+        """The fault that can have ended an execution on ``runner`` (on ``node``) between
+        ``start`` and ``end``: one that reached it then, and hit its node, its job, or everything."""
+        fault: dict[str, Any]
+        for fault in reversed(self.faults):
+            if fault["kind"] not in REACH or not fault["t"] - 1 <= end:
+                continue
+            if start > fault["t"] + REACH[fault["kind"]]:
+                continue
+            if fault["target"] in ("", node, runner):
+                return fault
+        return None
 
-async def one_execution(http: httpx.AsyncClient, soak: Soak, rng: random.Random) -> None:
+
+def node_of(cluster: SimulatedCluster, runner: str) -> str:
+    """The node the runner's live allocation is on ("" if none is)."""
+    allocs = cluster.state.allocs_by_job.get(("default", runner), {}).values()
+    return next((a.node_name for a in allocs if not a.client_terminal), "")
+
+
+async def one_execution(
+    http: httpx.AsyncClient, cluster: SimulatedCluster, soak: Soak, rng: random.Random
+) -> None:
     """Claim, check the workspace, copy, run, check the output, release; again on 410."""
     for _ in range(20):
         environment = rng.choice(ENVIRONMENTS)
@@ -90,14 +127,16 @@ async def one_execution(http: httpx.AsyncClient, soak: Soak, rng: random.Random)
             soak.violations["handed_out_twice"].append(runner)
         soak.handed_out.add(runner)
         try:
-            if await run_in(http, soak, rng, runner):
+            if await run_in(http, cluster, soak, rng, runner):
                 return
         finally:
             await http.delete(f"/runners/{runner}")
         soak.retries += 1
 
 
-async def run_in(http: httpx.AsyncClient, soak: Soak, rng: random.Random, runner: str) -> bool:
+async def run_in(
+    http: httpx.AsyncClient, cluster: SimulatedCluster, soak: Soak, rng: random.Random, runner: str
+) -> bool:
     """False when the runner was gone (410) before the execution started: claim another."""
     files = f"/runners/{runner}/files"
     listing = await http.get(files)
@@ -119,7 +158,7 @@ async def run_in(http: httpx.AsyncClient, soak: Soak, rng: random.Random, runner
     )
     if prepared.status_code != 200:
         return prepared.status_code != 410
-    start, messages = soak.now(), []
+    start, messages, node = soak.now(), [], node_of(cluster, runner)
     try:
         with trio.move_on_after(120):
             async with trio_websocket.open_websocket_url(prepared.json()["websocketUrl"]) as ws:
@@ -139,8 +178,12 @@ async def run_in(http: httpx.AsyncClient, soak: Soak, rng: random.Random, runner
         output = "".join(m["data"] for m in messages if m["type"] == "stdout")
         if output != f"{token}.\n":
             soak.violations["lost_output"].append({"runner": runner, "output": output[:80]})
-    elif not any(f["kind"] in CUTTING and start - 1 <= f["t"] <= soak.now() + 1 for f in soak.faults):
-        soak.violations["unexplained_errors"].append({"runner": runner, "end": ends[-1], "at": start})
+    else:
+        fault = soak.culprit(start, soak.now(), node, runner)
+        error = {"runner": runner, "node": node, "at": start, "end": ends[-1], "fault": fault}
+        soak.errors.append(error)
+        if fault is None:
+            soak.violations["unexplained_errors"].append(error)
     return True
 
 
@@ -166,6 +209,7 @@ async def inject(
 ) -> None:
     """One fault of a random kind (an undrain later, in ``nursery``)."""
     kind = rng.choice(FAULTS)
+    at = soak.now()
     nodes = sorted(cluster.state.nodes.values(), key=lambda n: n.name)
     up = [n for n in nodes if n.agent_up]
     if kind in ("agent", "node_down") and not up:
@@ -183,11 +227,16 @@ async def inject(
             target = server.name
     elif kind == "agent":
         node = rng.choice(up)
-        await post(cluster, control, f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": 2.0})
+        await post(
+            cluster, control, f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": AGENT_DOWNTIME}
+        )
         target = node.name
     elif kind == "all_agents":
         await post(
-            cluster, control, "/sim/v1/nodes/restart-all", json={"downtime_s": 2.0, "lose_fraction": 0.3}
+            cluster,
+            control,
+            "/sim/v1/nodes/restart-all",
+            json={"downtime_s": AGENT_DOWNTIME, "lose_fraction": 0.3},
         )
     elif kind == "drain":
         node = rng.choice(nodes)
@@ -195,7 +244,7 @@ async def inject(
             cluster,
             control,
             f"/v1/node/{node.id}/drain",
-            json={"DrainSpec": {"Deadline": 3 * 10**9}, "Meta": {}},
+            json={"DrainSpec": {"Deadline": round(DRAIN_DEADLINE * 1e9)}, "Meta": {}},
         )
         target = node.name
 
@@ -220,10 +269,10 @@ async def inject(
             target = alloc.job_id
     elif kind == "node_down":
         node = rng.choice(up)
-        downtime = cluster.config.heartbeat_grace + 3
+        downtime = HEARTBEAT_GRACE + 3
         await post(cluster, control, f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": downtime})
         target = node.name
-    soak.faults.append({"t": soak.now(), "kind": kind, "target": target})
+    soak.faults.append({"t": at, "kind": kind, "target": target})
 
 
 async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soak: Soak) -> None:
@@ -301,7 +350,7 @@ async def main(args: argparse.Namespace) -> bool:
                     )
 
                     async def faults() -> None:
-                        while trio.current_time() < deadline:
+                        while trio.current_time() + args.fault_every < deadline:
                             await trio.sleep(args.fault_every)
                             await inject(cluster, control, soak, rng, nursery)
 
@@ -310,7 +359,7 @@ async def main(args: argparse.Namespace) -> bool:
 
                     async def limited(client: object) -> None:
                         try:
-                            await one_execution(http, soak, rng)
+                            await one_execution(http, cluster, soak, rng)
                         except httpx.TransportError:
                             soak.client_errors += 1  # a kept-alive connection the daemon closed
                         finally:
@@ -326,7 +375,7 @@ async def main(args: argparse.Namespace) -> bool:
                                 soak.shed += 1
                             await trio.sleep(1 / args.rate)
                     soak.load_ended = soak.now()
-                    await trio.sleep(30)  # the last faults' effects settle, the pools refill
+                    await trio.sleep(SETTLE)  # the last faults' effects settle, the pools refill
                     nursery.cancel_scope.cancel("soak over")
                 leaked = await leaks(cluster, http)
         finally:  # whatever happened, the daemon goes too
@@ -354,10 +403,10 @@ async def leaks(cluster: SimulatedCluster, http: httpx.AsyncClient) -> int:
 def report(soak: Soak, leaked: int, args: argparse.Namespace, logs: Path) -> bool:
     samples = soak.samples
     unrecovered = []
-    for i, fault in enumerate(soak.faults):
-        until = min([fault["t"] + 10] + [f["t"] for f in soak.faults[i + 1 :] if f["t"] > fault["t"]])
-        window = [s for s in samples if fault["t"] < s["t"] <= fault["t"] + 10]
-        if until >= fault["t"] + 10 and not any(s["at_strength"] for s in window):
+    for fault in soak.faults:
+        # A node that goes down does so for Nomad only after the heartbeat grace: then it is replaced.
+        hits = fault["t"] + (HEARTBEAT_GRACE if fault["kind"] == "node_down" else 0)
+        if not any(s["at_strength"] for s in samples if hits < s["t"] <= hits + 10):
             unrecovered.append(fault)
     checks: dict[str, tuple[bool, float]] = {
         name: (not found, len(found)) for name, found in soak.violations.items()
@@ -390,6 +439,8 @@ def report(soak: Soak, leaked: int, args: argparse.Namespace, logs: Path) -> boo
             "faults": soak.faults,
             "outcomes": outcomes,
             "violations": soak.violations,
+            "errors": soak.errors,
+            "unrecovered": unrecovered,
             "samples": samples,
         }
         args.report.write_text(json.dumps(document, indent=2) + "\n")
