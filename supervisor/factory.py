@@ -1,9 +1,10 @@
 """The runner factory: the only code that creates, updates and destroys runner jobs in Nomad.
 
 It carries out the pool's actions with a few workers, spaces the registrations of new runner jobs
-(each places an allocation, which an agent must start) to ``registrations_per_second``, and retries transient failures with exponential backoff for as long as
-the action still matters (a runner destroyed meanwhile is not created; a destroy is retried until
-Nomad confirms it, so no runner job is leaked).
+(each places an allocation, which an agent must start) to ``registrations_per_second``, and retries
+transient failures with exponential backoff for as long as the action still matters (a runner
+destroyed meanwhile is not created; a destroy is retried until Nomad confirms it, so no runner job
+is leaked).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.levels import StreamState
 from supervisor.config import Settings
+from supervisor.levels import StreamState
 from supervisor.watcher import STREAM_HEALTHY_AFTER
 
 from .conftest import Harness
