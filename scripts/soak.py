@@ -52,6 +52,8 @@ DRAIN_DEADLINE: Final = 3.0
 HEARTBEAT_GRACE: Final = SimConfig().heartbeat_grace
 # How long after it each fault can end an execution (a stream cut cannot): its own duration, then
 # 10 s for what follows (an election, an agent's registration, a task's restart).
+# Faults that reach every execution: a server's restart cuts each exec that goes through it.
+EVERYWHERE: Final = frozenset({"server", "leader", "all_agents"})
 # After the load: the last fault's reach and 10 s to refill, so that it is judged like the others.
 SETTLE: Final = HEARTBEAT_GRACE + 3 + 10 + 5
 REACH: Final = {
@@ -100,7 +102,7 @@ class Soak:
                 continue
             if start > fault["t"] + REACH[fault["kind"]]:
                 continue
-            if fault["target"] in ("", node, runner):
+            if fault["kind"] in EVERYWHERE or fault["target"] in (node, runner):
                 return fault
         return None
 
@@ -311,11 +313,20 @@ async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soa
 
 
 def drift(samples: list[dict[str, Any]], key: str, since: float, until: float) -> float:
-    """The relative change of ``key`` from the first sample after ``since`` to the last one before
-    ``until`` (the load's end: after it the daemon idles, which is no drift)."""
-    window = [s for s in samples if since <= s["t"] <= until] or samples
-    first, last = window[0][key], window[-1][key]
-    return (last - first) / first if first else 0.0
+    """How much ``key`` drifts from ``since`` to ``until`` (the load's end: after it the daemon
+    idles, which is no drift), relative to its level at ``since``: the rise of the least-squares
+    line through the samples between them. The figures follow the load, which a fault every few
+    seconds makes swing; a line through a sample a second averages the swings out, and a leak
+    still shows as its slope."""
+    window = [(s["t"], float(s[key])) for s in samples if since <= s["t"] <= until]
+    if len(window) < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in window) / len(window)
+    mean_v = sum(v for _, v in window) / len(window)
+    spread = sum((t - mean_t) ** 2 for t, _ in window)
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in window) / spread if spread else 0.0
+    start = mean_v + slope * (window[0][0] - mean_t)
+    return slope * (window[-1][0] - window[0][0]) / start if start else 0.0
 
 
 async def main(args: argparse.Namespace) -> bool:
@@ -377,30 +388,42 @@ async def main(args: argparse.Namespace) -> bool:
                     soak.load_ended = soak.now()
                     await trio.sleep(SETTLE)  # the last faults' effects settle, the pools refill
                     nursery.cancel_scope.cancel("soak over")
-                leaked = await leaks(cluster, http)
+                leaked, leak = await leaks(cluster, http)
         finally:  # whatever happened, the daemon goes too
             daemon.terminate()
             with trio.CancelScope(shield=True):
                 await daemon.wait()
         root.cancel_scope.cancel("soak over")
-    return report(soak, leaked, args, logs)
+    return report(soak, leaked, leak, args, logs)
 
 
-async def leaks(cluster: SimulatedCluster, http: httpx.AsyncClient) -> int:
-    """Runner jobs in Nomad beyond the pools, once every claim is given back."""
+async def leaks(cluster: SimulatedCluster, http: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+    """Runner jobs in Nomad beyond the pools, once every claim is given back; and, when there are
+    any, what Nomad and the daemon say of each environment's runners."""
 
-    def runner_jobs() -> int:
-        return sum(
-            1 for (_, j), job in cluster.state.jobs.items() if j[:3] in ("10-", "11-", "12-") and not job.stop
+    def runner_jobs() -> list[str]:
+        return sorted(
+            j for (_, j), job in cluster.state.jobs.items() if j[:3] in ("10-", "11-", "12-") and not job.stop
         )
 
     with trio.move_on_after(60):
-        while runner_jobs() != POOL * len(ENVIRONMENTS):
+        while len(runner_jobs()) != POOL * len(ENVIRONMENTS):
             await cluster.wait_for_write()
-    return runner_jobs() - POOL * len(ENVIRONMENTS)
+    extra = len(runner_jobs()) - POOL * len(ENVIRONMENTS)
+    if not extra:
+        return 0, {}
+    jobs = {
+        job_id: [
+            f"{a.id[:8]} {a.client_status}/{a.desired_status} on {a.node_name}"
+            for a in cluster.state.allocs_by_job.get(("default", job_id), {}).values()
+        ]
+        for job_id in runner_jobs()
+    }
+    statistics = (await http.get("/statistics/execution-environments")).json()
+    return extra, {"jobs": jobs, "statistics": statistics}
 
 
-def report(soak: Soak, leaked: int, args: argparse.Namespace, logs: Path) -> bool:
+def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespace, logs: Path) -> bool:
     samples = soak.samples
     unrecovered = []
     for fault in soak.faults:
@@ -440,6 +463,7 @@ def report(soak: Soak, leaked: int, args: argparse.Namespace, logs: Path) -> boo
             "outcomes": outcomes,
             "violations": soak.violations,
             "errors": soak.errors,
+            "leak": leak,
             "unrecovered": unrecovered,
             "samples": samples,
         }

@@ -30,7 +30,7 @@ __all__ = ["EventStreamWatcher"]
 
 _TOPICS: Final = {"Job": "*", "Allocation": "*", "Node": "*"}
 # Seconds a stream must stay up before the failures before it are forgotten.
-STREAM_HEALTHY_AFTER: Final = 10.0
+STREAM_HEALTHY_AFTER: Final = 2.0
 
 
 @frozen
