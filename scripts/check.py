@@ -3,38 +3,53 @@ of the API, then the test suite.
 
     python scripts/check.py [pytest arguments...]
 
-Stops at the first failing step and exits with its code. The tests run in one worker per core
-(pytest-xdist): the daemon tests spend most of their time waiting on the simulated cluster's real
-processes, so two workers halve the wall time on two cores. ``-n 0`` runs them in one process.
+Stops at the first failing step and exits with its code; the last line sums up every step. The
+scenarios run for seeds 1 to 5, six at a time (each mostly waits on its cluster's timers). The
+tests run in one worker per core (pytest-xdist): the daemon tests spend most of their time waiting
+on the simulated cluster's real processes, so two workers halve the wall time on two cores. ``-n 0``
+runs them in one process.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [name for name in ("supervisor", "tests", "scripts", "scenarios") if (ROOT / name).is_dir()]
 
 
+def run_steps(steps: list[tuple[str, list[str]]]) -> int:
+    """Run each step until one fails; print a summary line of all; the failing step's exit code."""
+    outcomes: list[str] = []
+    code = 0
+    for name, command in steps:
+        if code != 0:
+            outcomes.append(f"{name} not run")
+            continue
+        print(f"== {name}: {' '.join(command[2:])}", flush=True)
+        started = time.monotonic()
+        code = subprocess.run(command, cwd=ROOT, check=False).returncode
+        took = f"{time.monotonic() - started:.0f} s"
+        outcomes.append(f"{name} ok ({took})" if code == 0 else f"{name} FAILED (exit {code}, {took})")
+    print(f"== summary: {', '.join(outcomes)}", flush=True)
+    return code
+
+
 def main() -> int:
     python = sys.executable
-    steps = [
-        ("lint", [python, "-m", "ruff", "check", *SOURCES]),
-        ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
-        ("types", [python, "-m", "mypy"]),
-        ("scenarios", [python, "scenarios/run_all.py", "--quick"]),
-        ("fuzz", [python, "scripts/fuzz_api.py", "--max-examples", "5"]),
-        ("tests", [python, "-m", "pytest", "--numprocesses", "auto", *sys.argv[1:]]),
-    ]
-    for name, command in steps:
-        print(f"== {name}: {' '.join(command[2:])}", flush=True)
-        code = subprocess.run(command, cwd=ROOT, check=False).returncode
-        if code != 0:
-            print(f"== {name} failed (exit {code})", flush=True)
-            return code
-    return 0
+    return run_steps(
+        [
+            ("lint", [python, "-m", "ruff", "check", *SOURCES]),
+            ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
+            ("types", [python, "-m", "mypy"]),
+            ("scenarios", [python, "scenarios/run_all.py", "--quick", "--jobs", "6"]),
+            ("fuzz", [python, "scripts/fuzz_api.py", "--max-examples", "5"]),
+            ("tests", [python, "-m", "pytest", "--numprocesses", "auto", *sys.argv[1:]]),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import posixpath
 from collections.abc import Callable
 from functools import partial
@@ -56,6 +57,8 @@ _UNAUTHENTICATED: Final = frozenset(
     {f"{PREFIX}/health", f"{PREFIX}/version", f"{PREFIX}/openapi.json", "/metrics"}
 )
 _RUNNER_GONE: Final = "no runner found with this id"
+# Floats this large that are whole numbers were integers past 64 bits in the JSON.
+_HUGE: Final = 2.0**63
 _CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
@@ -80,14 +83,33 @@ def _bool(request: Request, name: str, default: bool) -> bool:
     raise InvalidRequest(f"query parameter {name} must be true or false, got {raw!r}")
 
 
+def _has_huge_integer(value: Any) -> bool:
+    """Whether orjson turned an integer past 64 bits into a float (and so lost its digits)."""
+    if isinstance(value, float):
+        return value.is_integer() and abs(value) >= _HUGE
+    if isinstance(value, dict):
+        return any(_has_huge_integer(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_huge_integer(v) for v in value)
+    return False
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 async def _json_body(request: Request) -> Any:
     body = await request.body()
     if not body.strip():
         raise InvalidRequest("the request body is empty")
     try:
-        return orjson.loads(body)
+        document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not JSON: {exc}") from None
+    if _has_huge_integer(document):
+        # The standard parser keeps every digit, so that a 400 shows the number the client sent.
+        return json.loads(body, parse_constant=_no_constant)
+    return document
 
 
 def _fields(body: Any, allowed: set[str]) -> dict[str, Any]:

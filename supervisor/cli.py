@@ -24,9 +24,11 @@ class UsageError(Exception):
 
 
 def parse_listen(value: str, *, default_port: int) -> tuple[str, int]:
-    """``HOST:PORT``, ``HOST`` or ``:PORT`` (IPv6 as ``[::1]:PORT``)."""
+    """``HOST:PORT``, ``HOST``, ``:PORT`` or a bare ``PORT`` (on 127.0.0.1); IPv6 as ``[::1]:PORT``."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or "]" in port_text:
+    if not sep and value.isdigit():
+        host, port_text = "", value
+    elif not sep or "]" in port_text:
         host, port_text = value, ""
     host = host.strip("[]") or "127.0.0.1"
     try:

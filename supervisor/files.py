@@ -26,6 +26,7 @@ from .nomad.api import ExecChannel, ExecOpener
 from .stopping import stop_in_runner
 from .workspace import (
     CLEAR_WORKSPACE,
+    DIRECTORY_EXIT_CODE,
     ESCAPE_EXIT_CODE,
     MISSING_EXIT_CODE,
     delete_and_copy_command,
@@ -214,6 +215,8 @@ class FileService:
         receive.close()
         if isinstance(first, _Ended) and first.exit_code == MISSING_EXIT_CODE:
             raise FileNotAvailable(f"{path}: no such file, or not readable")
+        if isinstance(first, _Ended) and first.exit_code == DIRECTORY_EXIT_CODE:
+            raise FileNotAvailable(f"{path}: is a directory")
         if isinstance(first, _Ended) and first.exit_code == ESCAPE_EXIT_CODE:
             raise FileNotAvailable(f"{path}: a link leads it out of the workspace")
         raise _download_error(first, path)

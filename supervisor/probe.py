@@ -30,20 +30,28 @@ def _summary(document: dict[str, Any]) -> str:
 
 
 def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, str]:
-    """The exit code and what to print for the daemon at ``url``."""
+    """The exit code and what to print for the daemon at ``url``: one line for a monitoring check,
+    or with ``as_json`` a JSON document whatever happened (``{"status": "unknown", "message"}`` when
+    there is no health document to show)."""
+
+    def unknown(message: str) -> tuple[int, str]:
+        if as_json:
+            return UNKNOWN, orjson.dumps({"status": "unknown", "message": message}).decode()
+        return UNKNOWN, f"UNKNOWN: {message}"
+
     headers = {"Poseidon-Token": token} if token else {}
     try:
         response = httpx.get(url.rstrip("/") + "/api/v1/health/details", headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
-        return UNKNOWN, f"UNKNOWN: the supervisor at {url} cannot be reached: {exc}"
+        return unknown(f"the supervisor at {url} cannot be reached: {exc}")
     if response.status_code != 200:
-        return UNKNOWN, f"UNKNOWN: the supervisor at {url} answered HTTP {response.status_code}"
+        return unknown(f"the supervisor at {url} answered HTTP {response.status_code}")
     try:
         document = orjson.loads(response.content)
         status = document["status"]
         code = EXIT_CODES[status]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        return UNKNOWN, f"UNKNOWN: the supervisor at {url} gave an answer that is not a health document"
+        return unknown(f"the supervisor at {url} gave an answer that is not a health document")
     if as_json:
         return code, orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
     return code, f"{status.upper()}: {_summary(document)}"

@@ -32,6 +32,7 @@ from .errors import InvalidRequest
 
 __all__ = [
     "CLEAR_WORKSPACE",
+    "DIRECTORY_EXIT_CODE",
     "ESCAPE_EXIT_CODE",
     "MISSING_EXIT_CODE",
     "delete_and_copy_command",
@@ -47,6 +48,8 @@ CLEAR_WORKSPACE: Final = "./*"
 MISSING_EXIT_CODE: Final = 66
 # The path leads out of the workspace through a link.
 ESCAPE_EXIT_CODE: Final = 67
+# A download of a directory.
+DIRECTORY_EXIT_CODE: Final = 68
 # Linux's limits on a path and on one name in it, in bytes.
 _PATH_MAX: Final = 4095
 _NAME_MAX: Final = 255
@@ -209,7 +212,8 @@ def list_files_command(path: str, *, recursive: bool) -> list[str]:
 
 def read_file_command(path: str) -> list[str]:
     """The command that writes the file at ``path`` to stdout; MISSING_EXIT_CODE when it is not a
-    readable file, ESCAPE_EXIT_CODE when a link leads it out of the workspace."""
+    readable file, DIRECTORY_EXIT_CODE when it is a directory, ESCAPE_EXIT_CODE when a link leads it
+    out of the workspace."""
     *parents, name = _components(path) or ["."]
     quoted = shlex.quote(f"./{name}")
     script = (
@@ -221,6 +225,7 @@ def read_file_command(path: str) -> list[str]:
         'cd -P -- "${t%/*}/" 2>/dev/null && inside || exit 66; f=./${t##*/}; fi; '
         # nonblock: a file swapped for a FIFO after the test fails at once instead of waiting.
         'if [ -f "$f" ] && [ -r "$f" ]; then dd if="$f" iflag=nofollow,nonblock bs=65536 status=none; '
+        f"elif [ -d \"$f\" ]; then echo 'is a directory' >&2; exit {DIRECTORY_EXIT_CODE}; "
         f"else echo 'no such file or not readable' >&2; exit {MISSING_EXIT_CODE}; fi"
     )
     return ["/bin/sh", "-c", script]

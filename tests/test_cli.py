@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from supervisor.cli import main, parse_listen
         (":0", ("127.0.0.1", 0)),
         ("[::1]:80", ("::1", 80)),
         ("localhost", ("localhost", 9)),
+        ("7201", ("127.0.0.1", 7201)),
     ],
 )
 def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
@@ -150,3 +152,7 @@ def test_health_probe_of_a_daemon_that_is_not_there(capsys: pytest.CaptureFixtur
         port = probe_port.getsockname()[1]
     assert main(["health", "--url", f"http://127.0.0.1:{port}", "--timeout", "2"]) == 3
     assert capsys.readouterr().out.startswith("UNKNOWN: the supervisor at")
+    assert main(["health", "--url", f"http://127.0.0.1:{port}", "--timeout", "2", "--json"]) == 3
+    document = json.loads(capsys.readouterr().out)
+    assert document["status"] == "unknown"
+    assert document["message"].startswith(f"the supervisor at http://127.0.0.1:{port} cannot be reached")

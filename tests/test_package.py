@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,8 @@ import supervisor
 import supervisor.errors
 import supervisor.nomad
 from supervisor.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("module", [supervisor, supervisor.nomad, supervisor.errors])
@@ -69,3 +73,22 @@ def test_python_dash_m_runs_the_same_cli() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"supervisor {supervisor.__version__}"
+
+
+def test_the_check_script_ends_with_a_summary_of_every_step(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("check", ROOT / "scripts" / "check.py")
+    assert spec is not None
+    assert spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    python = sys.executable
+    steps = [
+        ("first", [python, "-c", "pass"]),
+        ("second", [python, "-c", "raise SystemExit(3)"]),
+        ("third", [python, "-c", "pass"]),
+    ]
+    assert check.run_steps(steps) == 3
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("== summary: first ok (")
+    assert "second FAILED (exit 3, " in last
+    assert last.endswith("third not run")

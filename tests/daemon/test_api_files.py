@@ -121,6 +121,16 @@ async def test_missing_files_are_424(harness: Harness) -> None:
     assert bad.status_code == 400
 
 
+async def test_a_download_of_a_directory_says_so(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    patch = {"copy": [{"path": "src/", "content": ""}]}
+    assert (await harness.http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
+    download = await harness.http.get(f"/runners/{runner}/files/raw", params={"path": "src"})
+    assert download.status_code == 424
+    assert download.json()["message"] == "src: is a directory"
+
+
 async def test_a_large_download_streams_whole_and_a_client_leaving_ends_it(harness: Harness) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)

@@ -40,6 +40,15 @@ async def test_numbers_past_their_bounds_are_400_naming_the_field(
     assert field in response.json()["message"]
 
 
+async def test_a_huge_integer_is_shown_as_the_integer_it_is(harness: Harness) -> None:
+    huge = 1180591620717411303425
+    response = await harness.http.put(
+        "/execution-environments/0", json={**ENVIRONMENT, "prewarmingPoolSize": huge}
+    )
+    assert response.status_code == 400
+    assert response.json()["message"].endswith(f"got {huge}"), response.text
+
+
 async def test_times_past_their_bounds_are_400(harness: Harness) -> None:
     await harness.environment(10)
     claim = await harness.http.post(
