@@ -430,11 +430,11 @@ class _Routes:
             await websocket.send_denial_response(client_error(410, _RUNNER_GONE))
             return
         await websocket.accept()
-        await self.service.executions.serve(_ClientSocket(websocket), execution_id, request)
+        code = await self.service.executions.serve(_ClientSocket(websocket), execution_id, request)
         # A client that closes as soon as it reads the terminal message races our close frame; in
         # hypercorn the loser of that race raises (BusyResourceError). Either way the socket is closing.
         with contextlib.suppress(RuntimeError, *_CLIENT_GONE):
-            await websocket.close(code=1000)
+            await websocket.close(code=code)
 
 
 class _DownloadResponse(StreamingResponse):

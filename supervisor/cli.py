@@ -14,6 +14,7 @@ import trio
 from loguru import logger
 
 from . import __version__
+from .config import LOG_FORMATS, LOG_LEVELS
 from .errors import leaves
 
 __all__ = ["build_parser", "main", "parse_listen"]
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--config", metavar="FILE", help="TOML configuration file (default: $SUPERVISOR_CONFIG)")
     run.add_argument("--listen", metavar="HOST:PORT", help="overrides server.address and server.port")
+    run.add_argument("--log-level", metavar="LEVEL", help="overrides log.level (DEBUG, INFO, WARNING, ...)")
+    run.add_argument("--log-format", choices=LOG_FORMATS, help="overrides log.format")
 
     health = commands.add_parser(
         "health",
@@ -165,10 +168,19 @@ async def _run_until_signalled(daemon: object) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
         async def stop_on_signal() -> None:
+            graceful = True
             async for received in signals:
-                logger.info("received {}, stopping gracefully", signal.Signals(received).name)
+                if graceful:
+                    budget = daemon.settings.server.graceful_timeout
+                    logger.info(
+                        "received {}, stopping gracefully within {:.0f}s (again: at once)",
+                        signal.Signals(received).name,
+                        budget,
+                    )
+                else:
+                    logger.warning("received {} again, stopping at once", signal.Signals(received).name)
                 daemon.stop()
-                return
+                graceful = False
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_on_signal)
@@ -184,6 +196,7 @@ def _run(args: argparse.Namespace) -> int:
     from .config import load_settings
     from .daemon import Daemon
     from .errors import ConfigError
+    from .logs import configure_logging
 
     try:
         settings = load_settings(args.config, os.environ)
@@ -192,7 +205,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.listen:
         host, port = parse_listen(args.listen, default_port=settings.server.port)
         settings = attrs.evolve(settings, server=attrs.evolve(settings.server, address=host, port=port))
-    embedded = settings.nomad_settings(os.environ) is None
+    if args.log_level:
+        if args.log_level.upper() not in LOG_LEVELS:
+            raise UsageError(f"--log-level: {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+        settings = attrs.evolve(settings, log=attrs.evolve(settings.log, level=args.log_level))
+    if args.log_format:
+        settings = attrs.evolve(settings, log=attrs.evolve(settings.log, format=args.log_format))
+    nomad = settings.nomad_settings(os.environ)
+    secrets = [settings.server.token, settings.nomad.token, nomad.token if nomad else ""]
+    configure_logging(settings.log, secrets)
+    embedded = nomad is None
     if embedded and not is_loopback(settings.server.address) and not settings.server.token:
         raise UsageError(
             f"serving on {settings.server.address} with the embedded simulated cluster, whose exec runs "

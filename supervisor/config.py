@@ -137,6 +137,20 @@ class NomadSection:
     agent_connect_timeout: float = 1.0
 
 
+LOG_FORMATS: Final = ("text", "json")
+LOG_LEVELS: Final = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
+
+
+@frozen
+class LogSettings:
+    """``[log]``: how much is logged, as text or one JSON object per line, and the access log."""
+
+    level: str = "INFO"
+    format: str = "text"
+    # One line per HTTP request, through the same log stream.
+    access: bool = False
+
+
 @frozen
 class Settings:
     """Every section, as loaded by ``load_settings``; the defaults are the product's."""
@@ -150,6 +164,7 @@ class Settings:
     execution: ExecutionSettings = field(factory=ExecutionSettings)
     health: HealthSettings = field(factory=HealthSettings)
     supervision: SupervisionSettings = field(factory=SupervisionSettings)
+    log: LogSettings = field(factory=LogSettings)
     environments: tuple[ExecutionEnvironment, ...] = ()
 
     def nomad_settings(self, environ: Mapping[str, str]) -> NomadSettings | None:
@@ -183,6 +198,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "execution": ExecutionSettings,
     "health": HealthSettings,
     "supervision": SupervisionSettings,
+    "log": LogSettings,
 }
 
 
@@ -267,15 +283,23 @@ def load_settings(path: str | Path | None, environ: Mapping[str, str]) -> Settin
     return settings
 
 
-def _validate(settings: Settings) -> None:
-    if not 0 <= settings.server.port <= 65535:
-        raise ConfigError(f"server.port: {settings.server.port} is outside 0-65535")
+def _validate_choices(settings: Settings) -> None:
     if settings.nomad.direct_exec not in DIRECT_EXEC_MODES:
         raise ConfigError(
             f"nomad.direct_exec: {settings.nomad.direct_exec!r} is not one of {', '.join(DIRECT_EXEC_MODES)}"
         )
+    if settings.log.level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"log.level: {settings.log.level!r} is not one of {', '.join(LOG_LEVELS)}")
+    if settings.log.format not in LOG_FORMATS:
+        raise ConfigError(f"log.format: {settings.log.format!r} is not one of {', '.join(LOG_FORMATS)}")
+
+
+def _validate(settings: Settings) -> None:
+    if not 0 <= settings.server.port <= 65535:
+        raise ConfigError(f"server.port: {settings.server.port} is outside 0-65535")
     if not 0 <= settings.alert.prewarming_pool_threshold <= 1:
         raise ConfigError("alert.prewarming_pool_threshold: must be between 0 and 1")
+    _validate_choices(settings)
     if settings.factory.registrations_per_second <= 0:
         raise ConfigError("factory.registrations_per_second: must be positive")
     if settings.watcher.resync_interval <= 0 or settings.watcher.heartbeat_timeout <= 0:

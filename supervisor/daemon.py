@@ -15,6 +15,7 @@ descendants); past the restart intensity the daemon stops gracefully, as on SIGT
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -51,6 +52,15 @@ CHILDREN: Final = {
 }
 
 
+# While stopping, what the stop waits for is logged this often (seconds).
+_WAIT_LOG_EVERY: Final = 5.0
+# Running executions are ended this long before the stop's budget passes, so that their commands
+# are stopped and their clients told within it.
+_END_MARGIN: Final = 1.0
+# After they ended, how long their WebSockets get to close before everything left is cut.
+_CLOSE_GRACE: Final = 0.5
+
+
 class Daemon:
     """The daemon's nursery tree: ``run`` serves until ``stop()``, or until a child keeps failing."""
 
@@ -61,14 +71,25 @@ class Daemon:
         self.watcher: EventStreamWatcher | None = None
         self.cluster: object | None = None
         self._stop = trio.Event()
+        # The stop's one budget: running executions are ended just before it passes.
+        self._stop_deadline = float("inf")
+        self._stop_changed = trio.Event()
+        # Everything but the embedded cluster: cancelled when the stop's budget has passed.
+        self._scope = trio.CancelScope()
         self.addresses: list[str] = []
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
         self.failure: str | None = None
         self.restarts = RestartIntensity(settings.supervision.intensity, settings.supervision.period)
 
     def stop(self) -> None:
-        """Begin a graceful stop."""
-        self._stop.set()
+        """Begin a graceful stop within ``server.graceful_timeout``; called again, stop at once."""
+        now = trio.current_time()
+        if not self._stop.is_set():
+            self._stop_deadline = now + self.settings.server.graceful_timeout
+            self._stop.set()
+        else:
+            self._stop_deadline = min(self._stop_deadline, now)
+        self._stop_changed.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``stop()`` (or until a child keeps failing); reports itself once the API serves."""
@@ -76,8 +97,9 @@ class Daemon:
         async with trio.open_nursery() as root:
             if nomad is None:
                 nomad = await self._start_embedded_cluster(root)
-            async with NomadClient(nomad) as client:
-                await self._run_tiers(client, task_status)
+            with self._scope:
+                async with NomadClient(nomad) as client:
+                    await self._run_tiers(client, task_status)
             root.cancel_scope.cancel("the daemon stopped")
 
     async def _start_embedded_cluster(self, nursery: trio.Nursery) -> NomadSettings:
@@ -104,7 +126,6 @@ class Daemon:
             supervised = partial(supervise, spec, self.restarts, self._escalate, stopping=self._stop.is_set)
             return await nursery.start(supervised)
 
-        graceful = settings.server.graceful_timeout
         async with trio.open_nursery() as infrastructure:
             async with trio.open_nursery() as executions:
                 # The service is handed the execution nursery, as trio's serve_tcp takes its
@@ -114,9 +135,30 @@ class Daemon:
                 await start(infrastructure, "factory", service.factory.run)
                 await start(infrastructure, "inactivity expiry", service.expiry.run)
                 await start(infrastructure, "prewarming-pool alerter", alerter.run)
+                infrastructure.start_soon(self._end_executions_in_time, service)
                 await self._run_intake(service, start, task_status)
-                executions.cancel_scope.deadline = trio.current_time() + graceful
+                executions.cancel_scope.deadline = self._stop_deadline
             infrastructure.cancel_scope.cancel("the daemon stopped")
+
+    async def _end_executions_in_time(self, service: RunnerService) -> None:
+        """Once stopping: say every few seconds what the stop waits for, and end the executions
+        still running just before the budget passes (at once after a second signal)."""
+        await self._stop.wait()
+        while service.executions.running_count:
+            left = self._stop_deadline - trio.current_time()
+            if left <= _END_MARGIN:
+                ended = service.executions.shut_down()
+                logger.warning("stopping: ended {} running execution(s): out of time", ended)
+                with trio.move_on_after(_END_MARGIN):
+                    await service.executions.all_ended()
+                await trio.sleep(_CLOSE_GRACE)  # their sockets close; then whatever is left is cut
+                self._scope.cancel("the stop's budget has passed")
+                return
+            count = service.executions.running_count
+            logger.info("stopping: waiting for {} execution(s), {:.0f}s left", count, left)
+            self._stop_changed = trio.Event()
+            with trio.move_on_after(min(_WAIT_LOG_EVERY, left - _END_MARGIN)):
+                await self._stop_changed.wait()
 
     async def _run_intake(
         self,
@@ -152,9 +194,12 @@ class Daemon:
     def _hypercorn_config(self) -> HypercornConfig:
         config = HypercornConfig()
         config.bind = [f"{self.settings.server.address}:{self.settings.server.port}"]
+        # Requests still open when the budget has passed are cut (executions were ended before).
         config.graceful_timeout = self.settings.server.graceful_timeout
         config.websocket_max_message_size = self.settings.server.max_message
-        config.accesslog = None
+        # Plain loggers: their lines reach the one log stream (logs.py) instead of hypercorn's own.
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.accesslog = logging.getLogger("hypercorn.access") if self.settings.log.access else None
         return config
 
     def _escalate(self, reason: str) -> None:

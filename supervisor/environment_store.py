@@ -17,7 +17,7 @@ from .environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_fro
 from .errors import NomadNotFound, TerminalError, TransientError
 from .nomad import JobListStub
 from .nomad.api import NomadApi
-from .pool import Action, RunnerPool
+from .pool import Action, DestroyRunner, RunnerPool
 
 __all__ = ["EnvironmentStore"]
 
@@ -36,14 +36,24 @@ class EnvironmentStore:
         async with self.lock:
             await self._client.register_job(template_job(environment))
             created, actions = self._pool.set_environment(environment)
+        logger.info(
+            "environment {} {} (image {}, pool of {})",
+            environment.id,
+            "created" if created else "updated",
+            environment.image,
+            environment.prewarming_pool_size,
+        )
         self._apply(actions)
         return created
 
     async def delete(self, environment_id: int) -> None:
         """Forget the environment and its runners, and purge its template job."""
         async with self.lock:
-            self._apply(self._pool.remove_environment(environment_id))
+            actions = self._pool.remove_environment(environment_id)
+            self._apply(actions)
             await self._client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
+        destroyed = sum(isinstance(a, DestroyRunner) for a in actions)
+        logger.info("environment {} deleted: {} runners destroyed", environment_id, destroyed)
 
     async def load(self) -> None:
         """Adopt every environment stored in Nomad, whatever its template job's status (a template

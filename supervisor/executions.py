@@ -60,6 +60,13 @@ MESSAGE_AGENT_RESTARTED: Final = (
 MESSAGE_AGENT_AWAY: Final = (
     "the runner's Nomad agent cannot be reached (it may be restarting): nothing ran; take another runner"
 )
+MESSAGE_SHUTTING_DOWN: Final = "the supervisor is shutting down"
+# WebSocket close codes: the execution ended (normal closure), or the daemon is stopping (going away).
+CLOSE_NORMAL: Final = 1000
+CLOSE_GOING_AWAY: Final = 1001
+# How long a stop at shutdown may take before the daemon goes anyway (the next start's sweep of
+# adopted claims stops what is left).
+_SHUTDOWN_STOP_CAP: Final = 1.0
 
 
 class ClientSocket(Protocol):
@@ -98,6 +105,8 @@ class _Running:
     runner_id: str
     scope: trio.CancelScope = field(factory=trio.CancelScope)
     gone_reason: str = ""
+    # Ended by the daemon's stop: its command is stopped, its socket closed as going away.
+    shutting_down: bool = False
     # The exec session under way, or the last one.
     attempt: _Attempt = field(factory=_Attempt)
 
@@ -135,6 +144,9 @@ class ExecutionService:
         # Executions by the path their exec session took: straight to the agent, or via a server.
         self.paths: dict[str, int] = {"agent": 0, "server": 0}
         self._running: set[_Running] = set()
+        # Set while no execution runs.
+        self._none_running = trio.Event()
+        self._none_running.set()
         # Where executions, and the stops that must outlive them, run: not under the request.
         self._nursery = execution_nursery
 
@@ -170,13 +182,28 @@ class ExecutionService:
         for execution_id in [k for k, (r, _) in self._pending.items() if r.runner_id == runner_id]:
             del self._pending[execution_id]
 
-    async def serve(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> None:
-        """Run the execution in the execution nursery; returns when it has ended."""
+    async def all_ended(self) -> None:
+        """Wait until no execution runs."""
+        await self._none_running.wait()
+
+    def shut_down(self) -> int:
+        """End every running execution: its command is stopped, its client gets the terminal
+        ``error`` "the supervisor is shutting down"; returns how many there were."""
+        for running in self._running:
+            running.shutting_down = True
+            running.scope.cancel(MESSAGE_SHUTTING_DOWN)
+        return len(self._running)
+
+    async def serve(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> int:
+        """Run the execution in the execution nursery; returns, when it has ended, the WebSocket
+        close code: 1000, or 1001 (going away) when the daemon's stop ended it."""
         done = trio.Event()
+        code = CLOSE_NORMAL
 
         async def execution() -> None:
+            nonlocal code
             try:
-                await self._run(socket, execution_id, request)
+                code = await self._run(socket, execution_id, request)
             except* Exception:
                 # A bug in one execution must not end the others in the nursery.
                 logger.exception("execution {} on {} failed", execution_id, request.runner_id)
@@ -186,25 +213,40 @@ class ExecutionService:
 
         self._nursery.start_soon(execution)
         await done.wait()
+        return code
 
-    async def _run(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> None:
+    async def _run(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> int:
         running = _Running(execution_id, request.runner_id)
         alloc_id = self._alloc_of(request.runner_id)
         if alloc_id is None:
             await _send(socket, {"type": "error", "data": "the runner is gone"})
-            return
+            return CLOSE_NORMAL
         self._running.add(running)
+        if self._none_running.is_set():
+            self._none_running = trio.Event()
         self._activity(request.runner_id, +1)
+        started = trio.current_time()
+        logger.info("execution {} started on runner {}", execution_id, request.runner_id)
         try:
             await _send(socket, {"type": "start"})
             terminal = await self._bridge(socket, running, alloc_id, request)
         finally:
             self._running.discard(running)
+            if not self._running:
+                self._none_running.set()
             self._activity(request.runner_id, -1)
         outcome = str(terminal["type"]) if terminal is not None else "closed"
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        logger.info(
+            "execution {} on runner {} ended after {:.3f}s: {}",
+            execution_id,
+            request.runner_id,
+            trio.current_time() - started,
+            _describe_end(terminal),
+        )
         if terminal is not None:
             await _send(socket, terminal)
+        return CLOSE_GOING_AWAY if running.shutting_down else CLOSE_NORMAL
 
     async def _bridge(
         self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
@@ -221,6 +263,10 @@ class ExecutionService:
         if running.scope.cancelled_caught:
             if running.gone_reason:
                 return {"type": "error", "data": running.gone_reason}
+            if running.shutting_down:
+                with trio.move_on_after(_SHUTDOWN_STOP_CAP):
+                    await self._stop(running, alloc_id)
+                return {"type": "error", "data": MESSAGE_SHUTTING_DOWN}
             if isinstance(failure, ExecAgentUnreachable):
                 return {"type": "timeout"}  # it passed while the agent was away: nothing ran
             await self._stop(running, alloc_id)  # the time limit passed
@@ -362,6 +408,17 @@ async def _forward_output(socket: ClientSocket, session: ExecChannel, attempt: _
         if text:
             await _send(socket, {"type": frame.stream, "data": text})
     raise ExecConnectionLost("the exec session ended without an exit")  # pragma: no cover
+
+
+def _describe_end(terminal: dict[str, Any] | None) -> str:
+    """How an execution ended, for its log line."""
+    if terminal is None:
+        return "the client closed the connection"
+    if terminal["type"] == "exit":
+        return f"exit {terminal['data']}"
+    if terminal["type"] == "error":
+        return f"error: {terminal['data']}"
+    return str(terminal["type"])
 
 
 async def _send(socket: ClientSocket, message: dict[str, Any]) -> None:

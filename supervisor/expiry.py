@@ -38,7 +38,7 @@ class InactivityExpiry:
         while True:
             self._changed = trio.Event()
             for runner_id in self._pool.expired(trio.current_time()):
-                logger.info("runner {} reached its inactivity timeout", runner_id)
+                logger.debug("runner {} reached its inactivity timeout", runner_id)
                 self._apply(self._pool.destroy(runner_id, REASON_INACTIVITY))
             deadline = self._pool.next_expiry()
             wake = deadline if deadline is not None else trio.current_time() + _IDLE_WAKE

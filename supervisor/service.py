@@ -36,7 +36,10 @@ from .nomad.api import NomadApi
 from .pool import (
     FOUND_BY_NODE_RESTART,
     REASON_ALLOCATION_UNKNOWN,
+    REASON_DESTROYED,
+    REASON_ENVIRONMENT,
     Action,
+    DestroyRunner,
     RelistWanted,
     Runner,
     RunnerGone,
@@ -49,6 +52,10 @@ __all__ = ["RunnerService"]
 T = TypeVar("T")
 
 # Allocations that may still run: what a relist needs of Nomad's allocations (nomad-api.md §2).
+# Ends that are not news: a client gave its runner back, or its environment was deleted (one line).
+_ROUTINE_ENDS: Final = frozenset({REASON_DESTROYED, REASON_ENVIRONMENT})
+# Runners named in one such line; more are counted.
+_NAMED: Final = 5
 LIVE_ALLOCATIONS: Final = (
     'DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
     'and ClientStatus != "lost"'
@@ -101,14 +108,23 @@ class RunnerService:
     # -- actions --------------------------------------------------------------------------------
 
     def apply(self, actions: Iterable[Action]) -> None:
-        """Carry out the pool's actions: the factory's writes, executions' ends, relist requests."""
+        """Carry out the pool's actions: the factory's writes, executions' ends, relist requests.
+        Runners destroyed for a cause other than their release or their environment's deletion are
+        logged at INFO, one line per cause with the count; each one at DEBUG."""
+        gone: dict[str, list[str]] = {}
         for action in actions:
+            if isinstance(action, DestroyRunner) and action.reason not in _ROUTINE_ENDS:
+                gone.setdefault(action.reason, []).append(action.runner_id)
             if isinstance(action, RunnerGone):
                 self.executions.runner_gone(action.runner_id, action.reason)
             elif isinstance(action, RelistWanted):
                 self.request_relist(action.reason)
             else:
                 self.factory.submit(action)
+        for reason, runner_ids in gone.items():
+            named = ", ".join(runner_ids[:_NAMED]) + (", ..." if len(runner_ids) > _NAMED else "")
+            plural = "" if len(runner_ids) == 1 else "s"
+            logger.info("{} runner{} gone: {} ({})", len(runner_ids), plural, reason, named)
 
     # -- runners --------------------------------------------------------------------------------
 
@@ -122,7 +138,7 @@ class RunnerService:
 
     def runner_lost(self, runner_id: str) -> None:
         """Nomad refused an exec in the runner because it no longer knows its allocation."""
-        logger.warning("runner {} is gone: Nomad no longer knows its allocation", runner_id)
+        logger.debug("runner {} is gone: Nomad no longer knows its allocation", runner_id)
         self.apply(self.pool.lost(runner_id, REASON_ALLOCATION_UNKNOWN))
 
     async def in_runner(self, runner_id: str, operation: Callable[[], Awaitable[T]]) -> T:

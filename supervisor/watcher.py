@@ -56,6 +56,8 @@ class EventStreamWatcher:
         # must not earn a full relist every half second, but one that restarted after serving a
         # while must not cost the next reconnect the growing pause of a flapping one.
         self.backoff = backoff or Backoff(BackoffPolicy(0.5, 30.0), healthy_after=STREAM_HEALTHY_AFTER)
+        # Since when the stream is down (None while it is up, or before it first was).
+        self._lost_at: float | None = None
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
         self.relists: dict[str, int] = {}
 
@@ -75,6 +77,8 @@ class EventStreamWatcher:
             except* SupervisorError as group:
                 error = group.exceptions[0]
             self.service.gate.report(StreamState.DOWN)
+            if self._lost_at is None:
+                self._lost_at = trio.current_time()
             delay = self.backoff.failed(trio.current_time())
             logger.warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
             self.service.client.rotate_address()
@@ -92,6 +96,12 @@ class EventStreamWatcher:
         ) as stream:
             service.gate.report(StreamState.UP)
             self.backoff.healthy(trio.current_time())
+            if self._lost_at is None:
+                logger.info("event stream up from index {}", index + 1)
+            else:
+                down = trio.current_time() - self._lost_at
+                logger.info("event stream recovered from index {} after {:.1f}s down", index + 1, down)
+                self._lost_at = None
             send, receive = trio.open_memory_channel[EventBatch | _RelistDue](0)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read, stream, send.clone())

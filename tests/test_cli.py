@@ -156,3 +156,41 @@ def test_health_probe_of_a_daemon_that_is_not_there(capsys: pytest.CaptureFixtur
     document = json.loads(capsys.readouterr().out)
     assert document["status"] == "unknown"
     assert document["message"].startswith(f"the supervisor at http://127.0.0.1:{port} cannot be reached")
+
+
+def test_the_daemons_log_is_one_json_stream_without_its_tokens() -> None:
+    """``supervisor run`` with the access log on and JSON lines: hypercorn's lines and the access
+    lines are in the stream, every line is JSON, and neither token appears, not even in a URL."""
+    environ = {
+        k: v for k, v in __import__("os").environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))
+    }
+    environ.update(SUPERVISOR_SERVER_TOKEN="poseidon-s3cret", SUPERVISOR_LOG_ACCESS="true")
+    argv = [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0", "--log-format", "json"]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environ)
+    try:
+        assert process.stderr is not None
+        lines: list[str] = []
+        while not any("serving the API on" in line for line in lines):
+            line = process.stderr.readline()
+            assert line, "run exited before it served: " + "".join(lines)
+            lines.append(line)
+        address = json.loads(lines[-1])["record"]["message"].rsplit(" ", 1)[1]
+        headers = {"Poseidon-Token": "poseidon-s3cret"}
+        path = "/api/v1/runners/poseidon-s3cret/files"
+        assert httpx.get(address + path, headers=headers, timeout=5).status_code == 410
+        assert httpx.get(address + "/api/v1/statistics/execution-environments", timeout=5).status_code == 401
+        statistics = httpx.get(
+            address + "/api/v1/statistics/execution-environments", headers=headers, timeout=5
+        )
+        assert statistics.status_code == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        lines += process.stderr.readlines()
+    finally:
+        process.kill()
+        process.communicate()
+    messages = [json.loads(line)["record"]["message"] for line in lines]
+    assert any(m.startswith("Running on http://127.0.0.1:") for m in messages), "hypercorn's line"
+    assert any("/api/v1/statistics/execution-environments" in m and " 401 " in m for m in messages), "access"
+    assert any("/api/v1/runners/***/files" in m for m in messages), "the token in a path is masked"
+    assert not any("poseidon-s3cret" in line for line in lines)
