@@ -31,8 +31,10 @@ from .alerter import PrewarmingPoolAlerter
 from .api import create_app
 from .config import Settings
 from .nomad import NomadClient, NomadSettings
+from .observability import status_line
 from .service import RunnerService
 from .supervision import ChildSpec, Restart, RestartIntensity, supervise
+from .systemd import SystemdNotifier
 from .watcher import EventStreamWatcher
 
 __all__ = ["CHILDREN", "Daemon"]
@@ -52,6 +54,12 @@ CHILDREN: Final = {
 }
 
 
+# systemd's STATUS= is refreshed this often at most (seconds), and the watchdog pinged as often as
+# it asks, while the watcher has moved on within _WATCHER_STUCK seconds: a quiet stream has a
+# heartbeat every 30 s and a lost one a reconnect attempt within the backoff's 30 s cap, each
+# bounded by its own timeout.
+_STATUS_EVERY: Final = 5.0
+_WATCHER_STUCK: Final = 120.0
 # While stopping, what the stop waits for is logged this often (seconds).
 _WAIT_LOG_EVERY: Final = 5.0
 # Running executions are ended this long before the stop's budget passes, so that their commands
@@ -76,6 +84,8 @@ class Daemon:
         self._stop_changed = trio.Event()
         # Everything but the embedded cluster: cancelled when the stop's budget has passed.
         self._scope = trio.CancelScope()
+        self._serving = trio.Event()
+        self.systemd = SystemdNotifier(self.environ)
         self.addresses: list[str] = []
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
         self.failure: str | None = None
@@ -87,6 +97,7 @@ class Daemon:
         if not self._stop.is_set():
             self._stop_deadline = now + self.settings.server.graceful_timeout
             self._stop.set()
+            self.systemd.notify("STOPPING=1", "STATUS=stopping")
         else:
             self._stop_deadline = min(self._stop_deadline, now)
         self._stop_changed.set()
@@ -100,6 +111,7 @@ class Daemon:
             with self._scope:
                 async with NomadClient(nomad) as client:
                     await self._run_tiers(client, task_status)
+            self.systemd.close()
             root.cancel_scope.cancel("the daemon stopped")
 
     async def _start_embedded_cluster(self, nursery: trio.Nursery) -> NomadSettings:
@@ -136,9 +148,35 @@ class Daemon:
                 await start(infrastructure, "inactivity expiry", service.expiry.run)
                 await start(infrastructure, "prewarming-pool alerter", alerter.run)
                 infrastructure.start_soon(self._end_executions_in_time, service)
+                infrastructure.start_soon(self._tell_systemd, service)
                 await self._run_intake(service, start, task_status)
                 executions.cancel_scope.deadline = self._stop_deadline
             infrastructure.cancel_scope.cancel("the daemon stopped")
+
+    async def _tell_systemd(self, service: RunnerService) -> None:
+        """READY=1 once the first listing is reconciled and the API serves; STATUS= when it
+        changes; WATCHDOG=1 while this loop runs and the watcher makes progress."""
+        notifier = self.systemd
+        if not notifier.enabled:
+            return
+        every = min(notifier.watchdog_interval or _STATUS_EVERY, _STATUS_EVERY)
+        ready, told = False, ""
+        while not self._stop.is_set():
+            lines = []
+            if not ready and self._serving.is_set() and service.synced.is_set():
+                ready = True
+                lines.append("READY=1")
+            status = status_line(service) if ready else "starting: waiting for Nomad's first listing"
+            if status != told:
+                told = status
+                lines.append(f"STATUS={status}")
+            watcher = self.watcher
+            if notifier.watchdog_interval and (watcher is None or watcher.making_progress(_WATCHER_STUCK)):
+                lines.append("WATCHDOG=1")
+            if lines:
+                notifier.notify(*lines)
+            with trio.move_on_after(every):
+                await self._stop.wait()
 
     async def _end_executions_in_time(self, service: RunnerService) -> None:
         """Once stopping: say every few seconds what the stop waits for, and end the executions
@@ -188,6 +226,7 @@ class Daemon:
             async with trio.open_nursery() as serving:
                 self.addresses = cast(list[str], await start(serving, "api server", serve))
                 logger.info("serving the API on {}", ", ".join(self.addresses))
+                self._serving.set()
                 task_status.started(self)
             intake.cancel_scope.cancel("the API server stopped")
 

@@ -3,7 +3,7 @@ and the pools' statistics as Poseidon's API writes them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -13,7 +13,10 @@ from .levels import StreamState
 from .pool import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
 
-__all__ = ["health_details", "metrics_text", "pool_statistics"]
+__all__ = ["health_details", "metrics_text", "pool_statistics", "status_line"]
+
+# Pools named one by one in a status line; past that, counted.
+_POOLS_NAMED: Final = 5
 
 
 def pool_statistics(stats: PoolStats) -> dict[str, int]:
@@ -217,3 +220,16 @@ def metrics_text(service: RunnerService) -> str:
         "supervisor_factory_backlog", "gauge", "Actions waiting for the factory.", [(None, factory.backlog)]
     )
     return "\n".join(lines) + "\n"
+
+
+def status_line(service: RunnerService) -> str:
+    """One line of what the daemon is doing, for systemd's ``STATUS=``: the stream, the pools (each
+    while there are few, else how many are below strength), the running executions."""
+    pools = sorted(service.pool.stats().values(), key=lambda p: p.environment_id)
+    if len(pools) <= _POOLS_NAMED:
+        fill = ", ".join(f"{p.environment_id}: {p.idle}/{p.size}" for p in pools) or "none"
+    else:
+        short = sum(p.idle < p.size for p in pools)
+        fill = f"{len(pools)} pools, {short} below strength"
+    running = service.executions.running_count
+    return f"stream {service.gate.state.value}; idle runners {fill}; {running} executions running"

@@ -58,6 +58,11 @@ class EventStreamWatcher:
         self.backoff = backoff or Backoff(BackoffPolicy(0.5, 30.0), healthy_after=STREAM_HEALTHY_AFTER)
         # Since when the stream is down (None while it is up, or before it first was).
         self._lost_at: float | None = None
+        # When the watcher last moved on (an attempt, a listing, a batch, a heartbeat), for the
+        # systemd watchdog: a watcher stuck anywhere stops it.
+        self.progress_at = 0.0
+        self._stream: EventStream | None = None
+        self._heartbeats_seen = 0
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
         self.relists: dict[str, int] = {}
 
@@ -69,8 +74,21 @@ class EventStreamWatcher:
         finally:
             self.service.gate.report(StreamState.DOWN)  # crashed or cancelled: nobody follows Nomad
 
+    def making_progress(self, within: float) -> bool:
+        """Whether the watcher moved on within the last ``within`` seconds: on a quiet stream,
+        Nomad's heartbeats count."""
+        stream = self._stream
+        if stream is not None and stream.statistics.heartbeats != self._heartbeats_seen:
+            self._heartbeats_seen = stream.statistics.heartbeats
+            self._progressed()
+        return trio.current_time() - self.progress_at <= within
+
+    def _progressed(self) -> None:
+        self.progress_at = trio.current_time()
+
     async def _watch(self) -> NoReturn:
         while True:
+            self._progressed()
             error: BaseException | None = None
             try:
                 await self._follow()
@@ -79,6 +97,8 @@ class EventStreamWatcher:
             self.service.gate.report(StreamState.DOWN)
             if self._lost_at is None:
                 self._lost_at = trio.current_time()
+            self._stream = None
+            self._progressed()
             delay = self.backoff.failed(trio.current_time())
             logger.warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
             self.service.client.rotate_address()
@@ -91,9 +111,11 @@ class EventStreamWatcher:
         service.gate.report(StreamState.RECOVERING)
         service.relists.clear()  # the connect's own listing serves every request made so far
         index = await self._relist(["connect"])
+        self._progressed()
         async with service.client.open_event_stream(
             _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
         ) as stream:
+            self._stream, self._heartbeats_seen = stream, 0
             service.gate.report(StreamState.UP)
             self.backoff.healthy(trio.current_time())
             if self._lost_at is None:
@@ -108,6 +130,7 @@ class EventStreamWatcher:
                 nursery.start_soon(self._forward_relist_requests, send)
                 nursery.start_soon(self._request_periodically)
                 async for item in receive:
+                    self._progressed()
                     if isinstance(item, EventBatch):
                         service.apply_batch(item)
                     else:

@@ -1,0 +1,71 @@
+"""systemd's notify protocol, against a datagram socket of our own as systemd's: READY=1 after the
+first listing, STATUS= lines, WATCHDOG=1 only while the watcher moves on, STOPPING=1 at the stop."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from supervisor.config import ServerSettings, Settings
+from supervisor.daemon import Daemon
+from supervisor.simulator import SimConfig, SimulatedCluster
+
+
+@pytest.fixture
+async def systemd(tmp_path: Path) -> AsyncIterator[tuple[trio.socket.SocketType, str]]:
+    path = str(tmp_path / "notify")
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    await sock.bind(path)
+    with sock:
+        yield sock, path
+
+
+async def messages_within(sock: trio.socket.SocketType, seconds: float) -> list[str]:
+    received: list[str] = []
+    with trio.move_on_after(seconds):
+        while True:
+            received.append((await sock.recv(4096)).decode())
+    return received
+
+
+async def test_ready_status_watchdog_and_stopping(
+    nursery: trio.Nursery, systemd: tuple[trio.socket.SocketType, str], sim_config: SimConfig
+) -> None:
+    sock, path = systemd
+    cluster = await nursery.start(SimulatedCluster(sim_config).run)
+    environ = {"NOMAD_ADDR": ",".join(cluster.addresses), "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"}
+    daemon = Daemon(Settings(server=ServerSettings(port=0)), environ=environ)
+    await nursery.start(daemon.run)
+
+    first = await messages_within(sock, 2.5)
+    ready = [m for m in first if "READY=1" in m]
+    assert len(ready) == 1
+    assert "STATUS=stream up; idle runners none; 0 executions running" in ready[0].splitlines()
+    assert sum("WATCHDOG=1" in m for m in first) >= 3, "pinged every half WATCHDOG_USEC"
+
+    assert daemon.watcher is not None
+    daemon.watcher.making_progress = lambda within: False  # type: ignore[method-assign]
+    stuck = await messages_within(sock, 2.0)
+    assert not any("WATCHDOG=1" in m for m in stuck), "a stuck watcher gets the daemon restarted"
+
+    daemon.stop()
+    assert "STOPPING=1" in (await messages_within(sock, 1.0))[0].splitlines()
+
+
+def test_an_abstract_socket_name_and_no_socket_at_all() -> None:
+    from supervisor.systemd import SystemdNotifier
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind("\0supervisor-test-notify")
+        notifier = SystemdNotifier({"NOTIFY_SOCKET": "@supervisor-test-notify"})
+        notifier.notify("READY=1", "STATUS=hello")
+        assert listener.recv(100) == b"READY=1\nSTATUS=hello"
+        notifier.close()
+    silent = SystemdNotifier({})
+    assert not silent.enabled
+    silent.notify("READY=1")  # nothing to send to, nothing raised
+    assert SystemdNotifier({"WATCHDOG_USEC": "3000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
