@@ -197,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
     from .daemon import Daemon
     from .errors import ConfigError
     from .logs import configure_logging
+    from .sentry import init_sentry
 
     try:
         settings = load_settings(args.config, os.environ)
@@ -214,6 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     nomad = settings.nomad_settings(os.environ)
     secrets = [settings.server.token, settings.nomad.token, nomad.token if nomad else ""]
     configure_logging(settings.log, secrets)
+    init_sentry(os.environ, secrets)
     embedded = nomad is None
     if embedded and not is_loopback(settings.server.address) and not settings.server.token:
         raise UsageError(

@@ -293,6 +293,12 @@ class ExecutionService:
                 "data": MESSAGE_AGENT_RESTARTED if agent_away else MESSAGE_CONNECTION_LOST,
             }
         if isinstance(failure, ExecRejected):
+            logger.bind(cause="exec refused by Nomad").warning(
+                "execution {} on runner {}: Nomad refused the exec: {}",
+                running.execution_id,
+                running.runner_id,
+                failure.reason,
+            )
             return {"type": "error", "data": f"Nomad refused the execution: {failure.reason}"}
         return {"type": "error", "data": f"Nomad could not run the execution: {failure}"}
 

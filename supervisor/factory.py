@@ -97,12 +97,14 @@ class RunnerFactory:
                 return
             except TransientError as exc:
                 delay = backoff.failed(trio.current_time())
-                logger.warning(
+                cause = f"factory: {type(action).__name__} failed: {type(exc).__name__}"
+                logger.bind(cause=cause).warning(
                     "{} failed ({}); retry {} in {:.1f}s", _describe(action), exc, backoff.failures, delay
                 )
                 await trio.sleep(delay)
             except TerminalError as exc:
-                logger.error("{} refused by Nomad: {}", _describe(action), exc)
+                cause = f"factory: {type(action).__name__} refused by Nomad"
+                logger.bind(cause=cause).error("{} refused by Nomad: {}", _describe(action), exc)
                 self._failed(action)
                 return
             except Exception:

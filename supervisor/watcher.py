@@ -100,7 +100,8 @@ class EventStreamWatcher:
             self._stream = None
             self._progressed()
             delay = self.backoff.failed(trio.current_time())
-            logger.warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
+            cause = f"event stream lost: {type(error).__name__}"
+            logger.bind(cause=cause).warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
             self.service.client.rotate_address()
             await trio.sleep(delay)
 
