@@ -243,6 +243,7 @@ async def open_exec(
     headers = [(b"X-Nomad-Token", client.settings.token.encode())] if client.settings.token else []
     timeout = client.settings.exec_connect_timeout if connect_timeout is None else connect_timeout
     connected = False
+    opened: trio_websocket.WebSocketConnection | None = None
     try:
         # trio-websocket's own connect timeout leaves its reader task waiting on a peer that accepted
         # the connection and never answers; this deadline, lifted once connected, ends it too.
@@ -256,6 +257,7 @@ async def open_exec(
                 connect_timeout=timeout,
                 disconnect_timeout=client.settings.close_timeout,
             ) as connection:
+                opened = connection
                 if connecting.cancel_called:  # upgraded in the very tick the deadline passed
                     raise ExecConnectionLost(f"{what}: upgraded at the deadline; the outcome is unknown")
                 connected = True
@@ -281,3 +283,15 @@ async def open_exec(
             raise ExecConnectionLost(f"{what}: the upgrade failed: {exc!r}; the outcome is unknown") from exc
         # The request never reached Nomad: as safe to send elsewhere as any request that got no answer.
         raise NomadUnavailableError(f"{what}: could not connect: {exc.__cause__ or exc!r}") from exc
+    finally:
+        if opened is not None:
+            await _close_transport(opened)
+
+
+async def _close_transport(connection: trio_websocket.WebSocketConnection) -> None:
+    """Close the connection's TCP (or TLS) stream. After a close without a close frame (1006), which
+    is how Nomad ends every exec session, trio-websocket 0.12 marks the connection closed but leaves
+    its socket open (CLOSE-WAIT) for the garbage collector: under load, hundreds of descriptors."""
+    stream = getattr(connection, "_stream", None)
+    if isinstance(stream, trio.abc.AsyncResource):
+        await trio.aclose_forcefully(stream)
