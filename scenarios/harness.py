@@ -272,9 +272,13 @@ async def open_scenario(
         nursery.cancel_scope.cancel("scenario over")
 
 
-async def start_daemon(cluster: SimulatedCluster, log: Path) -> tuple[trio.Process, str]:
-    """``supervisor run`` at its defaults against the cluster; the process and its API's base URL."""
+async def start_daemon(
+    cluster: SimulatedCluster, log: Path, settings: dict[str, str] | None = None
+) -> tuple[trio.Process, str]:
+    """``supervisor run`` against the cluster, at its defaults but for ``settings``
+    (``SUPERVISOR_<SECTION>_<KEY>`` variables); the process and its API's base URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))}
+    env.update(settings or {})
     env["NOMAD_ADDR"] = ",".join(cluster.addresses)
     argv = [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"]
     sink = await trio.open_file(log, "wb")

@@ -336,7 +336,8 @@ async def main(args: argparse.Namespace) -> bool:
     logs = Path(tempfile.mkdtemp(prefix="soak-"))
     async with trio.open_nursery() as root:
         cluster = await root.start(SimulatedCluster(config).run)
-        daemon, api = await start_daemon(cluster, logs / "daemon.log")
+        settings = dict(item.split("=", 1) for item in args.setting)
+        daemon, api = await start_daemon(cluster, logs / "daemon.log", settings)
         try:
             limits = httpx.Limits(max_connections=200)
             async with (
@@ -487,6 +488,13 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=20.0, help="executions started a second")
     parser.add_argument("--fault-every", type=float, default=5.0, help="seconds between faults")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="SUPERVISOR_SECTION_KEY=VALUE",
+        help="run the daemon with this setting changed (to compare with its defaults)",
+    )
     parser.add_argument("--report", type=Path)
     parser.add_argument("--plot", type=Path)
     return parser.parse_args()

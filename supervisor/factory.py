@@ -91,8 +91,10 @@ class RunnerFactory:
         backoff = Backoff(
             BackoffPolicy(0.5, self._settings.max_backoff), random_fraction=self._random_fraction
         )
+        attempted = False
         while self._still_wanted(action):
             try:
+                attempted = True
                 await self._once(action)
                 return
             except TransientError as exc:
@@ -112,7 +114,11 @@ class RunnerFactory:
                 logger.exception("{} failed unexpectedly", _describe(action))
                 self._failed(action)
                 return
-        if isinstance(action, CreateRunner):
+        if attempted and isinstance(action, CreateRunner | MarkUsed):
+            # The runner went after a write whose answer was lost: that write may have landed after
+            # the runner's purge (and brought its job back). Purge it again.
+            await self._purge(action.runner_id)
+        elif isinstance(action, CreateRunner):
             self._pool.purged(action.runner_id, 0)  # destroyed before its turn: never registered
 
     def _failed(self, action: FactoryAction) -> None:

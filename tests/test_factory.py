@@ -11,6 +11,7 @@ import trio.testing
 
 from supervisor.config import FactorySettings
 from supervisor.environments import ExecutionEnvironment
+from supervisor.errors import NomadUnavailableError
 from supervisor.factory import RunnerFactory
 from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse
 from supervisor.pool import CreateRunner, DestroyRunner, MarkUsed, RunnerPool
@@ -140,7 +141,7 @@ async def test_a_claims_meta_write_does_not_wait_for_the_registration_pace(
         await trio.testing.wait_all_tasks_blocked()
         assert nomad.calls[1:] == [("register", first)], "written at once"
         assert trio.current_time() == started
-        await trio.sleep(10)
+        await trio.sleep(11)
         assert len(nomad.calls) == 3, "the second creation still came at its pace"
         nursery.cancel_scope.cancel("test over")
 
@@ -191,3 +192,40 @@ async def test_a_tombstone_waits_for_a_registration_still_under_way() -> None:
         assert nomad.calls[-1] == ("deregister", runner_id), "purged once its registration landed"
         assert pool.tombstones[runner_id].gone_at is not None
         nursery.cancel_scope.cancel("test over")
+
+
+class _LostAnswerNomad(_QuickNomad):
+    """The first claim write lands in Nomad, but its answer is lost (a server restarted)."""
+
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+        if job["Meta"].get("used") == "true" and not any(c[0] == "lost" for c in self.calls):
+            self.calls.append(("lost", job["ID"]))
+            raise NomadUnavailableError("the server restarted before it answered")
+        return await super().register_job(job)
+
+
+async def test_a_claim_write_whose_answer_was_lost_is_undone_once_the_runner_is_released(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its write may have landed after the release's purge and brought the job back, marked used:
+    nobody would ever give that runner back."""
+    nomad = _LostAnswerNomad()
+    async with trio.open_nursery() as nursery:
+        pool, factory = await _two_creations(nursery, nomad, registrations_per_second=1000)
+        await trio.testing.wait_all_tasks_blocked()
+        first = nomad.calls[0][1]
+        pool.apply_allocation(
+            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43)
+        )
+        runner, _ = pool.claim(10, 0, now=0)
+        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
+        await trio.testing.wait_all_tasks_blocked()  # the write failed; its retry waits
+        assert ("lost", runner.id) in nomad.calls
+        for action in pool.release(runner.id):
+            if isinstance(action, DestroyRunner):
+                factory.submit(action)
+        await trio.sleep(60)
+        nursery.cancel_scope.cancel("test over")
+    after_loss = nomad.calls[nomad.calls.index(("lost", runner.id)) + 1 :]
+    assert after_loss.count(("deregister", runner.id)) == 2, "the release's purge, then the write undone"
+    assert ("register", runner.id) not in after_loss, "the write is not retried for a released runner"
