@@ -314,19 +314,36 @@ async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soa
 
 def drift(samples: list[dict[str, Any]], key: str, since: float, until: float) -> float:
     """How much ``key`` drifts from ``since`` to ``until`` (the load's end: after it the daemon
-    idles, which is no drift), relative to its level at ``since``: the rise of the least-squares
-    line through the samples between them. The figures follow the load, which a fault every few
-    seconds makes swing; a line through a sample a second averages the swings out, and a leak
-    still shows as its slope."""
-    window = [(s["t"], float(s[key])) for s in samples if since <= s["t"] <= until]
-    if len(window) < 2:
+    idles, which is no drift), at a constant load, relative to its level at ``since``. The figures
+    follow the load (each running execution holds tasks, sockets, buffers), which a fault every few
+    seconds makes swing; so the samples are fitted with ``key = a + b * used + c * t`` (least
+    squares, ``used`` the runners in use), and the drift is ``c`` over the span: a leak shows as a
+    rise at equal load, a swing of the load does not."""
+    window = [(1.0, float(s["used"]), s["t"], float(s[key])) for s in samples if since <= s["t"] <= until]
+    if len(window) < 4:
         return 0.0
-    mean_t = sum(t for t, _ in window) / len(window)
-    mean_v = sum(v for _, v in window) / len(window)
-    spread = sum((t - mean_t) ** 2 for t, _ in window)
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in window) / spread if spread else 0.0
-    start = mean_v + slope * (window[0][0] - mean_t)
-    return slope * (window[-1][0] - window[0][0]) / start if start else 0.0
+    a, b, c = _least_squares(window)
+    span = window[-1][2] - window[0][2]
+    level = a + b * sum(w[1] for w in window) / len(window) + c * window[0][2]
+    return c * span / level if level else 0.0
+
+
+def _least_squares(rows: list[tuple[float, float, float, float]]) -> tuple[float, float, float]:
+    """The coefficients of ``y = a*x0 + b*x1 + c*x2`` that fit ``rows`` of (x0, x1, x2, y) best."""
+    m = [
+        [sum(r[i] * r[j] for r in rows) for j in range(3)] + [sum(r[i] * r[3] for r in rows)]
+        for i in range(3)
+    ]
+    for col in range(3):  # Gauss-Jordan elimination with partial pivoting
+        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        if abs(m[col][col]) < 1e-12:
+            return 0.0, 0.0, 0.0
+        for r in range(3):
+            if r != col:
+                factor = m[r][col] / m[col][col]
+                m[r] = [x - factor * y for x, y in zip(m[r], m[col], strict=True)]
+    return m[0][3] / m[0][0], m[1][3] / m[1][1], m[2][3] / m[2][2]
 
 
 async def main(args: argparse.Namespace) -> bool:
@@ -440,6 +457,12 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
     for key in ("tasks", "fds", "rss_kib"):
         change = drift(samples, key, 120, soak.load_ended)
         checks[f"{key}_drift_under_10_percent"] = (abs(change) < 0.1, round(change, 3))
+    idle = [s for s in samples if s["t"] > soak.load_ended and s["used"] == 0]
+    if samples and idle:  # before the load and after it, both idle: what the load left behind
+        print(
+            "  idle before the load and after it: "
+            + ", ".join(f"{k} {samples[0][k]} -> {idle[-1][k]}" for k in ("tasks", "fds", "rss_kib"))
+        )
     print(f"soak: {args.minutes} min, {len(soak.lives)} executions, {len(soak.faults)} faults")
     print(f"  {soak.retries} retries (410 or 500 on a claim or call)")
     print(f"  {soak.client_errors} client transport errors (a kept-alive connection closed)")
