@@ -83,14 +83,18 @@ def _bool(request: Request, name: str, default: bool) -> bool:
     raise InvalidRequest(f"query parameter {name} must be true or false, got {raw!r}")
 
 
-def _has_huge_integer(value: Any) -> bool:
-    """Whether orjson turned an integer past 64 bits into a float (and so lost its digits)."""
-    if isinstance(value, float):
-        return value.is_integer() and abs(value) >= _HUGE
-    if isinstance(value, dict):
-        return any(_has_huge_integer(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_huge_integer(v) for v in value)
+def _has_huge_integer(document: Any) -> bool:
+    """Whether orjson turned an integer past 64 bits into a float (and so lost its digits). Walked
+    without recursion: orjson takes documents nested 1,024 deep."""
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, float) and value.is_integer() and abs(value) >= _HUGE:
+            return True
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
     return False
 
 
@@ -108,7 +112,10 @@ async def _json_body(request: Request) -> Any:
         raise InvalidRequest(f"the request body is not JSON: {exc}") from None
     if _has_huge_integer(document):
         # The standard parser keeps every digit, so that a 400 shows the number the client sent.
-        return json.loads(body, parse_constant=_no_constant)
+        try:
+            return json.loads(body, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidRequest(f"the request body is not JSON we take: {exc}") from None
     return document
 
 

@@ -33,6 +33,7 @@ from .config import Settings
 from .nomad import NomadClient, NomadSettings
 from .observability import status_line
 from .service import RunnerService
+from .stopping import abandon_stops
 from .supervision import ChildSpec, Restart, RestartIntensity, supervise
 from .systemd import SystemdNotifier
 from .watcher import EventStreamWatcher
@@ -63,10 +64,8 @@ _WATCHER_STUCK: Final = 120.0
 # While stopping, what the stop waits for is logged this often (seconds).
 _WAIT_LOG_EVERY: Final = 5.0
 # Running executions are ended this long before the stop's budget passes, so that their commands
-# are stopped and their clients told within it.
-_END_MARGIN: Final = 1.0
-# After they ended, how long their WebSockets get to close before everything left is cut.
-_CLOSE_GRACE: Final = 0.5
+# are stopped (for at most 1 s) and their clients told within it.
+_END_MARGIN: Final = 2.0
 
 
 class Daemon:
@@ -85,6 +84,8 @@ class Daemon:
         # Everything but the embedded cluster: cancelled when the stop's budget has passed.
         self._scope = trio.CancelScope()
         self._serving = trio.Event()
+        # Set once ``run`` has returned (or raised).
+        self.ended = trio.Event()
         self.systemd = SystemdNotifier(self.environ)
         self.addresses: list[str] = []
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
@@ -98,12 +99,20 @@ class Daemon:
             self._stop_deadline = now + self.settings.server.graceful_timeout
             self._stop.set()
             self.systemd.notify("STOPPING=1", "STATUS=stopping")
-        else:
-            self._stop_deadline = min(self._stop_deadline, now)
+            if self.service is not None:
+                self.service.executions.begin_stop()
+        else:  # the running executions are told at once, and get _END_MARGIN to hear it
+            self._stop_deadline = min(self._stop_deadline, now + _END_MARGIN)
         self._stop_changed.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``stop()`` (or until a child keeps failing); reports itself once the API serves."""
+        try:
+            await self._run(task_status)
+        finally:
+            self.ended.set()
+
+    async def _run(self, task_status: trio.TaskStatus[Daemon]) -> None:
         nomad = self.settings.nomad_settings(self.environ)
         async with trio.open_nursery() as root:
             if nomad is None:
@@ -150,7 +159,7 @@ class Daemon:
                 infrastructure.start_soon(self._end_executions_in_time, service)
                 infrastructure.start_soon(self._tell_systemd, service)
                 await self._run_intake(service, start, task_status)
-                executions.cancel_scope.deadline = self._stop_deadline
+                # Cut, if it comes to that, by _end_executions_in_time at the stop's deadline.
             infrastructure.cancel_scope.cancel("the daemon stopped")
 
     async def _tell_systemd(self, service: RunnerService) -> None:
@@ -160,10 +169,26 @@ class Daemon:
         if not notifier.enabled:
             return
         every = min(notifier.watchdog_interval or _STATUS_EVERY, _STATUS_EVERY)
+        readiness = trio.Event()
+
+        async def wake_when_ready() -> None:
+            await self._serving.wait()
+            await service.synced.wait()
+            readiness.set()
+
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(wake_when_ready)
+            await self._notify_until_stopped(service, every, readiness)
+            waiting.cancel_scope.cancel()
+
+    async def _notify_until_stopped(
+        self, service: RunnerService, every: float, readiness: trio.Event
+    ) -> None:
+        notifier = self.systemd
         ready, told = False, ""
         while not self._stop.is_set():
             lines = []
-            if not ready and self._serving.is_set() and service.synced.is_set():
+            if not ready and readiness.is_set():
                 ready = True
                 lines.append("READY=1")
             status = status_line(service) if ready else "starting: waiting for Nomad's first listing"
@@ -176,26 +201,41 @@ class Daemon:
             if lines:
                 notifier.notify(*lines)
             with trio.move_on_after(every):
-                await self._stop.wait()
+                await (self._stop if ready else readiness).wait()  # not ready yet: woken when it is
 
     async def _end_executions_in_time(self, service: RunnerService) -> None:
-        """Once stopping: say every few seconds what the stop waits for, and end the executions
-        still running just before the budget passes (at once after a second signal)."""
+        """Once stopping: say every few seconds what the stop waits for; end the executions still
+        running _END_MARGIN before the budget passes (at once after a second signal); when it has
+        passed, close whatever connection is left and cut everything."""
         await self._stop.wait()
-        while service.executions.running_count:
-            left = self._stop_deadline - trio.current_time()
-            if left <= _END_MARGIN:
-                ended = service.executions.shut_down()
-                logger.warning("stopping: ended {} running execution(s): out of time", ended)
-                with trio.move_on_after(_END_MARGIN):
-                    await service.executions.all_ended()
-                await trio.sleep(_CLOSE_GRACE)  # their sockets close; then whatever is left is cut
+        ended = False
+        next_line = trio.current_time()
+        while True:
+            now = trio.current_time()
+            left = self._stop_deadline - now
+            if left <= 0:
+                closed = hypercorn_patch.close_connections()
+                abandoned = abandon_stops()
+                logger.warning(
+                    "stopping: the budget has passed; {} connection(s) cut, {} command stop(s) left "
+                    "to the next start",
+                    closed,
+                    abandoned,
+                )
                 self._scope.cancel("the stop's budget has passed")
                 return
-            count = service.executions.running_count
-            logger.info("stopping: waiting for {} execution(s), {:.0f}s left", count, left)
+            running = service.executions.running_count
+            if not ended and left <= _END_MARGIN:
+                ended = True
+                service.executions.shut_down()
+                if running:
+                    logger.warning("stopping: ended {} running execution(s): out of time", running)
+            elif not ended and running and now >= next_line:
+                logger.info("stopping: waiting for {} execution(s), {:.0f}s left", running, left)
+                next_line = now + _WAIT_LOG_EVERY
+            wake = self._stop_deadline if ended else min(next_line, self._stop_deadline - _END_MARGIN)
             self._stop_changed = trio.Event()
-            with trio.move_on_after(min(_WAIT_LOG_EVERY, left - _END_MARGIN)):
+            with trio.move_on_at(wake):
                 await self._stop_changed.wait()
 
     async def _run_intake(

@@ -144,6 +144,8 @@ class ExecutionService:
         # Executions by the path their exec session took: straight to the agent, or via a server.
         self.paths: dict[str, int] = {"agent": 0, "server": 0}
         self._running: set[_Running] = set()
+        # The daemon is stopping: no execution starts any more (set by ``begin_stop``).
+        self.stopping = False
         # Set while no execution runs.
         self._none_running = trio.Event()
         self._none_running.set()
@@ -182,13 +184,20 @@ class ExecutionService:
         for execution_id in [k for k, (r, _) in self._pending.items() if r.runner_id == runner_id]:
             del self._pending[execution_id]
 
+    def begin_stop(self) -> None:
+        """The daemon is stopping: an execution whose WebSocket connects from now on does not
+        start (its client gets the shutting-down error, then 1001); running ones go on."""
+        self.stopping = True
+
     async def all_ended(self) -> None:
         """Wait until no execution runs."""
         await self._none_running.wait()
 
     def shut_down(self) -> int:
         """End every running execution: its command is stopped, its client gets the terminal
-        ``error`` "the supervisor is shutting down"; returns how many there were."""
+        ``error`` "the supervisor is shutting down"; returns how many there were. From now on an
+        execution that would start ends so at once."""
+        self.stopping = True
         for running in self._running:
             running.shutting_down = True
             running.scope.cancel(MESSAGE_SHUTTING_DOWN)
@@ -217,6 +226,9 @@ class ExecutionService:
 
     async def _run(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> int:
         running = _Running(execution_id, request.runner_id)
+        if self.stopping:
+            await _send(socket, {"type": "error", "data": MESSAGE_SHUTTING_DOWN})
+            return CLOSE_GOING_AWAY
         alloc_id = self._alloc_of(request.runner_id)
         if alloc_id is None:
             await _send(socket, {"type": "error", "data": "the runner is gone"})
@@ -264,8 +276,17 @@ class ExecutionService:
             if running.gone_reason:
                 return {"type": "error", "data": running.gone_reason}
             if running.shutting_down:
-                with trio.move_on_after(_SHUTDOWN_STOP_CAP):
+                # The stop is shielded (it must outlive a cancelled caller): wait for it here only
+                # up to the cap; it goes on in the execution nursery until the stop's budget ends.
+                stopped = trio.Event()
+
+                async def stop() -> None:
                     await self._stop(running, alloc_id)
+                    stopped.set()
+
+                self._nursery.start_soon(stop)
+                with trio.move_on_after(_SHUTDOWN_STOP_CAP):
+                    await stopped.wait()
                 return {"type": "error", "data": MESSAGE_SHUTTING_DOWN}
             if isinstance(failure, ExecAgentUnreachable):
                 return {"type": "timeout"}  # it passed while the agent was away: nothing ran

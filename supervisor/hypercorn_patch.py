@@ -1,4 +1,4 @@
-"""A fix for a race in hypercorn 0.18's trio worker, applied before the API server starts.
+"""Two fixes for hypercorn 0.18's trio worker, applied before the API server starts.
 
 ``TCPServer._close`` calls ``send_eof()`` without taking the connection's ``send_lock``, while every
 other write takes it. When a WebSocket client closes just as the application finishes (the
@@ -6,20 +6,28 @@ everyday end of an execution: the client closes on ``exit`` while we close too),
 reply and ``send_eof`` collide and trio raises BusyResourceError in hypercorn's reader task. That
 error is not caught there, so it ends the whole server. Taking the lock in ``_close`` removes the
 race; the task that already holds it (a failed write closing the connection) goes straight on.
+
+Its writes are shielded from cancellation, so a client that stops reading (a download it no longer
+reads, its TCP window full) holds its connection, and with it the server's graceful stop, for as long
+as it likes. ``close_connections`` closes every connection's socket, which ends such a write at once:
+the daemon calls it when its stop's budget has passed.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import trio
 from hypercorn.trio import tcp_server
 
-__all__ = ["apply"]
+__all__ = ["apply", "close_connections"]
 
 _LOCK_WAIT: Final = 5.0
 _PATCHED: Final = "_supervisor_close_under_send_lock"
+# Every connection hypercorn serves now.
+_CONNECTIONS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def apply() -> None:
@@ -41,5 +49,25 @@ def apply() -> None:
                     return
             await original(self)
 
+    original_init: Callable[..., None] = server_class.__init__
+
+    def init_and_remember(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        _CONNECTIONS.add(self)
+
     server_class._close = close_under_send_lock
+    server_class.__init__ = init_and_remember
     setattr(server_class, _PATCHED, True)
+
+
+def close_connections() -> int:
+    """Close the socket of every connection still served; a write blocked on it ends at once.
+    Returns how many there were."""
+    closed = 0
+    for server in list(_CONNECTIONS):
+        stream = getattr(server.stream, "transport_stream", server.stream)  # under TLS, its TCP stream
+        socket = getattr(stream, "socket", None)
+        if socket is not None and socket.fileno() != -1:
+            socket.close()
+            closed += 1
+    return closed

@@ -42,7 +42,7 @@ def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, 
     headers = {"Poseidon-Token": token} if token else {}
     try:
         response = httpx.get(url.rstrip("/") + "/api/v1/health/details", headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
+    except Exception as exc:  # a bad URL included: whatever it is, the answer is UNKNOWN
         return unknown(f"the supervisor at {url} cannot be reached: {exc}")
     if response.status_code != 200:
         return unknown(f"the supervisor at {url} answered HTTP {response.status_code}")
@@ -54,4 +54,7 @@ def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, 
         return unknown(f"the supervisor at {url} gave an answer that is not a health document")
     if as_json:
         return code, orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
-    return code, f"{status.upper()}: {_summary(document)}"
+    try:
+        return code, f"{status.upper()}: {_summary(document)}"
+    except (AttributeError, TypeError, KeyError):
+        return unknown(f"the supervisor at {url} gave a health document this probe cannot read")

@@ -11,6 +11,7 @@ files over a restart that its allocation survives.
 from __future__ import annotations
 
 import enum
+import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Final
@@ -23,9 +24,11 @@ from .commands import stop_command
 from .errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
 from .nomad.api import ExecOpener
 
-__all__ = ["StopOutcome", "stop_in_runner", "stop_noted"]
+__all__ = ["StopOutcome", "abandon_stops", "stop_in_runner", "stop_noted"]
 
 _MARGIN: Final = 5.0
+# The shielded scopes of the stops under way, for the daemon's stop to abandon when its budget ends.
+_UNDER_WAY: weakref.WeakSet[trio.CancelScope] = weakref.WeakSet()
 _RETRY: Final = BackoffPolicy(base=2.0, cap=30.0)
 
 
@@ -54,7 +57,8 @@ async def stop_noted(
     """Stop the command noted as ``note_id`` and everything it started: TERM, then KILL after
     ``grace``. Shielded: it runs even when the caller is being cancelled."""
     started = False
-    with trio.move_on_after(grace + _MARGIN, shield=True):
+    with trio.move_on_after(grace + _MARGIN, shield=True) as shielded:
+        _UNDER_WAY.add(shielded)
         try:
             async with client.open_exec(alloc_id, task=task, command=stop_command(note_id, grace)) as session:
                 started = True
@@ -113,3 +117,13 @@ async def _stop_when_reached(
             on_failure()
         if not outcome.retry:
             return
+
+
+def abandon_stops() -> int:
+    """Cancel every stop under way, shield and all (the daemon's stop has run out of time: the next
+    start's sweep of adopted claims stops what they left); returns how many there were."""
+    scopes = [scope for scope in _UNDER_WAY if not scope.cancelled_caught]
+    for scope in scopes:
+        scope.shield = False
+        scope.cancel("the supervisor's stop ran out of time")
+    return len(scopes)

@@ -26,6 +26,7 @@ class SystemdNotifier:
         path = environ.get("NOTIFY_SOCKET", "")
         self._address = "\0" + path[1:] if path.startswith("@") else path
         self._socket: socket.socket | None = None
+        self._failing = False
         usec = environ.get("WATCHDOG_USEC", "")
         for_us = environ.get("WATCHDOG_PID", str(os.getpid())) == str(os.getpid())
         # systemd restarts the service if no ping comes within WATCHDOG_USEC: ping twice as often.
@@ -47,7 +48,12 @@ class SystemdNotifier:
                 self._socket.setblocking(False)
             self._socket.sendto("\n".join(lines).encode(), self._address)
         except OSError as exc:
-            logger.warning("could not notify systemd at {}: {}", self._address.replace("\0", "@"), exc)
+            if not self._failing:
+                where = self._address.replace("\0", "@")
+                logger.warning("could not notify systemd at {}: {} (said once)", where, exc)
+            self._failing = True
+        else:
+            self._failing = False
 
     def close(self) -> None:
         """Close the socket (a later message opens it again)."""

@@ -61,6 +61,8 @@ class EventStreamWatcher:
         # When the watcher last moved on (an attempt, a listing, a batch, a heartbeat), for the
         # systemd watchdog: a watcher stuck anywhere stops it.
         self.progress_at = 0.0
+        # Since when the loop handles one item (a batch, a listing); None between items.
+        self._busy_since: float | None = None
         self._stream: EventStream | None = None
         self._heartbeats_seen = 0
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
@@ -77,11 +79,14 @@ class EventStreamWatcher:
     def making_progress(self, within: float) -> bool:
         """Whether the watcher moved on within the last ``within`` seconds: on a quiet stream,
         Nomad's heartbeats count."""
+        now = trio.current_time()
+        if self._busy_since is not None:  # heartbeats arrive on their own: they prove nothing then
+            return now - self._busy_since <= within
         stream = self._stream
         if stream is not None and stream.statistics.heartbeats != self._heartbeats_seen:
             self._heartbeats_seen = stream.statistics.heartbeats
             self._progressed()
-        return trio.current_time() - self.progress_at <= within
+        return now - self.progress_at <= within
 
     def _progressed(self) -> None:
         self.progress_at = trio.current_time()
@@ -97,10 +102,10 @@ class EventStreamWatcher:
             self.service.gate.report(StreamState.DOWN)
             if self._lost_at is None:
                 self._lost_at = trio.current_time()
-            self._stream = None
+            self._stream, self._busy_since = None, None
             self._progressed()
             delay = self.backoff.failed(trio.current_time())
-            cause = f"event stream lost: {type(error).__name__}"
+            cause = f"event stream lost: {type(error).__name__ if error else 'it ended'}"
             logger.bind(cause=cause).warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
             self.service.client.rotate_address()
             await trio.sleep(delay)
@@ -111,7 +116,9 @@ class EventStreamWatcher:
         service = self.service
         service.gate.report(StreamState.RECOVERING)
         service.relists.clear()  # the connect's own listing serves every request made so far
+        self._busy_since = trio.current_time()
         index = await self._relist(["connect"])
+        self._busy_since = None
         self._progressed()
         async with service.client.open_event_stream(
             _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
@@ -123,7 +130,7 @@ class EventStreamWatcher:
                 logger.info("event stream up from index {}", index + 1)
             else:
                 down = trio.current_time() - self._lost_at
-                logger.info("event stream recovered from index {} after {:.1f}s down", index + 1, down)
+                logger.info("event stream up from index {} after {:.1f}s without it", index + 1, down)
                 self._lost_at = None
             send, receive = trio.open_memory_channel[EventBatch | _RelistDue](0)
             async with trio.open_nursery() as nursery:
@@ -132,10 +139,13 @@ class EventStreamWatcher:
                 nursery.start_soon(self._request_periodically)
                 async for item in receive:
                     self._progressed()
+                    self._busy_since = trio.current_time()
                     if isinstance(item, EventBatch):
                         service.apply_batch(item)
                     else:
                         await self._relist(item.reasons)
+                    self._busy_since = None
+                    self._progressed()
 
     async def _relist(self, reasons: list[str]) -> int:
         index = await self.service.relist()

@@ -49,6 +49,15 @@ async def test_a_huge_integer_is_shown_as_the_integer_it_is(harness: Harness) ->
     assert response.json()["message"].endswith(f"got {huge}"), response.text
 
 
+@pytest.mark.parametrize("leaf", ["1", "1180591620717411303425"])
+async def test_a_deeply_nested_body_is_a_400(harness: Harness, leaf: str) -> None:
+    body = "[" * 1000 + leaf + "]" * 1000
+    for method, path in (("PUT", "/execution-environments/10"), ("POST", "/runners")):
+        response = await harness.http.request(method, path, content=body)
+        assert response.status_code == 400, response.text
+        assert "message" in response.json()
+
+
 async def test_times_past_their_bounds_are_400(harness: Harness) -> None:
     await harness.environment(10)
     claim = await harness.http.post(

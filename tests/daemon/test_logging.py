@@ -27,7 +27,7 @@ async def test_info_tells_each_event_once_and_bulk_work_in_one_line(
     runner = await harness.runner(10)
     assert (await harness.execute(runner, command="exit 3"))[-1] == {"type": "exit", "data": 3}
     harness.cluster.cut_streams()
-    await harness.wait_for(lambda: any("event stream recovered" in line for line in info_lines))
+    await harness.wait_for(lambda: any(" after " in line and "without it" in line for line in info_lines))
     assert (await harness.http.delete("/execution-environments/10")).status_code == 204
 
     assert "environment 10 created (image python:3.12-slim, pool of 12)" in info_lines

@@ -7,6 +7,7 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -44,7 +45,9 @@ async def test_ready_status_watchdog_and_stopping(
     first = await messages_within(sock, 2.5)
     ready = [m for m in first if "READY=1" in m]
     assert len(ready) == 1
-    assert "STATUS=stream up; idle runners none; 0 executions running" in ready[0].splitlines()
+    assert any(line.startswith("STATUS=stream ") for line in ready[0].splitlines()), "with its status"
+    statuses = [line for m in first for line in m.splitlines() if line.startswith("STATUS=")]
+    assert statuses[-1] == "STATUS=stream up; idle runners none; 0 executions running"
     assert sum("WATCHDOG=1" in m for m in first) >= 3, "pinged every half WATCHDOG_USEC"
 
     assert daemon.watcher is not None
@@ -69,3 +72,36 @@ def test_an_abstract_socket_name_and_no_socket_at_all() -> None:
     assert not silent.enabled
     silent.notify("READY=1")  # nothing to send to, nothing raised
     assert SystemdNotifier({"WATCHDOG_USEC": "3000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
+
+
+async def test_a_watcher_stuck_in_its_loop_is_not_making_progress_though_heartbeats_come(
+    nursery: trio.Nursery, sim_config: SimConfig
+) -> None:
+    """Nomad's heartbeats are read by a task of their own: while the loop is stuck (here on a
+    lock a relist needs), they must not keep the watchdog fed."""
+    cluster = await nursery.start(SimulatedCluster(attrs.evolve(sim_config, heartbeat_interval=0.3)).run)
+    daemon = Daemon(
+        Settings(server=ServerSettings(port=0)), environ={"NOMAD_ADDR": ",".join(cluster.addresses)}
+    )
+    await nursery.start(daemon.run)
+    assert daemon.service is not None
+    assert daemon.watcher is not None
+    service, watcher = daemon.service, daemon.watcher
+    await service.synced.wait()
+    await trio.sleep(1.0)
+    assert watcher.making_progress(1.0), "a quiet stream with heartbeats is progress"
+    release = trio.Event()
+
+    async def hold_the_lock() -> None:
+        async with service.environments.lock:
+            await release.wait()
+
+    nursery.start_soon(hold_the_lock)
+    await trio.sleep(0.1)
+    service.request_relist("periodic")
+    await trio.sleep(2.0)
+    assert not watcher.making_progress(1.0)
+    release.set()
+    await trio.sleep(0.5)
+    assert watcher.making_progress(1.0), "moving again"
+    daemon.stop()
