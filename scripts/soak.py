@@ -4,9 +4,9 @@
                            [--report FILE.json] [--plot FILE.png]
 
 A simulated cluster (3 servers, 5 nodes) in this process; the daemon, ``supervisor run`` at its
-defaults, in a process of its own; three environments of 30 runners (more than the load keeps
-busy, so that a pool below strength shows a fault, not the load). The load, ``--rate`` executions
-a second from at most 100 clients at once, does what CodeOcean does: claim; list the workspace (it
+defaults (or with ``--setting`` changes, for comparison), in a process of its own; three
+environments of 30 runners. The load, ``--rate`` executions a second from at most 100 clients at
+once, does what CodeOcean does: claim (with an inactivity timeout of 60 s); list the workspace (it
 must be empty); PATCH ``delete: ["./*"]`` and a copy of a file with a fresh token; run ``cat`` of
 it and a sleep of 0.1 to 3 s; check the output; release. On 410 it claims again and retries, on
 500 it waits a little and retries. Every ``--fault-every`` seconds one fault of the simulator's
@@ -45,6 +45,8 @@ from picture import draw
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 ENVIRONMENTS: Final = (10, 11, 12)
+# As CodeOcean claims: a runner whose client vanished (or lost the claim's answer) expires.
+INACTIVITY_TIMEOUT: Final = 60
 POOL: Final = 30
 FAULTS: Final = ("server", "leader", "agent", "all_agents", "drain", "streams", "allocation", "node_down")
 AGENT_DOWNTIME: Final = 2.0
@@ -119,7 +121,9 @@ async def one_execution(
     """Claim, check the workspace, copy, run, check the output, release; again on 410."""
     for _ in range(20):
         environment = rng.choice(ENVIRONMENTS)
-        claim = await http.post("/runners", json={"executionEnvironmentId": environment})
+        claim = await http.post(
+            "/runners", json={"executionEnvironmentId": environment, "inactivityTimeout": INACTIVITY_TIMEOUT}
+        )
         if claim.status_code != 200:
             soak.retries += 1
             await trio.sleep(0.2)
@@ -287,13 +291,14 @@ async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soa
         except (httpx.HTTPError, KeyError, ValueError):
             await trio.sleep(1)
             continue
-        tasks = next(
-            (
-                float(line.split()[-1])
-                for line in metrics.splitlines()
-                if line.startswith("supervisor_trio_tasks ")
-            ),
-            0.0,
+        tasks, backlog, suspect = (
+            metric(metrics, name)
+            for name in ("supervisor_trio_tasks", "supervisor_factory_backlog", "supervisor_runners_suspect")
+        )
+        starting = sum(
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("supervisor_runners{") and 'state="starting"' in line
         )
         status = (await trio.Path(f"/proc/{daemon_pid}/status").read_text()).splitlines()
         rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
@@ -305,11 +310,20 @@ async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soa
                 "at_strength": all(stats.get(str(e), {}).get("idleRunners", 0) >= POOL for e in ENVIRONMENTS),
                 "stream": details["event_stream"]["state"],
                 "tasks": tasks,
+                # Why a pool is below strength: writes waiting, runners starting or not yet proven.
+                "factory_backlog": backlog,
+                "starting": starting,
+                "suspect": suspect,
                 "fds": len(list(await trio.Path(f"/proc/{daemon_pid}/fd").iterdir())),
                 "rss_kib": rss,
             }
         )
         await trio.sleep(1)
+
+
+def metric(text: str, name: str) -> float:
+    """The value of an unlabelled metric in Prometheus' text format (0 if absent)."""
+    return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")), 0.0)
 
 
 def drift(samples: list[dict[str, Any]], key: str, since: float, until: float) -> float:
