@@ -26,7 +26,27 @@ from .pool import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerPo
 
 __all__ = ["RunnerFactory"]
 
-_WORKERS: Final = 4
+# Workers per lane. New runner jobs wait for their turn at the pace; purges and claims' writes
+# never queue behind them, nor behind a write that backs off while Nomad elects a leader.
+_WORKERS: Final = 8
+
+
+class _Lane:
+    """Actions waiting for a worker, in order."""
+
+    def __init__(self) -> None:
+        self.queue: deque[FactoryAction] = deque()
+        self._wakeup = trio.Event()
+
+    def put(self, action: FactoryAction) -> None:
+        self.queue.append(action)
+        self._wakeup.set()
+
+    async def take(self) -> FactoryAction:
+        while not self.queue:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+        return self.queue.popleft()
 
 
 class RunnerFactory:
@@ -44,8 +64,8 @@ class RunnerFactory:
         self._pool = pool
         self._settings = settings
         self._random_fraction = random_fraction
-        self._queue: deque[FactoryAction] = deque()
-        self._wakeup = trio.Event()
+        self._paced = _Lane()  # new runner jobs
+        self._unpaced = _Lane()  # purges and claims' writes
         self._next_registration = 0.0
         # Runners whose registration is queued or under way: a purge may come before it lands.
         self._creating: set[str] = set()
@@ -56,29 +76,27 @@ class RunnerFactory:
     @property
     def backlog(self) -> int:
         """Actions waiting for a worker."""
-        return len(self._queue)
+        return len(self._paced.queue) + len(self._unpaced.queue)
 
     def submit(self, action: FactoryAction) -> None:
         """Queue one of the pool's actions; a worker carries it out."""
         if isinstance(action, CreateRunner):
             self._creating.add(action.runner_id)
-        self._queue.append(action)
-        self._wakeup.set()
+            self._paced.put(action)
+        else:
+            self._unpaced.put(action)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Carry out the pool's actions until cancelled (it never returns otherwise)."""
         async with trio.open_nursery() as nursery:
-            for _ in range(_WORKERS):
-                nursery.start_soon(self._work)
+            for lane in (self._paced, self._unpaced):
+                for _ in range(_WORKERS):
+                    nursery.start_soon(self._work, lane)
             task_status.started()
 
-    async def _work(self) -> NoReturn:
+    async def _work(self, lane: _Lane) -> NoReturn:
         while True:
-            while not self._queue:
-                await self._wakeup.wait()
-                self._wakeup = trio.Event()
-            action = self._queue.popleft()
-            await self._perform(action)
+            await self._perform(await lane.take())
 
     async def _perform(self, action: FactoryAction) -> None:
         try:

@@ -229,3 +229,24 @@ async def test_a_claim_write_whose_answer_was_lost_is_undone_once_the_runner_is_
     after_loss = nomad.calls[nomad.calls.index(("lost", runner.id)) + 1 :]
     assert after_loss.count(("deregister", runner.id)) == 2, "the release's purge, then the write undone"
     assert ("register", runner.id) not in after_loss, "the write is not retried for a released runner"
+
+
+async def test_a_purge_does_not_wait_behind_creations_waiting_for_their_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    nomad = _QuickNomad()
+    pool = RunnerPool()
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=40))
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in actions:
+            if isinstance(action, CreateRunner):
+                factory.submit(action)
+        await trio.sleep(0.5)
+        factory.submit(DestroyRunner("10-elsewhere", "a released runner"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert ("deregister", "10-elsewhere") in nomad.calls, "purged at once"
+        assert trio.current_time() < 1.0
+        assert factory.backlog > 20, "the creations still wait for their turn"
+        nursery.cancel_scope.cancel("test over")
