@@ -224,6 +224,8 @@ class RunnerPool:
     _idle: dict[int, dict[str, None]] = field(factory=dict)
     # Each runner's allocation, the other way round: for exec straight to the allocation's agent.
     _by_alloc: dict[str, str] = field(factory=dict)
+    # The runners of each environment (a refill counts them on every change: not all runners).
+    _of_environment: dict[int, dict[str, Runner]] = field(factory=dict)
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -268,7 +270,7 @@ class RunnerPool:
             runner = Runner(
                 new_runner_id(environment_id), environment_id, RunnerState.STARTING, environment=environment
             )
-            self.runners[runner.id] = runner
+            self._keep(runner)
             actions.append(CreateRunner(runner.id, environment_id))
         return actions
 
@@ -443,7 +445,7 @@ class RunnerPool:
     def registration_failed(self, runner_id: str) -> list[Action]:
         """Nomad refused the job for good: forget the runner. The pool is not refilled here, since
         Nomad would refuse the same job again; the next change that fills the pool tries again."""
-        runner = self.runners.pop(runner_id, None)
+        runner = self._forget(runner_id)
         if runner is not None:
             self._by_alloc.pop(runner.alloc_id, None)
             self._idle.get(runner.environment_id, {}).pop(runner_id, None)
@@ -586,7 +588,7 @@ class RunnerPool:
             seconds = decimal(timeout)
             runner.inactivity_timeout = float(min(seconds, MAX_AMOUNT)) if seconds is not None else 60.0
             runner.last_activity = now
-        self.runners[runner.id] = runner
+        self._keep(runner)
         return runner
 
     # -- state changes --------------------------------------------------------------------------
@@ -620,7 +622,7 @@ class RunnerPool:
         when nobody asked for its end."""
         if found is not None:
             self.found_gone[found] = self.found_gone.get(found, 0) + 1
-        self.runners.pop(runner.id, None)
+        self._forget(runner.id)
         self._by_alloc.pop(runner.alloc_id, None)
         self._idle.get(runner.environment_id, {}).pop(runner.id, None)
         floor = max(runner.registered_index, runner.alloc_modify_index, self.listed_index)
@@ -633,7 +635,17 @@ class RunnerPool:
         return actions + self.fill(runner.environment_id)
 
     def _runners_of(self, environment_id: int) -> list[Runner]:
-        return [r for r in self.runners.values() if r.environment_id == environment_id]
+        return list(self._of_environment.get(environment_id, {}).values())
+
+    def _keep(self, runner: Runner) -> None:
+        self.runners[runner.id] = runner
+        self._of_environment.setdefault(runner.environment_id, {})[runner.id] = runner
+
+    def _forget(self, runner_id: str) -> Runner | None:
+        runner = self.runners.pop(runner_id, None)
+        if runner is not None:
+            self._of_environment.get(runner.environment_id, {}).pop(runner_id, None)
+        return runner
 
     # -- inspection -----------------------------------------------------------------------------
 

@@ -183,6 +183,12 @@ class PoolAgainstNomad(RuleBasedStateMachine):
     def a_released_runner_is_gone_for_good(self) -> None:
         assert not self.released & set(self.pool.runners), "a released runner is back in the pool"
 
+    @invariant()
+    def each_pool_counts_exactly_its_environments_runners(self) -> None:
+        for environment_id in self.pool.environments:
+            expected = {r.id for r in self.pool.runners.values() if r.environment_id == environment_id}
+            assert {r.id for r in self.pool._runners_of(environment_id)} == expected
+
     @rule()
     def everything_settles_and_a_fresh_listing_is_applied(self) -> None:
         """Nomad carries out every action and delivers every event; then a listing taken now agrees
