@@ -66,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(nomad.address in the config file, or NOMAD_ADDR) it starts the embedded simulated cluster.",
     )
     run.add_argument("--config", metavar="FILE", help="TOML configuration file (default: $SUPERVISOR_CONFIG)")
-    run.add_argument("--listen", metavar="HOST:PORT", help="overrides server.address and server.port")
+    run.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="overrides server.address and server.port (also HOST, :PORT, or a bare PORT on 127.0.0.1)",
+    )
     run.add_argument("--log-level", metavar="LEVEL", help="overrides log.level (DEBUG, INFO, WARNING, ...)")
     run.add_argument("--log-format", choices=LOG_FORMATS, help="overrides log.format")
 
