@@ -52,10 +52,12 @@ def run_one(name: str, options: list[str], seed: int, scratch: Path) -> str:
     return failed[0] if failed else f"exit {code}"
 
 
-def print_tail(log: Path, lines: int = 25) -> None:
-    """The end of a failed scenario's output: its table, or the traceback it ended with."""
-    print(f"--- {log.stem}: last {lines} lines")
-    for line in log.read_text(errors="replace").splitlines()[-lines:]:
+def print_tail(log: Path, lines: int = 40) -> None:
+    """The end of a failed scenario's output (its table, or the traceback it ended with), without
+    the daemon's and the cluster's log lines."""
+    own = [line for line in log.read_text(errors="replace").splitlines() if " | " not in line[:40]]
+    print(f"--- {log.stem}: last {lines} lines of its own")
+    for line in own[-lines:]:
         print(f"    {line}")
 
 

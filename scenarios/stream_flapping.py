@@ -18,6 +18,7 @@ import argparse
 import time
 
 import trio
+import trio_websocket
 from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.config import Settings
@@ -51,10 +52,18 @@ async def one_client_cycle(scenario: Scenario, load: Load) -> None:
     if prepared.status_code == 500 and prepared.json().get("errorCode") == "NOMAD_UNREACHABLE":
         load.refused_waits.append(time.monotonic() - started)
     elif prepared.status_code == 200:
-        ends = terminal_messages(await scenario.read_execution(prepared.json()["websocketUrl"]))
-        load.executions += 1
-        if ends != EXIT_0:
-            load.killed.append(ends)
+        connecting = time.monotonic()
+        try:
+            ends = terminal_messages(await scenario.read_execution(prepared.json()["websocketUrl"]))
+        except trio_websocket.ConnectionRejected as refused:
+            # The upgrade waits at the gate too, and is refused as a claim is: nothing ran.
+            if refused.status_code != 500 or b"NOMAD_UNREACHABLE" not in (refused.body or b""):
+                raise
+            load.refused_waits.append(time.monotonic() - connecting)
+        else:
+            load.executions += 1
+            if ends != EXIT_0:
+                load.killed.append(ends)
     await scenario.http.delete(f"/runners/{runner}")
 
 
