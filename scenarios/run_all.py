@@ -1,6 +1,6 @@
 """Run every scenario for some seeds; print one table, scenario by seed; exit 0 only if all pass.
 
-    python scenarios/run_all.py [--quick] [--seeds 1,2,3,4,5] [--jobs N]
+    python scenarios/run_all.py [--quick] [--seeds 1,2,3,4,5] [--jobs N] [--only NAME,NAME]
 
 ``--quick`` (what the test command runs) uses small pools; either size runs seeds 1 to 5 unless
 ``--seeds`` says otherwise. A cell is ``ok``, or the first invariant that failed (``crashed`` if the
@@ -66,20 +66,22 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seeds", default="1,2,3,4,5", help="comma-separated seeds (default: 1-5)")
     parser.add_argument("--jobs", type=int, default=1, help="scenarios run at once")
+    parser.add_argument("--only", help="comma-separated scenario names (default: all)")
     args = parser.parse_args()
+    chosen = {name: SCENARIOS[name] for name in (args.only.split(",") if args.only else SCENARIOS)}
     seeds = [int(s) for s in args.seeds.split(",")]
     size = "quick" if args.quick else "full"
     with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(max(1, args.jobs)) as pool:
         runs = {
             name: [pool.submit(run_one, name, options[size], seed, Path(scratch)) for seed in seeds]
-            for name, options in SCENARIOS.items()
+            for name, options in chosen.items()
         }
         results = {name: [run.result() for run in row] for name, row in runs.items()}
         for name, row in results.items():
             for seed, cell in zip(seeds, row, strict=True):
                 if cell != "ok":
                     print_tail(Path(scratch) / f"{name}-{seed}.log")
-    width = max(len(name) for name in SCENARIOS)
+    width = max(len(name) for name in chosen)
     cells = [max(6, *(len(r[i]) for r in results.values())) for i in range(len(seeds))]
     print(
         f"{'scenario':<{width}}  "
@@ -89,9 +91,9 @@ def main() -> int:
         print(f"{name:<{width}}  " + "  ".join(f"{cell:<{w}}" for cell, w in zip(row, cells, strict=True)))
     failed = [name for name, row in results.items() if any(cell != "ok" for cell in row)]
     if failed:
-        print(f"scenarios that failed: {', '.join(failed)} (of {len(SCENARIOS)})")
+        print(f"scenarios that failed: {', '.join(failed)} (of {len(chosen)})")
     else:
-        print(f"every scenario held its invariants ({len(SCENARIOS)} scenarios, seeds {args.seeds})")
+        print(f"every scenario held its invariants ({len(chosen)} scenarios, seeds {args.seeds})")
     return 1 if failed else 0
 
 
