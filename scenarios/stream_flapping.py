@@ -22,7 +22,9 @@ import trio_websocket
 from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.config import Settings
+from supervisor.levels import StreamState
 from supervisor.simulator import SimConfig
+from supervisor.watcher import STREAM_BACKOFF_CAP
 
 
 class Load:
@@ -96,6 +98,12 @@ async def main(args: argparse.Namespace) -> bool:
         scenario.check("refused_only_after_the_gates_wait", not early, early, f">= {wait} s")
         scenario.check("executions_ran", load.executions > 0, load.executions, "> 0")
         scenario.event("refused by the gate", count=len(load.refused_waits), overloaded=load.overloaded)
+        # The stream may still wait out its reconnect backoff (at most its cap); from its return, the
+        # pool is whole within 10 s.
+        up = await scenario.wait_for(lambda: scenario.service.gate.state is StreamState.UP, within=60)
+        scenario.check(
+            "stream_up_after_s", up is not None and up <= STREAM_BACKOFF_CAP + 2, up, STREAM_BACKOFF_CAP + 2
+        )
         strength = await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
         scenario.check("pool_at_strength_after_s", strength is not None and strength <= 10, strength, 10)
         await scenario.check_no_leaked_jobs()

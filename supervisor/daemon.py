@@ -57,7 +57,7 @@ CHILDREN: Final = {
 
 # systemd's STATUS= is refreshed this often at most (seconds), and the watchdog pinged as often as
 # it asks, while the watcher has moved on within _WATCHER_STUCK seconds: a quiet stream has a
-# heartbeat every 30 s and a lost one a reconnect attempt within the backoff's 30 s cap, each
+# heartbeat every 30 s and a lost one a reconnect attempt within the backoff's 10 s cap, each
 # bounded by its own timeout.
 _STATUS_EVERY: Final = 5.0
 _WATCHER_STUCK: Final = 120.0

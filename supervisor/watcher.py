@@ -31,6 +31,9 @@ __all__ = ["EventStreamWatcher"]
 _TOPICS: Final = {"Job": "*", "Allocation": "*", "Node": "*"}
 # Seconds a stream must stay up before the failures before it are forgotten.
 STREAM_HEALTHY_AFTER: Final = 2.0
+# The longest pause between reconnects. The gate holds every new claim while the stream is down,
+# and a reconnect costs one filtered listing (tens of KB at 10,000 runners): 10 s, not more.
+STREAM_BACKOFF_CAP: Final = 10.0
 
 
 @frozen
@@ -55,7 +58,9 @@ class EventStreamWatcher:
         # A stream must stay up this long before its failures are forgotten: a server that flaps
         # must not earn a full relist every half second, but one that restarted after serving a
         # while must not cost the next reconnect the growing pause of a flapping one.
-        self.backoff = backoff or Backoff(BackoffPolicy(0.5, 30.0), healthy_after=STREAM_HEALTHY_AFTER)
+        self.backoff = backoff or Backoff(
+            BackoffPolicy(0.5, STREAM_BACKOFF_CAP), healthy_after=STREAM_HEALTHY_AFTER
+        )
         # Since when the stream is down (None while it is up, or before it first was).
         self._lost_at: float | None = None
         # When the watcher last moved on (an attempt, a listing, a batch, a heartbeat), for the
