@@ -103,24 +103,26 @@ def test_run_refuses_the_embedded_cluster_off_loopback(capsys: pytest.CaptureFix
     assert "needs server.token" in capsys.readouterr().err
 
 
+def start_run(options: list[str], environ: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
+    """``supervisor run`` with ``options``, and its log lines until it serves."""
+    argv = [sys.executable, "-m", "supervisor", "run", *options]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    assert process.stderr is not None
+    lines: list[str] = []
+    while not any("serving the API on" in line for line in lines):
+        line = process.stderr.readline()
+        assert line, "run exited before it served: " + "".join(lines)
+        lines.append(line)
+    return process, lines
+
+
 def test_run_starts_on_the_embedded_cluster_and_stops_on_sigterm() -> None:
     environ = {
         k: v for k, v in __import__("os").environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environ,
-    )
+    process, lines = start_run(["--listen", "127.0.0.1:0"], environ)
     try:
         assert process.stderr is not None
-        lines: list[str] = []
-        while not any("serving the API on" in line for line in lines):
-            line = process.stderr.readline()
-            assert line, "run exited before it served: " + "".join(lines)
-            lines.append(line)
         assert any("embedded simulated cluster" in line for line in lines), "it says it started the cluster"
         address = lines[-1].rsplit("serving the API on ", 1)[1].strip()
         health = httpx.get(address + "/api/v1/health", timeout=5)
@@ -166,15 +168,9 @@ def test_the_daemons_log_is_one_json_stream_without_its_tokens() -> None:
         k: v for k, v in __import__("os").environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))
     }
     environ.update(SUPERVISOR_SERVER_TOKEN="poseidon-s3cret", SUPERVISOR_LOG_ACCESS="true")
-    argv = [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0", "--log-format", "json"]
-    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environ)
+    process, lines = start_run(["--listen", "127.0.0.1:0", "--log-format", "json"], environ)
     try:
         assert process.stderr is not None
-        lines: list[str] = []
-        while not any("serving the API on" in line for line in lines):
-            line = process.stderr.readline()
-            assert line, "run exited before it served: " + "".join(lines)
-            lines.append(line)
         address = json.loads(lines[-1])["record"]["message"].rsplit(" ", 1)[1]
         headers = {"Poseidon-Token": "poseidon-s3cret"}
         path = "/api/v1/runners/poseidon-s3cret/files"

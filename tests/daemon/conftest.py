@@ -12,7 +12,7 @@ wakes on the task step that makes it true (``tests/waiting.py``), never by polli
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 import trio
 import trio_websocket
+from loguru import logger
 
 from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
@@ -158,3 +159,12 @@ async def harness(nursery: trio.Nursery, sim_config: SimConfig, settings: Settin
     ):
         yield Harness(cluster, daemon, http, nomad)
     daemon.stop()
+
+
+@pytest.fixture
+def info_lines() -> Iterator[list[str]]:
+    """The messages the daemon logs at INFO and above while the test runs."""
+    lines: list[str] = []
+    sink = logger.add(lambda message: lines.append(message.record["message"]), level="INFO")
+    yield lines
+    logger.remove(sink)

@@ -3,20 +3,7 @@ line per runner for bulk work."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-from loguru import logger
-
 from .conftest import Harness
-
-
-@pytest.fixture
-def info_lines() -> Iterator[list[str]]:
-    lines: list[str] = []
-    sink = logger.add(lambda message: lines.append(message.record["message"]), level="INFO")
-    yield lines
-    logger.remove(sink)
 
 
 async def test_info_tells_each_event_once_and_bulk_work_in_one_line(

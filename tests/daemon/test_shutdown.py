@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 import trio
 import trio_websocket
-from loguru import logger
 
 from supervisor.config import ServerSettings, Settings
 from supervisor.levels import StreamState
@@ -25,14 +23,6 @@ SHUTTING_DOWN = {"type": "error", "data": "the supervisor is shutting down"}
 @pytest.fixture
 def settings() -> Settings:
     return Settings(server=ServerSettings(port=0, graceful_timeout=BUDGET))
-
-
-@pytest.fixture
-def lines() -> Iterator[list[str]]:
-    seen: list[str] = []
-    sink = logger.add(lambda message: seen.append(message.record["message"]), level="INFO")
-    yield seen
-    logger.remove(sink)
 
 
 def running(marker: str) -> bool:
@@ -62,7 +52,7 @@ async def read_to_close(ws: trio_websocket.WebSocketConnection) -> tuple[list[di
 
 
 async def test_an_execution_still_running_at_the_end_of_the_budget_is_told_and_stopped(
-    harness: Harness, nursery: trio.Nursery, lines: list[str]
+    harness: Harness, nursery: trio.Nursery, info_lines: list[str]
 ) -> None:
     ws = await start_long_execution(harness, nursery, "50.125")
     began = trio.current_time()
@@ -72,7 +62,7 @@ async def test_an_execution_still_running_at_the_end_of_the_budget_is_told_and_s
     assert messages == [SHUTTING_DOWN]
     assert code == 1001, "going away, never a bare 1006"
     assert BUDGET - 2 <= took <= BUDGET, took
-    assert any(line.startswith("stopping: waiting for 1 execution(s), ") for line in lines)
+    assert any(line.startswith("stopping: waiting for 1 execution(s), ") for line in info_lines)
     await harness.wait_for(lambda: not running("sleep 50.125"), within=5)
 
 
