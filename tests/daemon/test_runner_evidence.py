@@ -23,8 +23,21 @@ SHORT_WAIT = [Settings(server=ServerSettings(port=0), admission=AdmissionSetting
 
 
 def vanish(harness: Harness, runner: str) -> None:
-    """The runner's job vanishes without any event, as when every agent restarts at once."""
+    """The runner's job vanishes without any event, as when every agent restarts at once (long
+    after its claim: the claim's write of the used flag has landed)."""
+    job = harness.cluster.state.jobs[("default", runner)]
+    assert (job.spec.get("Meta") or {}).get("used") == "true", "the claim's write landed"
     harness.cluster.state.forget_job_silently(("default", runner))
+
+
+async def claimed(harness: Harness) -> str:
+    """A claimed runner whose used flag Nomad holds."""
+    runner = await harness.runner(10)
+    key = ("default", runner)
+    await harness.wait_for(
+        lambda: (harness.cluster.state.jobs[key].spec.get("Meta") or {}).get("used") == "true"
+    )
+    return runner
 
 
 def suspect(harness: Harness, runner: str) -> None:
@@ -40,7 +53,7 @@ async def test_an_exec_refused_for_an_unknown_allocation_ends_with_the_cause_and
     harness: Harness,
 ) -> None:
     await harness.environment(10)
-    runner = await harness.runner(10)
+    runner = await claimed(harness)
     vanish(harness, runner)
     messages = await harness.execute(runner, command="echo ok")
     assert messages[-1] == {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
@@ -52,7 +65,7 @@ async def test_an_exec_refused_for_an_unknown_allocation_ends_with_the_cause_and
 
 async def test_a_file_operation_on_a_runner_nomad_no_longer_knows_is_a_410(harness: Harness) -> None:
     await harness.environment(10)
-    runner = await harness.runner(10)
+    runner = await claimed(harness)
     vanish(harness, runner)
     patch = {"delete": ["./*"], "copy": [{"path": "a.txt", "content": base64.b64encode(b"a").decode()}]}
     response = await harness.http.patch(f"/runners/{runner}/files", json=patch)
@@ -63,7 +76,7 @@ async def test_a_file_operation_on_a_runner_nomad_no_longer_knows_is_a_410(harne
 
 async def test_execute_on_a_suspect_runner_proves_it_first(harness: Harness) -> None:
     await harness.environment(10, prewarmingPoolSize=1)
-    alive, gone = await harness.runner(10), await harness.runner(10)
+    alive, gone = await claimed(harness), await claimed(harness)
     for runner in (alive, gone):
         suspect(harness, runner)
     vanish(harness, gone)
