@@ -9,21 +9,27 @@ until the last agent is back, as CodeOcean's users do.
 
 Invariants: every runner a claim hands out, during the roll and after it, runs ``echo ok`` to exit 0
 (a claim may answer 500 NOMAD_OVERLOAD while the pool refills; an exec whose agent is away waits for
-it); the pool is at strength within 5 s of the last agent's return; every claimed runner is kept;
-no runner job is leaked.
+it), or, if its agent stops under it, ends with that agent's own message and nothing else; the pool
+is at strength within 5 s of the last agent's return; every claimed runner is kept; no runner job is
+leaked.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 import httpx
 import trio
 from harness import open_scenario, parse_arguments, run
 
+from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
 from supervisor.simulator import SimConfig
 
 DOWNTIME = 2.0
+AGENT_CUT = {
+    json.dumps([{"type": "error", "data": m}]) for m in (MESSAGE_AGENT_RESTARTED, MESSAGE_AGENT_AWAY)
+}
 SPACING = 3.0
 CLIENTS = 4
 STRENGTH_WITHIN = 5.0
@@ -60,9 +66,11 @@ async def main(args: argparse.Namespace) -> bool:
             healed = await scenario.wait_for(lambda: scenario.idle() == args.runners, within=60)
         scenario.event("pool at strength", seconds=healed, executions=len(outcomes))
         ran_ok = outcomes.count("exit 0")
-        failures = [o for o in outcomes if o != "exit 0"]
-        scenario.event("claims during and after the roll", failures=failures)
-        scenario.check("claims_ran_echo_ok", not failures and ran_ok > 0, ran_ok, len(outcomes))
+        # An execution whose agent stops under it ends with the agent's own message, never else.
+        cut = [o for o in outcomes if o in AGENT_CUT]
+        failures = [o for o in outcomes if o != "exit 0" and o not in AGENT_CUT]
+        scenario.event("claims during and after the roll", failures=failures, cut_by_their_agent=len(cut))
+        scenario.check("claims_ran_echo_ok", not failures and ran_ok > 0, failures or ran_ok, len(outcomes))
         scenario.check(
             "pool_at_strength_s", healed is not None and healed <= STRENGTH_WITHIN, healed, STRENGTH_WITHIN
         )
