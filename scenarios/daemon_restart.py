@@ -17,6 +17,7 @@ import argparse
 import signal
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -41,6 +42,19 @@ async def pool_counts(scenario: Scenario) -> tuple[int, int]:
     stats = (await scenario.http.get("/statistics/execution-environments")).json()
     entry = stats.get(str(ENVIRONMENT_ID), {})
     return int(entry.get("idleRunners", 0)), int(entry.get("usedRunners", 0))
+
+
+async def patch_as_a_client(scenario: Scenario, runner: str, patch: Mapping[str, object]) -> int:
+    """PATCH the runner's files as a client does: a 500 NOMAD_UNREACHABLE (the new daemon's first
+    listing is not in yet and the gate's wait passed) is tried again after its Retry-After."""
+    with trio.move_on_after(60):
+        while True:
+            response = await scenario.http.patch(f"/runners/{runner}/files", json=patch)
+            if response.status_code != 500 or response.json().get("errorCode") != "NOMAD_UNREACHABLE":
+                return response.status_code
+            scenario.event("refused while the daemon starts; trying again", runner=runner)
+            await trio.sleep(float(response.headers.get("retry-after", "1")))
+    return 500
 
 
 async def main(args: argparse.Namespace) -> bool:
@@ -104,10 +118,10 @@ async def play(
     await scenario.http.aclose()
     scenario.http = httpx.AsyncClient(base_url=api, timeout=30)
     patch = {"copy": [{"path": "kept.txt", "content": ""}]}
-    survived = (await scenario.http.patch(f"/runners/{kept}/files", json=patch)).status_code
+    survived = await patch_as_a_client(scenario, kept, patch)
     scenario.check("claim_survives_sigterm", survived == 204, survived, 204)
     await trio.sleep(max(0.0, touched + 6 - time.monotonic()))
-    expired = (await scenario.http.patch(f"/runners/{expiring}/files", json=patch)).status_code
+    expired = await patch_as_a_client(scenario, expiring, patch)
     scenario.check("inactivity_timeout_survives_the_restart", expired == 410, expired, 410)
 
     # SIGKILL under an execution that would run for a minute.
@@ -135,7 +149,7 @@ async def play(
     scenario.http = httpx.AsyncClient(base_url=api, timeout=30)
     stopped = await scenario.wait_for(lambda: cluster.execs.count == 0, within=30)
     scenario.check("left_command_stopped_s", stopped is not None, stopped, 30)
-    survived = (await scenario.http.patch(f"/runners/{kept}/files", json=patch)).status_code
+    survived = await patch_as_a_client(scenario, kept, patch)
     scenario.check("claim_survives_sigkill", survived == 204, survived, 204)
     again = terminal_messages(await scenario.execute(kept, "true"))
     scenario.check("claimed_runner_works", again == EXIT_0, again, "exit 0")
