@@ -9,10 +9,10 @@ is leaked).
 
 from __future__ import annotations
 
+import math
 import random
-from collections import deque
 from collections.abc import Callable
-from typing import Final, NoReturn
+from typing import Final
 
 import trio
 from loguru import logger
@@ -31,24 +31,6 @@ __all__ = ["RunnerFactory"]
 _WORKERS: Final = 8
 
 
-class _Lane:
-    """Actions waiting for a worker, in order."""
-
-    def __init__(self) -> None:
-        self.queue: deque[FactoryAction] = deque()
-        self._wakeup = trio.Event()
-
-    def put(self, action: FactoryAction) -> None:
-        self.queue.append(action)
-        self._wakeup.set()
-
-    async def take(self) -> FactoryAction:
-        while not self.queue:
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
-        return self.queue.popleft()
-
-
 class RunnerFactory:
     """The only writer of runner jobs in Nomad: carries out the pool's create, mark-used, destroy."""
 
@@ -64,8 +46,9 @@ class RunnerFactory:
         self._pool = pool
         self._settings = settings
         self._random_fraction = random_fraction
-        self._paced = _Lane()  # new runner jobs
-        self._unpaced = _Lane()  # purges and claims' writes
+        # Two lanes: new runner jobs, and purges and claims' writes.
+        self._to_paced, self._paced = trio.open_memory_channel[FactoryAction](math.inf)
+        self._to_unpaced, self._unpaced = trio.open_memory_channel[FactoryAction](math.inf)
         self._next_registration = 0.0
         # Runners whose registration is queued or under way: a purge may come before it lands.
         self._creating: set[str] = set()
@@ -76,15 +59,16 @@ class RunnerFactory:
     @property
     def backlog(self) -> int:
         """Actions waiting for a worker."""
-        return len(self._paced.queue) + len(self._unpaced.queue)
+        lanes = (self._paced, self._unpaced)
+        return sum(lane.statistics().current_buffer_used for lane in lanes)
 
     def submit(self, action: FactoryAction) -> None:
         """Queue one of the pool's actions; a worker carries it out."""
         if isinstance(action, CreateRunner):
             self._creating.add(action.runner_id)
-            self._paced.put(action)
+            self._to_paced.send_nowait(action)
         else:
-            self._unpaced.put(action)
+            self._to_unpaced.send_nowait(action)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Carry out the pool's actions until cancelled (it never returns otherwise)."""
@@ -94,9 +78,9 @@ class RunnerFactory:
                     nursery.start_soon(self._work, lane)
             task_status.started()
 
-    async def _work(self, lane: _Lane) -> NoReturn:
-        while True:
-            await self._perform(await lane.take())
+    async def _work(self, lane: trio.MemoryReceiveChannel[FactoryAction]) -> None:
+        async for action in lane:
+            await self._perform(action)
 
     async def _perform(self, action: FactoryAction) -> None:
         try:
