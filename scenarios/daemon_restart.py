@@ -51,6 +51,8 @@ async def patch_as_a_client(scenario: Scenario, runner: str, patch: Mapping[str,
         while True:
             response = await scenario.http.patch(f"/runners/{runner}/files", json=patch)
             if response.status_code != 500 or response.json().get("errorCode") != "NOMAD_UNREACHABLE":
+                if response.status_code >= 400:
+                    scenario.event("file request refused", runner=runner, answer=response.text)
                 return response.status_code
             scenario.event("refused while the daemon starts; trying again", runner=runner)
             await trio.sleep(float(response.headers.get("retry-after", "1")))
