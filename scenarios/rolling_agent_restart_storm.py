@@ -136,10 +136,11 @@ async def main(args: argparse.Namespace) -> bool:
         await scenario.warm_with_claims(args.runners, args.runners // 10)
         recovered = await roll(scenario, args.runners, stop_on_storm=False)
         rate = scenario.service.settings.factory.registrations_per_second
-        # Over 5 s, so that one request's network delay does not count as a burst; +1 for the
-        # window's edge.
+        # Over 5 s, so that one request's network delay does not count as a burst. Nomad sees
+        # arrivals, not the daemon's paced sends: +1 for the window's edge, +1 for a request sent
+        # on time before the window and delayed in transit into it (up to one interval, 50 ms).
         most = new_runner_jobs_most_within(scenario, PACE_WINDOW) / PACE_WINDOW
-        pace = rate + 1 / PACE_WINDOW
+        pace = rate + 2 / PACE_WINDOW
         scenario.check("registrations_per_second_within_rate", most <= pace, most, pace)
         scenario.check("agent_crashes", flood_crashes(scenario) == 0, flood_crashes(scenario), 0)
         scenario.check("pool_recovered_s", recovered is not None, recovered, RECOVERY_WITHIN)

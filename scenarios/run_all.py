@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \| ")
 SCENARIOS = {
     "server_restart": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
     "all_agents_restart": {"quick": ["--runners", "6"], "full": ["--runners", "100"]},
@@ -55,7 +57,7 @@ def run_one(name: str, options: list[str], seed: int, scratch: Path) -> str:
 def print_tail(log: Path, lines: int = 40) -> None:
     """The end of a failed scenario's output (its table, or the traceback it ended with), without
     the daemon's and the cluster's log lines."""
-    own = [line for line in log.read_text(errors="replace").splitlines() if " | " not in line[:40]]
+    own = [line for line in log.read_text(errors="replace").splitlines() if not LOG_LINE.match(line)]
     print(f"--- {log.stem}: last {lines} lines of its own")
     for line in own[-lines:]:
         print(f"    {line}")
