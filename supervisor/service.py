@@ -273,8 +273,10 @@ class RunnerService:
             index = max(seen, min(index, allocs.index))
             self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
             if not self.synced.is_set():  # once, at start: what a previous run may have left
-                self.apply(self.pool.orphans((await self.client.list_jobs(meta=True)).value))
+                # In the step that made the adopted claims known: a request in one waits for its
+                # sweep, which would otherwise stop that request's own command.
                 self.leftovers.adopt(r.id for r in self.pool.runners.values() if r.state is RunnerState.USED)
+                self.apply(self.pool.orphans((await self.client.list_jobs(meta=True)).value))
         self.expiry.changed()  # adopted claims bring their inactivity deadlines
         self.last_index = max(self.last_index, index)
         self.synced.set()

@@ -6,7 +6,8 @@ when its template job is in Nomad.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import attrs
@@ -23,7 +24,7 @@ from supervisor.environments import (
     template_job,
 )
 from supervisor.nomad.client import Indexed
-from supervisor.nomad.models import JobDeregisterResponse, JobListStub, JobRegisterResponse
+from supervisor.nomad.models import AllocListStub, JobDeregisterResponse, JobListStub, JobRegisterResponse
 from supervisor.pool import CreateRunner, DestroyRunner
 from supervisor.service import RunnerService
 
@@ -141,3 +142,69 @@ async def test_a_restart_adopts_the_runners_it_finds_and_creates_none_beside_the
     assert service.pool.used_runner(left[1]) is not None
     assert [a.runner_id for a in actions if isinstance(a, DestroyRunner)] == [orphan]
     assert not any(isinstance(a, CreateRunner) for a in actions)
+
+
+class _RestartedNomad(_GatedNomad):
+    """A claimed runner's allocation runs; the listing of every job (the start's search for
+    orphans) and the sweep's exec are held until released."""
+
+    def __init__(self, claimed: str) -> None:
+        super().__init__()
+        self.claimed = claimed
+        self.orphans_listed, self.orphans_answer = trio.Event(), trio.Event()
+        self.sweep_opened, self.sweep_answer = trio.Event(), trio.Event()
+
+    async def list_jobs(self, prefix: str = "", *, meta: bool = False) -> Indexed[list[JobListStub]]:
+        if not prefix:
+            self.orphans_listed.set()
+            await self.orphans_answer.wait()
+        return await super().list_jobs(prefix, meta=meta)
+
+    async def list_allocations(self, **_options: object) -> Indexed[list[Any]]:
+        alloc = AllocListStub(
+            id="a1", job_id=self.claimed, client_status="running", create_index=5, modify_index=5
+        )
+        return Indexed([alloc], 10)
+
+    @contextlib.asynccontextmanager
+    async def open_exec(self, alloc_id: str, **_options: Any) -> AsyncIterator[Any]:
+        self.sweep_opened.set()
+        await self.sweep_answer.wait()
+        yield _ExitedSession()
+
+
+class _ExitedSession:
+    async def wait_exit(self) -> int:
+        return 0
+
+
+async def test_a_request_in_an_adopted_claim_waits_for_its_sweep_from_the_moment_it_is_known(
+    nursery: trio.Nursery,
+) -> None:
+    """The first listing makes a previous run's claim known; the sweep that stops that run's
+    commands is due from that same step, so a request in the runner that comes while the rest of the
+    start is under way waits for it, and the sweep never stops the request's own command."""
+    claimed = new_runner_id(ENVIRONMENT.id)
+    nomad = _RestartedNomad(claimed)
+    nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
+    nomad.jobs[claimed] = runner_job(ENVIRONMENT, claimed, used=True, timeout=60)
+    service = _service(nomad, nursery)
+    proven = trio.Event()
+
+    async def request_in_the_claim() -> None:
+        runner = service.pool.used_runner(claimed)
+        assert runner is not None, "the first listing adopted the claim"
+        await service.prove(runner)
+        proven.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as inner:
+            inner.start_soon(service.relist)
+            await nomad.orphans_listed.wait()
+            inner.start_soon(request_in_the_claim)
+            await nomad.sweep_opened.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert not proven.is_set(), "the request went ahead of the sweep"
+            nomad.orphans_answer.set()
+            nomad.sweep_answer.set()
+    assert proven.is_set()
