@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from targets import target
 
 from supervisor.nomad.decode import decode_batch
 
@@ -86,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'orjson.loads (baseline)':<28}{args.events / bare_s:>12,.0f} events/s")
     print(f"{'decode_batch (typed)':<28}{args.events / ours_s:>12,.0f} events/s")
     print(f"{'ratio (typed / bare time)':<28}{ratio:>12.2f}x")
-    ok = ratio <= TARGET_RATIO
-    print(f"{'PASS' if ok else 'FAIL'}: typed decode within {TARGET_RATIO:.0f}x of bare parse ({ratio:.2f}x)")
+    ok = target("decode: typed / bare parse", ratio <= TARGET_RATIO, f"{ratio:.2f}x", f"<= {TARGET_RATIO:g}x")
     return 0 if ok else 1
 
 

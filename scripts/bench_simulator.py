@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import trio
 import trio.lowlevel
+from targets import target
 
 from supervisor.cli import GC_THRESHOLDS
 from supervisor.nomad import Allocation, NomadClient, NomadSettings
@@ -220,11 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, best, worst, size in rows:
             print(f"{name:<40}{best * 1000:>8.1f}ms{worst * 1000:>8.1f}ms{size:>14,}{worst / floor:>12.0f}")
         for name, _, worst, _ in rows[1:]:
-            passed = worst < LIST_TARGET_S
-            ok &= passed
-            print(
-                f"{'PASS' if passed else 'FAIL'}: {name} answers in under {LIST_TARGET_S:g} s ({worst:.3f} s)"
-            )
+            limit = f"< {LIST_TARGET_S:g} s"
+            ok &= target(f"simulator: {name}", worst < LIST_TARGET_S, f"{worst:.3f} s", limit)
         stream = trio.run(measure_stream, child, address, args.subscribers, args.rate, args.seconds)
         rate = stream["expected"] / args.seconds
         print(
@@ -233,11 +231,11 @@ def main(argv: list[str] | None = None) -> int:
             f"p99 {stream['p99'] * 1000:.1f} ms, max {stream['max'] * 1000:.1f} ms"
         )
         complete = all(r == stream["expected"] for r in stream["received"])
-        passed = complete and stream["p99"] < LAG_TARGET_S
-        ok &= passed
-        print(
-            f"{'PASS' if passed else 'FAIL'}: every subscriber keeps up with {rate:,.0f} updates/s "
-            f"(all received: {complete}, p99 lag {stream['p99']:.3f} s < {LAG_TARGET_S:g} s)"
+        ok &= target(
+            f"simulator: {args.subscribers} subscribers at {rate:,.0f} updates/s",
+            complete and stream["p99"] < LAG_TARGET_S,
+            f"p99 lag {stream['p99']:.3f} s, all received: {complete}",
+            f"p99 < {LAG_TARGET_S:g} s, all received",
         )
         return 0 if ok else 1
     finally:

@@ -1,0 +1,19 @@
+"""The benchmarks' target lines: one per target, in the one form ``bench_all.py`` reads."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["LINE", "target"]
+
+# TARGET <name>: <figure> (target <limit>): PASS|FAIL
+LINE: Final = re.compile(
+    r"^TARGET (?P<name>[^:]+): (?P<figure>.*) \(target (?P<limit>.*)\): (?P<verdict>PASS|FAIL)$"
+)
+
+
+def target(name: str, ok: bool, figure: str, limit: str) -> bool:
+    """Print the target's line; give back whether it is met."""
+    print(f"TARGET {name}: {figure} (target {limit}): {'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
