@@ -250,3 +250,42 @@ async def test_a_purge_does_not_wait_behind_creations_waiting_for_their_turn(
         assert trio.current_time() < 1.0
         assert factory.backlog > 20, "the creations still wait for their turn"
         nursery.cancel_scope.cancel("test over")
+
+
+class _TimedNomad(_QuickNomad):
+    """Records when each registration reached it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered_at: list[float] = []
+        self.twenty = trio.Event()
+
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+        self.registered_at.append(trio.current_time())
+        if len(self.registered_at) == 20:
+            self.twenty.set()
+        return await super().register_job(job)
+
+
+async def test_after_a_stall_the_overdue_creations_still_go_one_interval_apart(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """The event loop stalls (the clock jumps while every creation waits for its turn): the turns
+    that came due meanwhile go one by one, never together, so a stall never becomes a burst of
+    placements."""
+    nomad = _TimedNomad()
+    pool = RunnerPool()
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=20))
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=10))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in actions:
+            if isinstance(action, CreateRunner):
+                factory.submit(action)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(1.0)  # a stall of 1 s: ten turns' worth
+        mock_clock.autojump_threshold = 0
+        await nomad.twenty.wait()
+        nursery.cancel_scope.cancel("test over")
+    gaps = [b - a for a, b in zip(nomad.registered_at, nomad.registered_at[1:], strict=False)]
+    assert min(gaps) >= 0.1 - 1e-9, gaps
