@@ -33,6 +33,7 @@ from .handle import ClusterHandle, SimServer
 from .http import Request, Response, StreamReply, WebSocketReply, json_response, text_response
 from .jobs import NomadError
 from .objects import SimAlloc, SimJob
+from .variables_api import VariableRoutes
 
 __all__ = ["NomadAPI", "parse_go_duration"]
 
@@ -78,6 +79,8 @@ class _Router:
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = []
 
     def add(self, pattern: str, methods: str, handler: Handler) -> None:
+        # "{name}" is one path segment; "{name*}" the rest of the path, slashes and all.
+        pattern = re.sub(r"\{(\w+)\*\}", r"(?P<\1>.+)", pattern)
         regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
         for existing, table in self._routes:
             if existing.pattern == regex.pattern:
@@ -122,6 +125,9 @@ class NomadAPI:
         add("/v1/status/leader", "GET", self.status_leader)
         add("/v1/event/stream", "GET", self.event_stream)
         add("/v1/client/allocation/{alloc_id}/exec", "GET", ExecRoute(cluster, forwarded_by=server.name).exec)
+        VariableRoutes(
+            cluster, blocking=self._blocking, headers=self._headers, require_leader=self._require_leader
+        ).add_routes(add)
         cluster.control.add_routes(add)
 
     async def __call__(self, request: Request) -> Response | StreamReply | WebSocketReply:

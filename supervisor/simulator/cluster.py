@@ -32,6 +32,7 @@ from .http import HttpServer
 from .jobs import JobService
 from .scheduler import Scheduler
 from .state import ClusterState
+from .variables import VariableService
 
 __all__ = ["SimServer", "SimulatedCluster"]
 
@@ -110,6 +111,7 @@ class SimulatedCluster:
         self.scheduler = Scheduler(self.state)
         self.agents = Agents(self.state, self.scheduler)
         self.jobs = JobService(self.state, self.scheduler)
+        self.variables = VariableService(self.state)
         self.control = ControlAPI(self)
         self._own_root = workspace_root is None
         root = workspace_root or Path(tempfile.mkdtemp(prefix="nomad-sim-"))
@@ -246,6 +248,7 @@ class SimulatedCluster:
         server.http = None
         if self.leader == server.name:
             self.leader = None
+            self.variables.stop_lock_timers()
             self.execs.drop_forwarded()
             for other in self.servers:
                 if other.http is not None:
@@ -269,6 +272,7 @@ class SimulatedCluster:
         candidates = [s.name for s in self.servers if s.up]
         if candidates:
             self.leader = self.state.rng.choice(candidates)
+            self.variables.restore_lock_timers()
             logger.info("simulated Nomad cluster elected {} as leader", self.leader)
 
     def cut_streams(self) -> int:
@@ -319,6 +323,10 @@ class SimulatedCluster:
                 "by_client_status": _count(a.client_status for a in state.allocs.values()),
             },
             "open_execs": self.execs.count,
+            "variables": {
+                "total": len(state.variables),
+                "locked": sum(1 for v in state.variables.values() if v.lock is not None),
+            },
         }
 
 

@@ -10,19 +10,22 @@ from typing import Any, Final
 
 import orjson
 
-from .objects import SimAlloc, SimEval, SimJob, SimNode
+from .objects import SimAlloc, SimEval, SimJob, SimNode, SimVariable
 
 __all__ = [
     "ZERO_TIME",
     "alloc_full",
     "alloc_stub",
     "eval_full",
+    "go_duration",
     "job_full",
     "job_stub",
     "node_full",
     "node_stub",
     "omit_zero",
     "rfc3339",
+    "variable_full",
+    "variable_metadata",
 ]
 
 ZERO_TIME: Final = "0001-01-01T00:00:00Z"
@@ -323,3 +326,60 @@ def eval_full(evaluation: SimEval) -> dict[str, Any]:
             "WaitUntil": evaluation.wait_until,
         }
     )
+
+
+def _decimal(value_ns: int, unit_ns: int) -> str:
+    whole, rest = divmod(value_ns, unit_ns)
+    if not rest:
+        return str(whole)
+    digits = len(str(unit_ns)) - 1
+    return f"{whole}.{rest:0{digits}d}".rstrip("0")
+
+
+def go_duration(ns: int) -> str:
+    """Nanoseconds as Go's ``Duration.String`` writes them: "15s", "1m30s", "1h0m0s", "500ms"."""
+    if ns == 0:
+        return "0s"
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    if ns < 1_000:
+        return f"{sign}{ns}ns"
+    if ns < 1_000_000:
+        return f"{sign}{_decimal(ns, 1_000)}µs"
+    if ns < 1_000_000_000:
+        return f"{sign}{_decimal(ns, 1_000_000)}ms"
+    hours, ns = divmod(ns, 3_600_000_000_000)
+    minutes, ns = divmod(ns, 60_000_000_000)
+    seconds = f"{_decimal(ns, 1_000_000_000)}s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{seconds}"
+    return f"{sign}{minutes}m{seconds}" if minutes else f"{sign}{seconds}"
+
+
+def variable_metadata(variable: SimVariable) -> dict[str, Any]:
+    """VariableMetadata: what ``GET /v1/vars`` lists; ``Lock`` only while one is held (omitempty),
+    its durations as Go duration strings (VariableLock's MarshalJSON)."""
+    data: dict[str, Any] = {
+        "Namespace": variable.namespace,
+        "Path": variable.path,
+        "CreateIndex": variable.create_index,
+        "CreateTime": variable.create_time,
+        "ModifyIndex": variable.modify_index,
+        "ModifyTime": variable.modify_time,
+    }
+    if variable.lock is not None:
+        data["Lock"] = {
+            "ID": variable.lock.id,
+            "TTL": go_duration(variable.lock.ttl_ns),
+            "LockDelay": go_duration(variable.lock.lock_delay_ns),
+        }
+    return data
+
+
+def variable_full(variable: SimVariable, items: dict[str, str] | None = None) -> dict[str, Any]:
+    """VariableDecrypted: the metadata and ``Items`` (omitted when empty). A write answers with the
+    items its request carried, so ``items`` replaces the stored ones when given."""
+    data = variable_metadata(variable)
+    shown = variable.items if items is None else items
+    if shown:
+        data["Items"] = dict(shown)
+    return data

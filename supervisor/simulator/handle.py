@@ -19,6 +19,7 @@ from .exec import ExecSessions
 from .http import HttpServer, StreamSource
 from .jobs import JobService
 from .state import ClusterState
+from .variables import VariableService
 
 __all__ = ["ClusterHandle", "SimServer"]
 
@@ -55,6 +56,7 @@ class ClusterHandle(Protocol):
     agents: Agents
     jobs: JobService
     execs: ExecSessions
+    variables: VariableService
     leader: str | None
 
     @property

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from attrs import define, field
+from attrs import define, field, frozen
 
-__all__ = ["TASK_EVENT_LIMIT", "SimAlloc", "SimEval", "SimJob", "SimNode"]
+__all__ = [
+    "TASK_EVENT_LIMIT",
+    "SimAlloc",
+    "SimEval",
+    "SimJob",
+    "SimNode",
+    "SimVariable",
+    "SimVariableLock",
+]
 
 # Nomad keeps the last 10 task events and the last 10 node events.
 TASK_EVENT_LIMIT = 10
@@ -182,3 +190,26 @@ class SimEval:
     def terminal(self) -> bool:
         """Complete, failed or canceled."""
         return self.status in ("complete", "failed", "canceled")
+
+
+@frozen
+class SimVariableLock:
+    """A variable's lock as Nomad's VariableLock holds it; durations in nanoseconds, as Go's."""
+
+    id: str
+    ttl_ns: int
+    lock_delay_ns: int
+
+
+@define(eq=False)
+class SimVariable:
+    """A Nomad Variable (VariableDecrypted): its items in clear, and the lock it may hold."""
+
+    namespace: str
+    path: str
+    items: dict[str, str] = field(factory=dict)
+    lock: SimVariableLock | None = None
+    create_index: int = 0
+    modify_index: int = 0
+    create_time: int = 0
+    modify_time: int = 0

@@ -4,7 +4,8 @@ Every change happens inside ``write(message_type)``: the objects touched in it g
 index, job statuses are recomputed by Nomad's rules (``getJobStatus``), and one batch of events is
 published, every event carrying the write's message type whatever its topic (nomad-api.md §1.5).
 Objects touched twice in one write yield one event (go-memdb coalesces them). Deleting allocations
-and evaluations (GC) emits nothing, as in Nomad.
+and evaluations (GC) emits nothing, as in Nomad; nor does any write of a Variable (Nomad has no
+Variables topic), though it takes a Raft index as every write does.
 
 Code here is synchronous and does no I/O; time comes from ``clock`` and delayed work is handed to
 ``timers``, so the trio layer decides how time passes.
@@ -24,7 +25,7 @@ from attrs import define, field, frozen
 
 from .config import SimConfig
 from .encode import alloc_full, eval_full, job_full, node_full, rfc3339
-from .objects import SimAlloc, SimEval, SimJob, SimNode
+from .objects import SimAlloc, SimEval, SimJob, SimNode, SimVariable
 
 __all__ = ["ClusterState", "PublishedBatch", "PublishedEvent", "Timers", "Write"]
 
@@ -65,6 +66,12 @@ class Write:
     message_type: str
     touched: dict[int, tuple[str, Any]] = field(factory=dict)
     deleted_jobs: list[SimJob] = field(factory=list)
+    # Variables written in this write, and whether one was deleted: they move the variables table's
+    # index but emit no event.
+    variables: dict[int, SimVariable] = field(factory=dict)
+    variable_deleted: bool = False
+    # A Raft message takes an index even when it changes nothing (a Variables apply that is a no-op).
+    applied: bool = False
 
     def touch(self, obj: SimAlloc | SimJob | SimEval | SimNode) -> None:
         """Mark an object changed in this write: it is emitted and its ModifyIndex set."""
@@ -74,6 +81,10 @@ class Write:
         """Delete a job in this write (its Job event carries ``Deleted: true``)."""
         self.deleted_jobs.append(job)
         self.touched.pop(id(job), None)
+
+    def touch_variable(self, variable: SimVariable) -> None:
+        """Mark a variable written in this write: its CreateIndex (if new) and ModifyIndex are set."""
+        self.variables[id(variable)] = variable
 
 
 _TOPICS: dict[type, str] = {SimAlloc: "Allocation", SimJob: "Job", SimEval: "Evaluation", SimNode: "Node"}
@@ -91,11 +102,13 @@ class ClusterState:
         self._epoch_ns = time.time_ns()
         self._clock_start = 0.0
         self.index = 1
-        self.table_index = {"jobs": 1, "allocs": 1, "evals": 1, "nodes": 1}
+        self.table_index = {"jobs": 1, "allocs": 1, "evals": 1, "nodes": 1, "variables": 1}
         self.jobs: dict[JobKey, SimJob] = {}
         self.allocs: dict[str, SimAlloc] = {}
         self.evals: dict[str, SimEval] = {}
         self.nodes: dict[str, SimNode] = {}
+        # Nomad Variables by (namespace, path): Raft state, so they outlive any server's restart.
+        self.variables: dict[tuple[str, str], SimVariable] = {}
         self.allocs_by_job: dict[JobKey, dict[str, SimAlloc]] = {}
         self.live_allocs_by_node: dict[str, set[str]] = {}
         self.open_evals_by_job: dict[JobKey, set[str]] = {}
@@ -132,7 +145,7 @@ class ClusterState:
         """One Raft write: every object touched in it is emitted with ``message_type``, at one index."""
         tx = Write(message_type)
         yield tx
-        if tx.touched or tx.deleted_jobs:
+        if tx.touched or tx.deleted_jobs or tx.variables or tx.variable_deleted or tx.applied:
             self._commit(tx)
 
     def _commit(self, tx: Write) -> None:
@@ -154,6 +167,11 @@ class ClusterState:
             job.modify_index = index
             self.table_index["jobs"] = index
             events.append(self._job_event(tx.message_type, job, index, deleted=True))
+        for variable in tx.variables.values():
+            variable.create_index = variable.create_index or index
+            variable.modify_index = index
+        if tx.variables or tx.variable_deleted:
+            self.table_index["variables"] = index
         batch = PublishedBatch(index, tuple(events))
         for subscriber in list(self.subscribers):
             subscriber(batch)
