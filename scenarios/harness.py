@@ -278,13 +278,18 @@ async def open_scenario(
 
 
 async def start_daemon(
-    cluster: SimulatedCluster, log: Path, settings: dict[str, str] | None = None
+    cluster: SimulatedCluster,
+    log: Path,
+    settings: dict[str, str] | None = None,
+    *,
+    addresses: list[str] | None = None,
 ) -> tuple[trio.Process, str]:
-    """``supervisor run`` against the cluster, at its defaults but for ``settings``
-    (``SUPERVISOR_<SECTION>_<KEY>`` variables); the process and its API's base URL."""
+    """``supervisor run`` against the cluster (at ``addresses`` if given: a proxy's), at its
+    defaults but for ``settings`` (``SUPERVISOR_<SECTION>_<KEY>`` variables); the process and its
+    API's base URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))}
     env.update(settings or {})
-    env["NOMAD_ADDR"] = ",".join(cluster.addresses)
+    env["NOMAD_ADDR"] = ",".join(addresses or cluster.addresses)
     argv = [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"]
     sink = await trio.open_file(log, "wb")
     daemon = await trio.lowlevel.open_process(argv, stdout=sink.wrapped, stderr=subprocess.STDOUT, env=env)

@@ -37,6 +37,7 @@ SCENARIOS = {
     "rolling_upgrade": {"quick": ["--runners", "6"], "full": ["--runners", "30", "--rate", "8"]},
     "operator_drain": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "stream_flapping": {"quick": ["--runners", "6", "--seconds", "10"], "full": ["--runners", "20"]},
+    "ha_failover": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
 }
 
 

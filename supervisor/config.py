@@ -16,6 +16,7 @@ from attrs import field, frozen
 from .environments import ExecutionEnvironment, environment_from_dict
 from .errors import ConfigError, InvalidRequest
 from .nomad import NomadSettings
+from .nomad.locks import MAX_LOCK_TTL, MIN_LOCK_TTL
 from .nomad.settings import DIRECT_EXEC_MODES
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "AlertSettings",
     "ExecutionSettings",
     "FactorySettings",
+    "HaSettings",
     "HealthSettings",
     "ServerSettings",
     "Settings",
@@ -152,6 +154,17 @@ class LogSettings:
 
 
 @frozen
+class HaSettings:
+    """``[ha]``: an active and standby daemons, elected through a Nomad Variables lock."""
+
+    enabled: bool = False
+    lock_path: str = "supervisor/leader"
+    # Seconds. Nomad takes a lock TTL of 10 s to 24 h; a lapsed lock stays blocked lock_delay more.
+    ttl: float = 10.0
+    lock_delay: float = 5.0
+
+
+@frozen
 class Settings:
     """Every section, as loaded by ``load_settings``; the defaults are the product's."""
 
@@ -165,6 +178,7 @@ class Settings:
     health: HealthSettings = field(factory=HealthSettings)
     supervision: SupervisionSettings = field(factory=SupervisionSettings)
     log: LogSettings = field(factory=LogSettings)
+    ha: HaSettings = field(factory=HaSettings)
     environments: tuple[ExecutionEnvironment, ...] = ()
 
     def nomad_settings(self, environ: Mapping[str, str]) -> NomadSettings | None:
@@ -199,6 +213,7 @@ _SECTIONS: Final[dict[str, type[Any]]] = {
     "health": HealthSettings,
     "supervision": SupervisionSettings,
     "log": LogSettings,
+    "ha": HaSettings,
 }
 
 
@@ -294,6 +309,21 @@ def _validate_choices(settings: Settings) -> None:
         raise ConfigError(f"log.format: {settings.log.format!r} is not one of {', '.join(LOG_FORMATS)}")
 
 
+def _validate_ha(ha: HaSettings) -> None:
+    if not MIN_LOCK_TTL <= ha.ttl <= MAX_LOCK_TTL:
+        raise ConfigError(
+            f"ha.ttl: {ha.ttl:g} is outside what Nomad takes for a lock's TTL ({MIN_LOCK_TTL:g} s to 24 h)"
+        )
+    if ha.lock_delay < 0:
+        raise ConfigError("ha.lock_delay: must not be negative")
+    if (
+        not ha.lock_path
+        or ha.lock_path.startswith("/")
+        or not all(c.isalnum() or c in "-_~/" for c in ha.lock_path)
+    ):
+        raise ConfigError(f"ha.lock_path: {ha.lock_path!r} is no Nomad variable path (letters, digits, -_~/)")
+
+
 def _validate(settings: Settings) -> None:
     if not 0 <= settings.server.port <= 65535:
         raise ConfigError(f"server.port: {settings.server.port} is outside 0-65535")
@@ -330,6 +360,7 @@ def _validate(settings: Settings) -> None:
         )
     if not settings.execution.workspace.startswith("/"):
         raise ConfigError("execution.workspace: must be an absolute path")
+    _validate_ha(settings.ha)
     ids = [e.id for e in settings.environments]
     if len(ids) != len(set(ids)):
         raise ConfigError("environments: an id appears twice")

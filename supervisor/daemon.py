@@ -30,9 +30,12 @@ from . import hypercorn_patch
 from .alerter import PrewarmingPoolAlerter
 from .api import create_app
 from .config import Settings
+from .election import LockElector
 from .nomad import NomadClient, NomadSettings
+from .nomad.locks import VariableLocks
 from .observability import status_line
 from .service import RunnerService
+from .standby import RoleSwitch
 from .stopping import abandon_stops
 from .supervision import ChildSpec, Restart, RestartIntensity, supervise
 from .systemd import SystemdNotifier
@@ -75,6 +78,7 @@ class Daemon:
         self.settings = settings
         self.environ = dict(os.environ if environ is None else environ)
         self.service: RunnerService | None = None
+        self.elector: LockElector | None = None
         self.watcher: EventStreamWatcher | None = None
         self.cluster: object | None = None
         self._stop = trio.Event()
@@ -119,7 +123,10 @@ class Daemon:
                 nomad = await self._start_embedded_cluster(root)
             with self._scope:
                 async with NomadClient(nomad) as client:
-                    await self._run_tiers(client, task_status)
+                    if self.settings.ha.enabled:
+                        await self._run_terms(client, task_status)
+                    else:
+                        await self._run_tiers(client, task_status)
             self.systemd.close()
             root.cancel_scope.cancel("the daemon stopped")
 
@@ -269,6 +276,104 @@ class Daemon:
                 self._serving.set()
                 task_status.started(self)
             intake.cancel_scope.cancel("the API server stopped")
+
+    async def _run_terms(self, client: NomadClient, task_status: trio.TaskStatus[Daemon]) -> None:
+        """``[ha]``: the API serves from the start, as the standby; each time this daemon takes the
+        lock, a term begins with a fresh service that lists Nomad and adopts what it finds (as a
+        start does), and it ends when the lock is lost or not renewed in time (step down: nothing
+        new is started, running executions finish) or at the stop (then the lock is released)."""
+        hypercorn_patch.apply()
+        elector = self.elector = LockElector(VariableLocks(client), self.settings.ha)
+        switch = RoleSwitch(retry_after=elector.interval)
+        serve = partial(
+            hypercorn.trio.serve,
+            switch,  # type: ignore[arg-type]  # hypercorn's ASGI types differ
+            self._hypercorn_config(),
+            shutdown_trigger=self._stop.wait,
+        )
+        async with trio.open_nursery() as serving:
+            spec = ChildSpec("api server", serve, CHILDREN["api server"])
+            supervised = partial(supervise, spec, self.restarts, self._escalate, stopping=self._stop.is_set)
+            self.addresses = cast(list[str], await serving.start(supervised))
+            logger.info("serving the API on {}", ", ".join(self.addresses))
+            logger.info("HA: the standby until this daemon holds the lock {}", self.settings.ha.lock_path)
+            self._serving.set()
+            task_status.started(self)
+            while not self._stop.is_set():
+                acquired = await self._until_stopped(elector.acquire)
+                if acquired is None:
+                    break
+                await self._term(client, switch, elector, acquired)
+
+    async def _until_stopped(self, wait: Callable[[], Awaitable[float]]) -> float | None:
+        """``wait()``'s result, or None if the daemon is told to stop first."""
+        result: float | None = None
+        async with trio.open_nursery() as racing:
+
+            async def waiting() -> None:
+                nonlocal result
+                result = await wait()
+                racing.cancel_scope.cancel()
+
+            racing.start_soon(waiting)
+            await self._stop.wait()
+            racing.cancel_scope.cancel()
+        return result
+
+    async def _term(
+        self, client: NomadClient, switch: RoleSwitch, elector: LockElector, acquired: float
+    ) -> None:
+        """One term as the active daemon (see ``_run_terms``)."""
+        settings = self.settings
+
+        async def start(nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[object]]) -> object:
+            spec = ChildSpec(name, run, CHILDREN[name])
+            supervised = partial(supervise, spec, self.restarts, self._escalate, stopping=self._stop.is_set)
+            return await nursery.start(supervised)
+
+        why = "the daemon stops"
+        async with trio.open_nursery() as overseer:
+            async with trio.open_nursery() as executions:
+                service = self.service = RunnerService(client, settings, execution_nursery=executions)
+                if self._stop.is_set():
+                    service.executions.begin_stop()
+                async with trio.open_nursery() as acting:
+                    watcher = self.watcher = EventStreamWatcher(
+                        service,
+                        heartbeat_timeout=settings.watcher.heartbeat_timeout,
+                        resync_interval=settings.watcher.resync_interval,
+                    )
+                    await start(acting, "factory", service.factory.run)
+                    await start(acting, "inactivity expiry", service.expiry.run)
+                    alerter = PrewarmingPoolAlerter(service, settings.alert)
+                    await start(acting, "prewarming-pool alerter", alerter.run)
+                    await start(acting, "event-stream watcher", watcher.run)
+                    configured = partial(self._ensure_configured_environments, service)
+                    await start(acting, "configured environments", configured)
+                    acting.start_soon(self._tell_systemd, service)
+                    switch.app = create_app(service, settings)
+
+                    async def hold() -> None:
+                        nonlocal why
+                        why = await elector.hold(acquired)
+                        acting.cancel_scope.cancel()
+
+                    acting.start_soon(hold)
+                    await self._stop.wait()
+                    acting.cancel_scope.cancel()
+                switch.app = None  # new requests get the standby's answer from here on
+                if self._stop.is_set():
+                    overseer.start_soon(self._end_executions_in_time, service)
+                else:
+                    elector.stepped_down()
+                    logger.warning(
+                        "stepping down: {}; nothing new starts here, {} running execution(s) may finish",
+                        why,
+                        service.executions.running_count,
+                    )
+            overseer.cancel_scope.cancel()  # the executions have ended
+        if self._stop.is_set():
+            await elector.release()
 
     def _hypercorn_config(self) -> HypercornConfig:
         config = HypercornConfig()

@@ -119,3 +119,15 @@ def test_timings_that_were_module_constants_are_settings(tmp_path: Path) -> None
     assert nomad.exec_connect_timeout == 3.0
     with pytest.raises(ConfigError, match=r"alert\.check_interval: must be positive"):
         load_settings(None, {"SUPERVISOR_ALERT_CHECK_INTERVAL": "0"})
+
+
+def test_ha_is_off_by_default_and_turned_on_by_the_environment() -> None:
+    assert not load_settings(None, {}).ha.enabled
+    settings = load_settings(None, {"SUPERVISOR_HA_ENABLED": "true", "SUPERVISOR_HA_TTL": "12"})
+    assert settings.ha.enabled
+    assert settings.ha.ttl == 12.0
+
+
+def test_an_ha_ttl_nomad_would_refuse_stops_startup_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"ha\.ttl: 5 is outside .*10 s to 24 h"):
+        load_settings(None, {"SUPERVISOR_HA_TTL": "5"})

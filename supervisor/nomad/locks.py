@@ -105,6 +105,18 @@ class VariableLocks:
                 raise
             logger.debug("the lock on variable {} was no longer held: {}", path, exc.body.strip())
 
+    async def wait_for_change(self, path: str, index: int, *, wait: float) -> int:
+        """Block until the variable at ``path`` changes past ``index`` (a blocking query), or
+        ``wait`` passes; its ModifyIndex then, or 0 if it does not exist."""
+        params = {"index": str(index), "wait": _go_duration(max(1.0, wait))} if index else {}
+        try:
+            response = await self._client.request(
+                "GET", self._url(path), params=params, http_timeout=wait * 1.1 + 10
+            )
+        except NomadNotFound:
+            return 0
+        return int(response.headers.get("X-Nomad-Index", "0"))
+
     @staticmethod
     def _url(path: str) -> str:
         # The path's slashes are the variable's own; Nomad reads the rest of the URL as the path.

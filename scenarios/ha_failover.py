@@ -1,0 +1,374 @@
+"""Two daemons with ``[ha]`` against one cluster: the active killed, partitioned, stopped.
+
+    python scenarios/ha_failover.py [--runners N] [--seed S] [--report FILE] [--plot FILE.svg]
+
+Two ``supervisor run`` processes at their defaults but ``SUPERVISOR_HA_ENABLED=true`` (the setting
+under test), each reaching Nomad through a TCP proxy of its own (the partition: every connection cut,
+new ones refused), under CodeOcean-like load sent to whichever daemon a health-checked load balancer
+would pick (claim, copy, execute, release; on 410 claim again). Two runners stay claimed throughout.
+
+1. SIGKILL the active. The standby is active within the lock's worst case, 2 x TTL + LockDelay
+   (Nomad's leader lets a lock lapse twice its TTL after the last renewal), + 2 s; the killed daemon's
+   claims are adopted and their next request works; claims resume; the killed daemon comes back as
+   the standby.
+2. Partition the active from Nomad. It steps down before its TTL has run out since its last renewal,
+   and the other takes over only after it stepped down (never two active at once, from their logs).
+3. SIGTERM the active: it releases the lock, and the other is active within 2 s.
+
+Invariants besides: no runner job leaks and none is lost (Nomad's runner jobs are the active's pool),
+the pool is not doubled, every load cycle that ran ended in exit 0. The report gives the time without
+an active daemon for each case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+
+import httpx
+import trio
+import trio_websocket
+from harness import ENVIRONMENT_ID, Scenario, parse_arguments, run, start_daemon
+
+from supervisor.config import HaSettings
+from supervisor.nomad import NomadClient, NomadSettings
+from supervisor.simulator import SimConfig, SimulatedCluster
+
+HA: dict[str, str] = {"SUPERVISOR_HA_ENABLED": "true"}
+TTL, LOCK_DELAY = HaSettings().ttl, HaSettings().lock_delay
+WORST_LAPSE = 2 * TTL + LOCK_DELAY
+ENVIRONMENT = {
+    "image": "python:3.12-slim",
+    "prewarmingPoolSize": 4,
+    "cpuLimit": 100,
+    "memoryLimit": 256,
+    "networkAccess": False,
+    "exposedPorts": [],
+}
+TOOK, STEPPED_DOWN = "took the HA lock", "stepping down:"
+
+
+class Partition:
+    """A TCP proxy in front of every server of the cluster, for one daemon; ``cut`` partitions."""
+
+    def __init__(self, targets: list[str]) -> None:
+        self.targets = targets
+        self.addresses: list[str] = []
+        self.cut = False
+        self._links: set[trio.CancelScope] = set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for target in self.targets:
+                host, port = target.removeprefix("http://").rsplit(":", 1)
+                link = self._link_to(host, int(port))
+                listeners = await nursery.start(partial(trio.serve_tcp, link, 0, host="127.0.0.1"))
+                self.addresses.append(f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+            task_status.started()
+
+    def partition(self) -> None:
+        self.cut = True
+        for link in self._links:
+            link.cancel()
+
+    def _link_to(self, host: str, port: int) -> Callable[[trio.SocketStream], Awaitable[None]]:
+        async def link(client: trio.SocketStream) -> None:
+            if self.cut:
+                await client.aclose()
+                return
+            with trio.CancelScope() as scope:
+                self._links.add(scope)
+                try:
+                    server = await trio.open_tcp_stream(host, port)
+                    async with client, server, trio.open_nursery() as pumps:
+                        pumps.start_soon(_pump, client, server, pumps.cancel_scope)
+                        pumps.start_soon(_pump, server, client, pumps.cancel_scope)
+                except OSError:
+                    pass
+                finally:
+                    self._links.discard(scope)
+
+        return link
+
+
+async def _pump(source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope) -> None:
+    try:
+        while data := await source.receive_some(65536):
+            await sink.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    done.cancel()
+
+
+class Daemons:
+    """The two daemons, each behind its partition; which one is active, as a balancer sees it."""
+
+    def __init__(self, cluster: SimulatedCluster, logs: Path) -> None:
+        self.cluster = cluster
+        self.logs = logs
+        self.processes: dict[str, trio.Process] = {}
+        self.apis: dict[str, str] = {}
+        self.partitions: dict[str, Partition] = {}
+        self.starts = 0
+
+    async def start(self, name: str, nursery: trio.Nursery) -> None:
+        partition = self.partitions[name] = Partition(list(self.cluster.addresses))
+        await nursery.start(partition.run)
+        self.starts += 1
+        log = self.logs / f"{name}-{self.starts}.log"
+        process, api = await start_daemon(self.cluster, log, HA, addresses=partition.addresses)
+        self.processes[name], self.apis[name] = process, api
+
+    async def active(self, http: httpx.AsyncClient) -> str | None:
+        """The daemon whose health answers 204, as a health-checked load balancer picks."""
+        for name, api in self.apis.items():
+            try:
+                if (await http.get(f"{api}/health", timeout=2)).status_code == 204:
+                    return name
+            except httpx.HTTPError:
+                continue
+        return None
+
+    def log_times(self, marker: str) -> list[tuple[float, str]]:
+        """(Unix time, daemon) of every log line with ``marker``, from every log so far."""
+        found = []
+        for log in self.logs.glob("*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if marker in line:
+                    at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+                    found.append((at, log.stem.split("-")[0]))
+        return sorted(found)
+
+
+async def main(args: argparse.Namespace) -> bool:
+    config = SimConfig(seed=args.seed, servers=3, nodes=3, alloc_start_delay=0.05)
+    logs = Path(tempfile.mkdtemp(prefix="ha-failover-"))
+    async with trio.open_nursery() as nursery:
+        cluster = await nursery.start(SimulatedCluster(config).run)
+        daemons = Daemons(cluster, logs)
+        await daemons.start("a", nursery)
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
+        ):
+            with trio.fail_after(30):
+                while await daemons.active(http) != "a":
+                    await trio.sleep(0.1)
+            await daemons.start("b", nursery)
+            scenario = Scenario("ha_failover", args.seed, cluster, None, http, nomad)
+            scenario.event("a active, b standby", setting="ha.enabled = true (under test)")
+            ok = await play(scenario, daemons, nursery, args)
+            for process in daemons.processes.values():
+                process.send_signal(signal.SIGKILL)
+        nursery.cancel_scope.cancel("scenario over")
+    return ok
+
+
+async def play(scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, args: argparse.Namespace) -> bool:
+    http = scenario.http
+    api = daemons.apis["a"]
+    environment = {**ENVIRONMENT, "prewarmingPoolSize": args.runners}
+    (await http.put(f"{api}/execution-environments/{ENVIRONMENT_ID}", json=environment)).raise_for_status()
+    with trio.fail_after(30):
+        while await pool_counts(http, api) != (args.runners, 0):
+            await trio.sleep(0.1)
+    claimed = []
+    for _ in range(2):
+        response = await http.post(f"{api}/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
+        response.raise_for_status()
+        claimed.append(response.json()["runnerId"])
+    outcomes: list[str] = []
+    load = Load(daemons, http, outcomes)
+    async with trio.open_nursery() as loading:
+        loading.start_soon(load.run)
+        await trio.sleep(3)
+        await sigkill_case(scenario, daemons, nursery, claimed, load)
+        await partition_case(scenario, daemons, nursery, load)
+        await graceful_case(scenario, daemons, nursery, load)
+        loading.cancel_scope.cancel()
+    failed = [o for o in outcomes if o != "exit 0"]
+    value = failed[:3] or len(outcomes)
+    scenario.check("load_cycles_exit_0", bool(outcomes) and not failed, value, "all exit 0")
+    await pool_checks(scenario, daemons, [*claimed, *load.held], args.runners)
+    return scenario.report(args.report, args.plot)
+
+
+class Load:
+    """CodeOcean's cycle against the active daemon, over and over; the time of each success."""
+
+    def __init__(self, daemons: Daemons, http: httpx.AsyncClient, outcomes: list[str]) -> None:
+        self.daemons, self.http, self.outcomes = daemons, http, outcomes
+        self.last_success = 0.0
+        # Runners claimed and not yet given back (a cycle cut short leaves one).
+        self.held: set[str] = set()
+
+    async def run(self) -> None:
+        while True:
+            name = await self.daemons.active(self.http)
+            if name is None:
+                await trio.sleep(0.2)
+                continue
+            outcome = await self.cycle(self.daemons.apis[name])
+            if outcome is not None:
+                self.outcomes.append(outcome)
+                self.last_success = time.monotonic() if outcome == "exit 0" else self.last_success
+            await trio.sleep(0.2)
+
+    async def cycle(self, api: str) -> str | None:
+        """One claim, copy, execute, release; None if the daemon refused or vanished before anything
+        ran (the balancer picks again), else "exit 0" or what ended the execution."""
+        try:
+            claim = await self.http.post(f"{api}/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
+            if claim.status_code != 200:
+                return None
+            runner = claim.json()["runnerId"]
+            self.held.add(runner)
+            copy = {"delete": ["./*"], "copy": [{"path": "main.py", "content": "cHJpbnQoMSk="}]}
+            if (await self.http.patch(f"{api}/runners/{runner}/files", json=copy)).status_code != 204:
+                return None
+            started = await self.http.post(f"{api}/runners/{runner}/execute", json={"command": "cat main.py"})
+            if started.status_code != 200:
+                return None
+            scenario_messages = await read_messages(started.json()["websocketUrl"])
+            await self.http.delete(f"{api}/runners/{runner}")
+            self.held.discard(runner)
+        except (httpx.HTTPError, OSError):
+            return None
+        if scenario_messages is None:
+            return None
+        ends = [m for m in scenario_messages if m["type"] in ("exit", "error", "timeout")]
+        return "exit 0" if ends == [{"type": "exit", "data": 0}] else str(ends)
+
+
+async def read_messages(url: str) -> list[dict[str, object]] | None:
+    """An execution's messages; None if it was refused at the upgrade (nothing ran)."""
+    messages: list[dict[str, object]] = []
+    try:
+        async with trio_websocket.open_websocket_url(url) as ws:
+            try:
+                while True:
+                    messages.append(json.loads(await ws.get_message()))
+            except trio_websocket.ConnectionClosed:
+                pass
+    except (trio_websocket.HandshakeError, OSError):
+        return None  # refused at the upgrade: nothing ran
+    return messages
+
+
+async def wait_for_active(
+    daemons: Daemons, http: httpx.AsyncClient, name: str, within: float
+) -> float | None:
+    """Seconds until ``name`` answers health 204, or None."""
+    started = time.monotonic()
+    with trio.move_on_after(within):
+        while await daemons.active(http) != name:
+            await trio.sleep(0.05)
+        return round(time.monotonic() - started, 3)
+    return None
+
+
+async def claims_resume(load: Load, within: float) -> float | None:
+    started = time.monotonic()
+    with trio.move_on_after(within):
+        while load.last_success < started:
+            await trio.sleep(0.1)
+        return round(load.last_success - started, 3)
+    return None
+
+
+async def sigkill_case(
+    scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, claimed: list[str], load: Load
+) -> None:
+    daemons.processes["a"].send_signal(signal.SIGKILL)
+    await daemons.processes["a"].wait()
+    scenario.event("SIGKILL a (active)")
+    limit = WORST_LAPSE + 2
+    took = await wait_for_active(daemons, scenario.http, "b", within=limit + 10)
+    scenario.check("sigkill_no_active_s", took is not None and took <= limit, took, limit)
+    api = daemons.apis["b"]
+    patch = {"copy": [{"path": "kept.txt", "content": ""}]}
+    answers = [
+        (await scenario.http.patch(f"{api}/runners/{runner}/files", json=patch)).status_code
+        for runner in claimed
+    ]
+    scenario.check("killed_daemons_claims_adopted", answers == [204, 204], answers, [204, 204])
+    resumed = await claims_resume(load, within=30)
+    scenario.check("sigkill_claims_resume_s", resumed is not None, resumed, 30)
+    del daemons.apis["a"]
+    await daemons.start("a", nursery)
+    scenario.event("a back, as the standby")
+
+
+async def partition_case(scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, load: Load) -> None:
+    partitioned = time.time()
+    daemons.partitions["b"].partition()
+    scenario.event("b (active) partitioned from Nomad")
+    took = await wait_for_active(daemons, scenario.http, "a", within=WORST_LAPSE + 20)
+    limit = WORST_LAPSE + 2
+    scenario.check("partition_no_active_s", took is not None and took <= limit, took, limit)
+    downs = [t for t, who in daemons.log_times(STEPPED_DOWN) if who == "b" and t >= partitioned]
+    takes = [t for t, who in daemons.log_times(TOOK) if who == "a" and t >= partitioned]
+    stepped = round(downs[0] - partitioned, 3) if downs else None
+    scenario.check("partitioned_steps_down_within_ttl_s", stepped is not None and stepped < TTL, stepped, TTL)
+    gap = round(takes[0] - downs[0], 3) if downs and takes else None
+    scenario.check("never_two_active_s", gap is not None and gap > 0, gap, "> 0")
+    resumed = await claims_resume(load, within=30)
+    scenario.check("partition_claims_resume_s", resumed is not None, resumed, 30)
+    daemons.processes["b"].send_signal(signal.SIGKILL)
+    await daemons.processes["b"].wait()
+    del daemons.apis["b"]
+    await daemons.start("b", nursery)
+    scenario.event("b restarted as the standby, unpartitioned")
+
+
+async def graceful_case(scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, load: Load) -> None:
+    await trio.sleep(2)
+    daemons.processes["a"].send_signal(signal.SIGTERM)
+    scenario.event("SIGTERM a (active)")
+    took = await wait_for_active(daemons, scenario.http, "b", within=30)
+    scenario.check("graceful_no_active_s", took is not None and took <= 2, took, 2)
+    code = await daemons.processes["a"].wait()
+    scenario.check("graceful_exit_0", code == 0, code, 0)
+    del daemons.apis["a"]
+    resumed = await claims_resume(load, within=30)
+    scenario.check("graceful_claims_resume_s", resumed is not None, resumed, 30)
+
+
+async def pool_counts(http: httpx.AsyncClient, api: str) -> tuple[int, int]:
+    """The environment's idle and used runners, as a daemon's statistics say."""
+    stats = (await http.get(f"{api}/statistics/execution-environments")).json()
+    entry = stats.get(str(ENVIRONMENT_ID), {})
+    return int(entry.get("idleRunners", 0)), int(entry.get("usedRunners", 0))
+
+
+async def pool_checks(scenario: Scenario, daemons: Daemons, claimed: list[str], runners: int) -> None:
+    api = daemons.apis["b"]
+    for runner in claimed:
+        await scenario.http.delete(f"{api}/runners/{runner}")
+
+    def runner_jobs() -> set[str]:
+        return {
+            job_id
+            for (_, job_id), job in scenario.cluster.state.jobs.items()
+            if job_id.startswith(f"{ENVIRONMENT_ID}-") and not job.stop
+        }
+
+    settled = None
+    with trio.move_on_after(30):
+        while True:
+            settled = (len(runner_jobs()), sum(await pool_counts(scenario.http, api)))
+            if settled == (runners, runners):
+                break
+            await trio.sleep(0.2)
+    scenario.check("pool_not_doubled_and_nothing_leaked", settled == (runners, runners), settled, runners)
+
+
+if __name__ == "__main__":
+    run(main, parse_arguments(__doc__.splitlines()[0], default_runners=4))

@@ -1,0 +1,61 @@
+"""The API of a daemon with ``[ha]``: the active term's app, or 503 ``STANDBY`` on every route.
+
+A health-checked load balancer sends traffic to the active daemon only: the standby answers
+``GET /api/v1/health`` (and everything else) 503 with ``errorCode: STANDBY`` and ``Retry-After``,
+and refuses WebSocket upgrades the same way. An execution's WebSocket that was open when its daemon
+stepped down stays with the app that accepted it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["STANDBY_MESSAGE", "RoleSwitch"]
+
+STANDBY_MESSAGE: Final = "this supervisor is the standby; the active one serves (HA)"
+
+
+class RoleSwitch:
+    """An ASGI app: ``app`` while this daemon is active (set by its term), the standby answer
+    while it is None."""
+
+    def __init__(self, retry_after: float) -> None:
+        self.app: ASGIApp | None = None
+        self._retry_after = str(max(1, round(retry_after)))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection."""
+        app = self.app
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif app is not None:
+            await app(scope, receive, send)
+        elif scope["type"] == "http":
+            await self._answer(send, "http.response")
+        elif scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await self._answer(send, "websocket.http.response")
+
+    async def _answer(self, send: Send, kind: str) -> None:
+        body = orjson.dumps({"message": STANDBY_MESSAGE, "errorCode": "STANDBY"})
+        headers: list[tuple[bytes, bytes]] = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", self._retry_after.encode()),
+        ]
+        await send({"type": f"{kind}.start", "status": 503, "headers": headers})
+        await send({"type": f"{kind}.body", "body": body})
+
+    @staticmethod
+    async def _lifespan(receive: Receive, send: Send) -> None:
+        """The terms' apps need no startup or shutdown of their own."""
+        while True:
+            message: dict[str, Any] = dict(await receive())
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return

@@ -1,0 +1,46 @@
+"""Two daemons with ``[ha]`` against one simulated cluster, in the test's trio run: one serves, the
+other answers 503 ``STANDBY`` everywhere; a graceful stop of the active hands over at once."""
+
+from __future__ import annotations
+
+import attrs
+import httpx
+import trio
+
+from supervisor.config import HaSettings, ServerSettings, Settings
+from supervisor.daemon import Daemon
+from supervisor.simulator import SimConfig, SimulatedCluster
+
+from ..waiting import wait_until
+
+HA_ON = Settings(server=ServerSettings(port=0), ha=HaSettings(enabled=True))
+
+
+async def _health(http: httpx.AsyncClient, daemon: Daemon) -> httpx.Response:
+    return await http.get(f"{daemon.addresses[0]}/api/v1/health")
+
+
+async def test_one_daemon_acts_the_other_stands_by_and_a_stop_hands_over(
+    nursery: trio.Nursery, sim_config: SimConfig
+) -> None:
+    cluster = await nursery.start(SimulatedCluster(sim_config).run)
+    environ = {"NOMAD_ADDR": ",".join(cluster.addresses)}
+    first = Daemon(HA_ON, environ=environ)
+    await nursery.start(first.run)
+    await wait_until(lambda: first.service is not None and first.service.synced.is_set(), within=10)
+    second = Daemon(attrs.evolve(HA_ON), environ=environ)
+    await nursery.start(second.run)
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await _health(http, first)).status_code == 204
+        standby = await _health(http, second)
+        assert standby.status_code == 503
+        assert standby.json()["errorCode"] == "STANDBY"
+        assert "retry-after" in standby.headers
+        claim = await http.post(f"{second.addresses[0]}/api/v1/runners", json={"executionEnvironmentId": 1})
+        assert claim.status_code == 503, "the standby takes no claim"
+        first.stop()
+        with trio.fail_after(5):
+            await first.ended.wait()
+        await wait_until(lambda: second.service is not None and second.service.synced.is_set(), within=2)
+        assert (await _health(http, second)).status_code == 204
+    second.stop()
