@@ -8,6 +8,8 @@ from typing import Any, Final
 import httpx
 import orjson
 
+from .standby import STANDBY_MESSAGE
+
 __all__ = ["EXIT_CODES", "probe"]
 
 EXIT_CODES: Final = {"ok": 0, "warning": 1, "critical": 2}
@@ -29,6 +31,14 @@ def _summary(document: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _standby(response: httpx.Response) -> bool:
+    try:
+        document = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(document, dict) and document.get("errorCode") == "STANDBY"
+
+
 def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, str]:
     """The exit code and what to print for the daemon at ``url``: one line for a monitoring check,
     or with ``as_json`` a JSON document whatever happened (``{"status": "unknown", "message"}`` when
@@ -44,6 +54,11 @@ def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, 
         response = httpx.get(url.rstrip("/") + "/api/v1/health/details", headers=headers, timeout=timeout)
     except Exception as exc:  # a bad URL included: whatever it is, the answer is UNKNOWN
         return unknown(f"the supervisor at {url} cannot be reached: {exc}")
+    if response.status_code == 503 and _standby(response):
+        # A healthy standby (HA): nothing is wrong with it, and the active one is checked on its own.
+        if as_json:
+            return 0, orjson.dumps({"status": "standby", "message": STANDBY_MESSAGE}).decode()
+        return 0, f"OK: standby: {STANDBY_MESSAGE}"
     if response.status_code != 200:
         return unknown(f"the supervisor at {url} answered HTTP {response.status_code}")
     try:

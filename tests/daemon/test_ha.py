@@ -3,12 +3,15 @@ other answers 503 ``STANDBY`` everywhere; a graceful stop of the active hands ov
 
 from __future__ import annotations
 
+from functools import partial
+
 import attrs
 import httpx
 import trio
 
 from supervisor.config import HaSettings, ServerSettings, Settings
 from supervisor.daemon import Daemon
+from supervisor.probe import probe
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 from ..waiting import wait_until
@@ -38,6 +41,11 @@ async def test_one_daemon_acts_the_other_stands_by_and_a_stop_hands_over(
         assert "retry-after" in standby.headers
         claim = await http.post(f"{second.addresses[0]}/api/v1/runners", json={"executionEnvironmentId": 1})
         assert claim.status_code == 503, "the standby takes no claim"
+        code, text = await trio.to_thread.run_sync(
+            partial(probe, second.addresses[0], token="", timeout=5, as_json=False)
+        )
+        assert (code, text.split(":")[0]) == (0, "OK"), "a standby is healthy as a standby"
+        assert "standby" in text
         first.stop()
         with trio.fail_after(5):
             await first.ended.wait()
