@@ -112,7 +112,7 @@ class EventStreamWatcher:
             self._progressed()
             delay = self.backoff.failed(trio.current_time())
             cause = f"event stream lost: {type(error).__name__ if error else 'it ended'}"
-            logger.bind(cause=cause).warning("event stream lost ({}); reconnecting in {:.1f}s", error, delay)
+            logger.bind(cause=cause).warning("event stream lost ({}); reconnecting in {:.3f}s", error, delay)
             self.service.client.rotate_address()
             await trio.sleep(delay)
 
