@@ -43,9 +43,7 @@ async def pool_counts(scenario: Scenario) -> tuple[int, int]:
     return int(entry.get("idleRunners", 0)), int(entry.get("usedRunners", 0))
 
 
-async def patch_as_a_client(
-    scenario: Scenario, runner: str, patch: Mapping[str, object]
-) -> tuple[int, str]:
+async def patch_as_a_client(scenario: Scenario, runner: str, patch: Mapping[str, object]) -> tuple[int, str]:
     """PATCH the runner's files as a client does: a 500 NOMAD_UNREACHABLE (the new daemon's first
     listing is not in yet and the gate's wait passed) is tried again after its Retry-After.
     Gives the status and, for a refusal, its body."""
