@@ -69,6 +69,7 @@ _WAIT_LOG_EVERY: Final = 5.0
 # Running executions are ended this long before the stop's budget passes, so that their commands
 # are stopped (for at most 1 s) and their clients told within it.
 _END_MARGIN: Final = 2.0
+_LISTEN_BACKLOG: Final = 2048
 
 
 class Daemon:
@@ -381,6 +382,9 @@ class Daemon:
         # Requests still open when the budget has passed are cut (executions were ended before).
         config.graceful_timeout = self.settings.server.graceful_timeout
         config.websocket_max_message_size = self.settings.server.max_message
+        # hypercorn's default backlog (100) overflowed when a thousand clients connected within
+        # seconds (scripts/bench_scale.py): the kernel reset the connections past it.
+        config.backlog = _LISTEN_BACKLOG
         # Plain loggers: their lines reach the one log stream (logs.py) instead of hypercorn's own.
         config.errorlog = logging.getLogger("hypercorn.error")
         config.accesslog = logging.getLogger("hypercorn.access") if self.settings.log.access else None

@@ -342,3 +342,24 @@ async def test_a_session_nomad_ends_without_a_close_frame_leaves_no_socket_open(
             await trio.testing.wait_all_tasks_blocked()
             assert _open_sockets() - before <= 1
         nursery.cancel_scope.cancel("test over")
+
+
+async def test_a_close_handshake_the_peer_never_answers_does_not_turn_a_finished_session_into_an_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The command exited and its code was read; the peer, loaded, never answers the close frame.
+    Past close_timeout the transport is closed, and the session's outcome stands."""
+
+    async def exits_then_hangs(peer: WsPeer) -> None:
+        await peer.send_json({"exited": True, "result": {}})
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, exits_then_hangs)
+        async with (
+            client_for(url, close_timeout=1) as client,
+            client.open_exec(ALLOC, task="t", command=["true"]) as session,
+        ):
+            exited, _, _ = await session.wait_exit()
+            assert exited.exit_code == 0
+        nursery.cancel_scope.cancel("test over")

@@ -276,6 +276,11 @@ async def open_exec(
         raise (error or ExecConnectionLost(f"{what}: unexpected handshake status {exc.status_code}")) from exc
     except trio_websocket.ConnectionTimeout as exc:
         raise ExecConnectionLost(f"{what}: no upgrade within {timeout:g}s; the outcome is unknown") from exc
+    except trio_websocket.DisconnectionTimeout as exc:
+        # The session was used and is over; only its close handshake did not finish within
+        # close_timeout (a loaded peer). The transport is closed below all the same.
+        if not connected:
+            raise ExecConnectionLost(f"{what}: closed before the upgrade; the outcome is unknown") from exc
     except (trio_websocket.HandshakeError, OSError, trio.BrokenResourceError) as exc:
         if connected:
             raise
