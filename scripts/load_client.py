@@ -85,11 +85,17 @@ class HttpPool:
         self._idle: list[_Connection] = []
 
     async def post_json(self, target: str, body: Any) -> tuple[int, Any]:
+        return await self._request_json("POST", target, orjson.dumps(body))
+
+    async def get_json(self, target: str) -> tuple[int, Any]:
+        return await self._request_json("GET", target, b"")
+
+    async def _request_json(self, method: str, target: str, body: bytes) -> tuple[int, Any]:
         while True:
             reused = bool(self._idle)
             connection = self._idle.pop() if reused else await self._open()
             try:
-                status, data, reusable = await connection.request("POST", target, orjson.dumps(body))
+                status, data, reusable = await connection.request(method, target, body)
                 break
             except _ClosedBeforeResponse:
                 await connection.stream.aclose()
