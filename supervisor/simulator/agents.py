@@ -87,9 +87,8 @@ class Agents:
         self.scheduler = scheduler
         self.exec: ExecHooks = _NoExec()
         self._starting: set[str] = set()
-        # The allocations each node's agent is starting, with when each start is done, for the
-        # reschedule flood.
-        self._starting_on: dict[str, dict[str, float]] = {}
+        # The allocations each node's agent is starting now, for the reschedule flood.
+        self._starting_on: dict[str, set[str]] = {}
         self._stopping: set[str] = set()
         self._drain_timers: dict[str, Callable[[], None]] = {}
         # Called when an agent stops and when it starts again (its HTTP port closes and opens).
@@ -145,7 +144,7 @@ class Agents:
             return
         node.agent_up = False
         node.agent_down_since = self.state.now()
-        self._starting -= self._starting_on.pop(node.id, {}).keys()
+        self._starting -= self._starting_on.pop(node.id, set())
         self.exec.drop_node(node.id)
         for hook in self.on_agent_stopped:
             hook(node)
@@ -283,11 +282,10 @@ class Agents:
         config = self.state.config
         if not config.flood_limit or not node.agent_up:
             return
-        now = self.state.now()
-        # Starts whose time is past count as done even before their timer ran: how many tasks an
-        # agent starts at once follows the cluster's clock, never this process's load.
-        starting = sum(1 for done in self._starting_on.get(node.id, {}).values() if done > now)
-        if now - node.back_since <= config.flood_window and starting > config.flood_limit:
+        if (
+            self.state.now() - node.back_since <= config.flood_window
+            and len(self._starting_on.get(node.id, ())) > config.flood_limit
+        ):
             node.flood_crashes += 1
             self.stop_agent(node)
             self.state.timers.call_later(config.flood_downtime, lambda: self.start_agent(node))
@@ -420,7 +418,7 @@ class Agents:
                 self.state.timers.call_later(config.task_kill_delay, lambda: self._stop(alloc.id))
         elif alloc.client_status == "pending" and not alloc.task_states and alloc.id not in self._starting:
             self._starting.add(alloc.id)
-            self._starting_on.setdefault(node.id, {})[alloc.id] = self.state.now() + config.alloc_start_delay
+            self._starting_on.setdefault(node.id, set()).add(alloc.id)
             self.state.timers.call_later(config.alloc_start_delay, lambda: self._start(alloc.id))
             self._check_flood(node)
 
@@ -439,7 +437,7 @@ class Agents:
     def _start(self, alloc_id: str) -> None:
         self._starting.discard(alloc_id)
         for starting in self._starting_on.values():
-            starting.pop(alloc_id, None)
+            starting.discard(alloc_id)
         alloc = self._pending_to_run(alloc_id)
         if alloc is None:
             return
