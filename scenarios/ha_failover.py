@@ -166,29 +166,36 @@ async def main(args: argparse.Namespace) -> bool:
             with trio.fail_after(30):
                 while await daemons.active(http) != "a":
                     await trio.sleep(0.1)
+            claimed = await warm_up(http, daemons.apis["a"], args.runners)
             await daemons.start("b", nursery)
             scenario = Scenario("ha_failover", args.seed, cluster, None, http, nomad)
             scenario.event("a active, b standby", setting="ha.enabled = true (under test)")
-            ok = await play(scenario, daemons, nursery, args)
+            ok = await play(scenario, daemons, nursery, claimed, args)
             for process in daemons.processes.values():
                 process.send_signal(signal.SIGKILL)
         nursery.cancel_scope.cancel("scenario over")
     return ok
 
 
-async def play(scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, args: argparse.Namespace) -> bool:
-    http = scenario.http
-    api = daemons.apis["a"]
-    environment = {**ENVIRONMENT, "prewarmingPoolSize": args.runners}
+async def warm_up(http: httpx.AsyncClient, api: str, runners: int) -> list[str]:
+    """The environment at the active daemon, its pool warm, and two runners claimed for good."""
+    environment = {**ENVIRONMENT, "prewarmingPoolSize": runners}
     (await http.put(f"{api}/execution-environments/{ENVIRONMENT_ID}", json=environment)).raise_for_status()
     with trio.fail_after(30):
-        while await pool_counts(http, api) != (args.runners, 0):
+        while await pool_counts(http, api) != (runners, 0):
             await trio.sleep(0.1)
     claimed = []
     for _ in range(2):
         response = await http.post(f"{api}/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
         response.raise_for_status()
         claimed.append(response.json()["runnerId"])
+    return claimed
+
+
+async def play(
+    scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, claimed: list[str], args: argparse.Namespace
+) -> bool:
+    http = scenario.http
     outcomes: list[str] = []
     load = Load(daemons, http, outcomes)
     async with trio.open_nursery() as loading:
