@@ -50,7 +50,6 @@ class RunnerFactory:
         self._to_paced, self._paced = trio.open_memory_channel[FactoryAction](math.inf)
         self._to_unpaced, self._unpaced = trio.open_memory_channel[FactoryAction](math.inf)
         self._next_registration = 0.0
-        self._pace = trio.Lock()  # FIFO: the creations take their turns in order
         # Runners whose registration is queued or under way: a purge may come before it lands.
         self._creating: set[str] = set()
         self.created = 0
@@ -140,12 +139,19 @@ class RunnerFactory:
         return True
 
     async def _rate_limit(self) -> None:
-        """Each turn starts one interval after the last one began, counted from when that one
-        actually woke: after a stall of the event loop, the overdue turns go one by one, never at
-        once (a burst of placements is what the pace exists to prevent)."""
-        async with self._pace:
-            await trio.sleep_until(self._next_registration)
-            self._next_registration = trio.current_time() + 1.0 / self._settings.registrations_per_second
+        """Take the next turn, one interval after the last. A turn the event loop woke late for
+        (a stall) is taken again at the back of the line, so that the turns that came due during a
+        stall go one interval apart, never at once: a burst of placements is what the pace prevents."""
+        interval = 1.0 / self._settings.registrations_per_second
+        while True:
+            now = trio.current_time()
+            slot = max(now, self._next_registration)
+            self._next_registration = slot + interval
+            if slot <= now:
+                return
+            await trio.sleep_until(slot)
+            if trio.current_time() - slot < interval:
+                return
 
     async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):
