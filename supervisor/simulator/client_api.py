@@ -22,7 +22,7 @@ import trio
 from loguru import logger
 
 from .handle import ClusterHandle
-from .http import HttpServer, Request, Response, WebSocketReply, text_response
+from .http import HttpServer, Request, Response, WebSocketReply, open_listener, text_response
 from .jobs import NomadError
 from .objects import SimNode
 
@@ -152,7 +152,7 @@ class AgentEndpoint:
         if not self.reachable:
             self._drop_new_connections()
             return
-        listener = (await trio.open_tcp_listeners(self.port, host=self.host))[0]
+        listener = await open_listener(self.host, self.port)
         self.port = listener.socket.getsockname()[1]
         self._scope = scope = trio.CancelScope()
         self._stopped = stopped = trio.Event()

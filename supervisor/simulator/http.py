@@ -9,6 +9,7 @@ each of those one line. Handlers get a ``Request`` and return a ``Response``, a 
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, Protocol
@@ -33,6 +34,7 @@ __all__ = [
     "StreamSource",
     "WebSocketReply",
     "json_response",
+    "open_listener",
     "text_response",
 ]
 
@@ -186,6 +188,26 @@ class _Connection:
     kind: str = "http"
 
 
+# A restarted server or agent listens on its own port again. While it was down, another process
+# may have been handed that port for an outgoing connection (ports chosen with 0 come from the
+# ephemeral range): it is tried again until the connection has gone.
+_REBIND_PATIENCE: Final = 30.0
+
+
+async def open_listener(host: str, port: int) -> trio.SocketListener:
+    """A listener on ``host:port`` (0: any free port); a port of ours held for now by another
+    socket is tried again for up to _REBIND_PATIENCE seconds."""
+    deadline = trio.current_time() + _REBIND_PATIENCE
+    while True:
+        try:
+            return (await trio.open_tcp_listeners(port, host=host))[0]
+        except OSError as exc:
+            if port == 0 or exc.errno != errno.EADDRINUSE or trio.current_time() >= deadline:
+                raise
+            logger.debug("{}:{} is held by another socket for now; trying again", host, port)
+            await trio.sleep(0.1)
+
+
 @define
 class HttpServer:
     """Serves ``handler`` on one address; ``drop`` cuts open connections of a kind at once."""
@@ -211,7 +233,7 @@ class HttpServer:
         self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen on ``host:port`` (0: any free port) and serve until cancelled; starts with the port."""
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = [await open_listener(host, port)]
         bound = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             task_status.started(bound)
