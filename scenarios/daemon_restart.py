@@ -21,19 +21,19 @@ from pathlib import Path
 
 import httpx
 import trio
-from harness import ENVIRONMENT_ID, EXIT_0, Scenario, parse_arguments, run, start_daemon, terminal_messages
+from harness import (
+    ENVIRONMENT,
+    ENVIRONMENT_ID,
+    EXIT_0,
+    Scenario,
+    parse_arguments,
+    run,
+    start_daemon,
+    terminal_messages,
+)
 
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
-
-ENVIRONMENT = {
-    "image": "python:3.12-slim",
-    "prewarmingPoolSize": 4,
-    "cpuLimit": 100,
-    "memoryLimit": 256,
-    "networkAccess": False,
-    "exposedPorts": [],
-}
 
 
 async def pool_counts(scenario: Scenario) -> tuple[int, int]:

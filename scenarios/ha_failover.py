@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import trio
 import trio_websocket
-from harness import ENVIRONMENT_ID, Scenario, parse_arguments, run, start_daemon
+from harness import ENVIRONMENT, ENVIRONMENT_ID, Scenario, parse_arguments, run, start_daemon
 
 from supervisor.config import HaSettings
 from supervisor.nomad import NomadClient, NomadSettings
@@ -46,14 +46,6 @@ from supervisor.simulator import SimConfig, SimulatedCluster
 HA: dict[str, str] = {"SUPERVISOR_HA_ENABLED": "true"}
 TTL, LOCK_DELAY = HaSettings().ttl, HaSettings().lock_delay
 WORST_LAPSE = 2 * TTL + LOCK_DELAY
-ENVIRONMENT = {
-    "image": "python:3.12-slim",
-    "prewarmingPoolSize": 4,
-    "cpuLimit": 100,
-    "memoryLimit": 256,
-    "networkAccess": False,
-    "exposedPorts": [],
-}
 TOOK, STEPPED_DOWN = "took the HA lock", "stepping down:"
 # A load cycle's claim, as CodeOcean's: with an inactivity timeout, so that a claim whose answer
 # was lost with its daemon (killed between the claim and its answer) ends by itself.

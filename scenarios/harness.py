@@ -26,6 +26,15 @@ from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 ENVIRONMENT_ID = 10
+# The scenarios' environment; its pool size is each scenario's own.
+ENVIRONMENT: Final = {
+    "image": "python:3.12-slim",
+    "prewarmingPoolSize": 4,
+    "cpuLimit": 100,
+    "memoryLimit": 256,
+    "networkAccess": False,
+    "exposedPorts": [],
+}
 _SERVING: Final = "serving the API on "
 EXIT_0: Final = [{"type": "exit", "data": 0}]
 
@@ -88,14 +97,7 @@ class Scenario:
 
     async def create_environment(self, pool_size: int) -> float | None:
         """Create the scenario's environment; seconds until its pool was warm (None: not in 60 s)."""
-        environment = {
-            "image": "python:3.12-slim",
-            "prewarmingPoolSize": pool_size,
-            "cpuLimit": 100,
-            "memoryLimit": 256,
-            "networkAccess": False,
-            "exposedPorts": [],
-        }
+        environment = {**ENVIRONMENT, "prewarmingPoolSize": pool_size}
         response = await self.http.put(f"/execution-environments/{ENVIRONMENT_ID}", json=environment)
         response.raise_for_status()
         return await self.wait_for(lambda: self.idle() == pool_size, within=60)

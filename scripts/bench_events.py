@@ -52,7 +52,14 @@ def stream_lines(runner_ids: list[str], node_ids: list[str], count: int, seed: i
     )
     job_template: dict[str, Any] = orjson.loads((FIXTURES / "job_runner.json").read_bytes())
     node_template: dict[str, Any] = orjson.loads((FIXTURES / "node_draining.json").read_bytes())
-    node_template = {**node_template, "DrainStrategy": None, "SchedulingEligibility": "eligible"}
+    # Not draining: a drain would remove every runner of its node, and the allocation events that
+    # follow would be about runners the pool no longer has.
+    node_template = {
+        **node_template,
+        "Drain": False,
+        "DrainStrategy": None,
+        "SchedulingEligibility": "eligible",
+    }
     alloc_ids = {runner: str(uuid.UUID(int=rng.getrandbits(128))) for runner in runner_ids}
     lines: list[bytes] = []
     index, made = 1_000, 0
