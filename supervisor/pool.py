@@ -224,8 +224,11 @@ class RunnerPool:
     _idle: dict[int, dict[str, None]] = field(factory=dict)
     # Each runner's allocation, the other way round: for exec straight to the allocation's agent.
     _by_alloc: dict[str, str] = field(factory=dict)
-    # The runners of each environment (a refill counts them on every change: not all runners).
+    # The runners of each environment, and how many of them are not used (idle or starting): a
+    # refill reads that count on every change. Only a used runner is ever retired, and a used one
+    # stays used until it is removed, so the count changes only in _keep, _forget and claim.
     _of_environment: dict[int, dict[str, Runner]] = field(factory=dict)
+    _warm: dict[int, int] = field(factory=dict)
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -262,11 +265,8 @@ class RunnerPool:
         environment = self.environments.get(environment_id)
         if environment is None:
             return []
-        warm = sum(
-            1 for r in self._runners_of(environment_id) if r.state is not RunnerState.USED and not r.retired
-        )
         actions: list[Action] = []
-        for _ in range(environment.prewarming_pool_size - warm):
+        for _ in range(environment.prewarming_pool_size - self._warm.get(environment_id, 0)):
             runner = Runner(
                 new_runner_id(environment_id), environment_id, RunnerState.STARTING, environment=environment
             )
@@ -290,6 +290,7 @@ class RunnerPool:
         runner = self.runners[next(iter(idle))]
         del idle[runner.id]
         runner.state = RunnerState.USED
+        self._warm[runner.environment_id] -= 1
         runner.inactivity_timeout = float(inactivity_timeout)
         runner.last_activity = now
         spec = runner.environment or self.environments[environment_id]
@@ -640,11 +641,15 @@ class RunnerPool:
     def _keep(self, runner: Runner) -> None:
         self.runners[runner.id] = runner
         self._of_environment.setdefault(runner.environment_id, {})[runner.id] = runner
+        if runner.state is not RunnerState.USED:
+            self._warm[runner.environment_id] = self._warm.get(runner.environment_id, 0) + 1
 
     def _forget(self, runner_id: str) -> Runner | None:
         runner = self.runners.pop(runner_id, None)
         if runner is not None:
             self._of_environment.get(runner.environment_id, {}).pop(runner_id, None)
+            if runner.state is not RunnerState.USED:
+                self._warm[runner.environment_id] -= 1
         return runner
 
     # -- inspection -----------------------------------------------------------------------------

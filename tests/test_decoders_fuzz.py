@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import attrs
+import cattrs
 import httpx
 import orjson
 import pytest
@@ -22,7 +25,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from supervisor.errors import EventStreamError, ExecConnectionLost
-from supervisor.nomad import EventBatch, ExecExited, ExecOutput, decode_batch
+from supervisor.nomad import (
+    AllocatedResources,
+    Allocation,
+    AllocListStub,
+    EventBatch,
+    ExecExited,
+    ExecOutput,
+    Job,
+    Node,
+    decode_batch,
+)
+from supervisor.nomad.decode import _checked, _converter, _make_converter, nomad_key
 from supervisor.nomad.events import EventStream
 from supervisor.nomad.exec import ExecSession
 
@@ -102,6 +116,85 @@ def test_wrong_types_anywhere_are_a_value_error_or_a_well_typed_batch(line: byte
         assert isinstance(event.namespace, str)
         assert type(event.index) is int
         assert all(isinstance(key, str) for key in event.filter_keys)
+        _assert_what_the_supervisor_reads_is_well_typed(event.payload)
+
+
+def _assert_what_the_supervisor_reads_is_well_typed(payload: object) -> None:
+    """What the pool and the node tracker read of a payload was checked when it was decoded."""
+    if isinstance(payload, Allocation):
+        texts = (payload.id, payload.job_id, payload.node_id, payload.client_status, payload.next_allocation)
+        assert all(
+            type(text) is str for text in (*texts, payload.desired_status, payload.desired_description)
+        )
+        assert type(payload.create_index) is int
+        assert type(payload.modify_index) is int
+        for port in payload.ports:
+            assert type(port.label) is str
+            assert type(port.host_ip) is str
+            assert type(port.value) is int
+            assert type(port.to) is int
+    elif isinstance(payload, Job):
+        assert type(payload.id) is str
+        assert type(payload.stop) is bool
+    elif isinstance(payload, Node):
+        texts = (payload.id, payload.name, payload.status, payload.http_addr, payload.scheduling_eligibility)
+        assert all(type(text) is str for text in texts)
+        assert type(payload.drain) is bool
+        assert type(payload.tls_enabled) is bool
+        assert type(payload.modify_index) is int
+        assert all(type(event.message) is str for event in payload.events)
+        strategy = payload.drain_strategy
+        assert strategy is None or isinstance(strategy.force_deadline, datetime | None)
+
+
+GENERATED = _make_converter(hand_written=False)
+HAND_WRITTEN = [
+    (Allocation, "allocation_running_replacement.json"),
+    (AllocListStub, "allocations_list_resources.json"),
+    (Job, "job_runner.json"),
+    (Node, "node_draining.json"),
+]
+
+
+@st.composite
+def hand_written_inputs(draw: st.DrawFn) -> tuple[type[Any], Any]:
+    """A model with a hand-written decoder, and one of its fixtures with one to three of its fields,
+    at any depth, replaced by any JSON value."""
+    model, name = draw(st.sampled_from(HAND_WRITTEN))
+    value = orjson.loads((FIXTURES / name).read_bytes())
+    if isinstance(value, list):
+        value = draw(st.sampled_from(value))
+    if model is Allocation and draw(st.booleans()):
+        model, value = AllocatedResources, value["AllocatedResources"]
+    for _ in range(draw(st.integers(1, 3))):
+        paths = _paths(value)
+        top = [path for path in paths if len(path) == 1] or paths
+        value = _replaced(value, draw(st.sampled_from(top) | st.sampled_from(paths)), draw(json_values))
+    return model, value
+
+
+def _replaced(value: Any, path: tuple[Any, ...], replacement: Any) -> Any:
+    if not path:
+        return replacement
+    target = value
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = replacement
+    return value
+
+
+def _outcome(converter: cattrs.Converter, model: type[Any], value: Any) -> object:
+    try:
+        return _checked(converter, model.__name__, model)(value)
+    except ValueError:
+        return ValueError
+
+
+@EXAMPLES
+@given(hand_written_inputs())
+def test_hand_written_decoders_agree_with_the_generated_ones(example: tuple[type[Any], Any]) -> None:
+    model, value = example
+    assert _outcome(_converter, model, value) == _outcome(GENERATED, model, value)
 
 
 def _stream(chunks: list[bytes], *, max_line_bytes: int = 4096) -> EventStream:
@@ -182,3 +275,25 @@ async def test_exec_frames_of_any_shape_are_output_an_exit_or_skipped(messages: 
         except ExecConnectionLost:  # closed before a valid exit; anything else fails the test
             ended.append("lost")
     assert len(ended) == 1
+
+
+ODD_VALUES = [None, 0, 1, -1, "", "x", True, False, 1.5, [], ["x"], [None], {}, {"x": 1}]
+
+
+@pytest.mark.parametrize(("model", "name"), HAND_WRITTEN)
+def test_hand_written_decoders_agree_with_the_generated_ones_on_every_field(
+    model: type[Any], name: str
+) -> None:
+    """Every field at any depth of the fixture, and every key of the model, replaced by (or set to)
+    each kind of JSON value."""
+    original = orjson.loads((FIXTURES / name).read_bytes())
+    original = original[0] if isinstance(original, list) else original
+    keys = [
+        (a.metadata.get("key") or nomad_key(a.name),)
+        for a in attrs.fields(model)
+        if not a.metadata.get("raw")
+    ]
+    for path in {*_paths(original), *keys}:
+        for odd in ODD_VALUES:
+            value = _replaced(orjson.loads(orjson.dumps(original)), path, odd)
+            assert _outcome(_converter, model, value) == _outcome(GENERATED, model, value), (path, odd)

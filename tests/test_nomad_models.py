@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import orjson
 import pytest
@@ -200,3 +201,79 @@ def test_malformed_batches_raise_value_error(line: bytes) -> None:
 def test_decoded_models_are_values() -> None:
     raw = load_fixture("allocation_running_replacement.json")
     assert structure(raw, Allocation) == structure(orjson.loads(orjson.dumps(raw)), Allocation)
+
+
+def _batch(topic: str, payload: Any) -> bytes:
+    event = {"Topic": topic, "Type": "Updated", "Key": "k", "Index": 7, "Payload": {topic: payload}}
+    return orjson.dumps({"Index": 7, "Events": [event]})
+
+
+ALLOCATION = ("allocation_running_replacement.json", "Allocation")
+PORT = ("AllocatedResources", "Shared", "Ports", 0)
+
+
+@pytest.mark.parametrize(
+    ("source", "path", "value", "named"),
+    [
+        (ALLOCATION, ("ClientStatus",), 5, "ClientStatus"),
+        (ALLOCATION, ("CreateIndex",), "12", "CreateIndex"),
+        (ALLOCATION, ("ModifyIndex",), True, "ModifyIndex"),
+        (ALLOCATION, ("AllocatedResources",), [], "AllocatedResources"),
+        (ALLOCATION, ("AllocatedResources", "Shared", "Ports"), {}, "Ports"),
+        (ALLOCATION, (*PORT, "Value"), "28113", "Value"),
+        (("job_runner.json", "Job"), ("Stop",), "false", "Stop"),
+        (("job_runner.json", "Job"), ("Meta", "pool"), 1, "Meta"),
+        (("job_runner.json", "Job"), ("TaskGroups",), {}, "TaskGroups"),
+        (("node_draining.json", "Node"), ("Drain",), 1, "Drain"),
+        (("node_draining.json", "Node"), ("Events", 0, "Message"), ["registered"], "Message"),
+        (("node_draining.json", "Node"), ("DrainStrategy", "ForceDeadline"), 1787392931, "ForceDeadline"),
+    ],
+)
+def test_a_wrong_type_in_what_the_supervisor_reads_is_a_value_error_naming_its_key(
+    source: tuple[str, str], path: tuple[str | int, ...], value: Any, named: str
+) -> None:
+    fixture, topic = source
+    payload = load_fixture(fixture)
+    target = payload
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    with pytest.raises(ValueError, match=named):
+        decode_batch(_batch(topic, payload))
+
+
+def test_null_reads_as_the_zero_value() -> None:
+    raw = dict.fromkeys(load_fixture("allocation_running_replacement.json"))
+    alloc = structure(raw, Allocation)
+    assert alloc == Allocation(raw=raw)
+    assert (alloc.client_status, alloc.create_index, alloc.allocated_resources) == ("", 0, None)
+    assert (alloc.previous_allocation, alloc.create_time_ns, alloc.task_states) == ("", 0, {})
+    assert not alloc.desired_transition.migrate
+    assert alloc.reschedule_tracker is None
+    job = structure(dict.fromkeys(load_fixture("job_runner.json")), Job)
+    assert (job.id, job.stop, job.meta, job.task_groups) == ("", False, {}, [])
+    node = structure(dict.fromkeys(load_fixture("node_draining.json")), Node)
+    assert (node.drain, node.drain_strategy, node.events, node.attributes) == (False, None, [], {})
+
+
+def test_what_the_pool_does_not_read_of_an_allocation_is_decoded_when_read() -> None:
+    raw = load_fixture("allocation_running_replacement.json")
+    raw["NodeName"] = 7
+    raw["TaskStates"]["runner"]["Restarts"] = "none"
+    alloc = structure(raw, Allocation)
+    assert alloc.raw is raw, "Nomad's object is kept, not copied"
+    assert alloc.client_status == "running"
+    assert alloc.name == "runner-7f3a.runner[0]"
+    with pytest.raises(ValueError, match="NodeName"):
+        _ = alloc.node_name
+    with pytest.raises(ValueError, match="Restarts"):
+        _ = alloc.task_states
+
+
+def test_a_jobs_groups_are_decoded_when_read() -> None:
+    raw = load_fixture("job_runner.json")
+    raw["TaskGroups"][0]["Count"] = "one"
+    job = structure(raw, Job)
+    assert job.id == "runner-7f3a"
+    with pytest.raises(ValueError, match="Count"):
+        _ = job.task_groups

@@ -88,7 +88,7 @@ def test_replayed_and_duplicated_events_change_nothing() -> None:
 def test_used_runner_whose_allocation_is_replaced_is_gone_and_destroyed() -> None:
     pool, _ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
-    replacement = alloc(runner.id, "b0", "pending", 30, previous_allocation="a0")
+    replacement = alloc(runner.id, "b0", "pending", 30, raw={"PreviousAllocation": "a0"})
     actions = pool.apply_allocation(replacement)
     assert RunnerGone(runner.id, REASON_REPLACED) in actions
     assert DestroyRunner(runner.id, REASON_REPLACED) in actions
@@ -103,7 +103,7 @@ def test_idle_runner_follows_its_replacement_allocation() -> None:
     lost = alloc(moved, "a1", "lost", 40, desired="stop", created=11, next_allocation="c1")
     assert pool.apply_allocation(lost) == []
     assert pool.runners[moved].state is RunnerState.STARTING, "not handed out while it moves"
-    pool.apply_allocation(alloc(moved, "c1", "running", 42, previous_allocation="a1"))
+    pool.apply_allocation(alloc(moved, "c1", "running", 42, raw={"PreviousAllocation": "a1"}))
     assert pool.runners[moved].state is RunnerState.IDLE
     assert pool.runners[moved].alloc_id == "c1"
 
@@ -158,6 +158,7 @@ def test_release_destroys_and_replaced_environment_retires_used_runners() -> Non
     runner, _ = pool.claim(10, 0, now=0)
     _, actions = pool.set_environment(ExecutionEnvironment(10, "python:3.13", 2, 100.0, 256, False, ()))
     assert DestroyRunner(ids[1], "the execution environment changed") in actions
+    assert sum(isinstance(a, CreateRunner) for a in actions) == 2, "a used runner is never warm"
     assert pool.used_runner(runner.id) is runner, "a running execution is not killed by an update"
     assert runner.retired
     assert runner.environment == ENVIRONMENT, "its job keeps the spec it runs"

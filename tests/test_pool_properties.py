@@ -188,6 +188,9 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         for environment_id in self.pool.environments:
             expected = {r.id for r in self.pool.runners.values() if r.environment_id == environment_id}
             assert {r.id for r in self.pool._runners_of(environment_id)} == expected
+            warm = [r for r in self.pool._runners_of(environment_id) if r.state is not RunnerState.USED]
+            assert self.pool._warm.get(environment_id, 0) == len(warm), "the refill's count drifted"
+            assert not any(r.retired for r in warm), "only a used runner is ever retired"
 
     @rule()
     def everything_settles_and_a_fresh_listing_is_applied(self) -> None:

@@ -88,7 +88,7 @@ class EventStream:
     async def receive(self) -> EventBatch:
         """The next batch; heartbeats and malformed lines are consumed on the way."""
         while True:
-            line = await self._next_line()
+            line = self._lines.popleft() if self._lines else await self._next_line()
             batch = self._decode(line)
             if batch is not None:
                 self.statistics.last_index = batch.index
@@ -152,7 +152,8 @@ class EventStream:
         )
 
     def _split(self, chunk: bytes) -> None:
-        lines = (self._partial + chunk).split(b"\n")
+        lines = chunk.split(b"\n")
+        lines[0] = self._partial + lines[0]
         self._partial = lines.pop()
         if len(self._partial) > self._max_line_bytes or any(len(x) > self._max_line_bytes for x in lines):
             self._finished = StreamLineTooLong(

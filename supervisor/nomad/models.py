@@ -5,7 +5,12 @@ field has a default because Nomad omits zero-valued fields of Allocation, Evalua
 missing key means the zero value. Attribute names are Nomad's keys in snake case (``EvalID`` is
 ``eval_id``); unit suffixes say how Nomad encodes a number: ``_ns`` for Unix nanoseconds and
 ``time.Duration``, ``_s`` for Unix seconds. RFC 3339 times are aware ``datetime`` objects, and Nomad's
-zero time (``0001-01-01T00:00:00Z``) is ``None``.
+zero time (``0001-01-01T00:00:00Z``) is ``None``. An allocation keeps Nomad's whole object in
+``raw``: what the pool reads of every event is decoded at once, everything else when first read.
+
+The models are frozen but not slotted: a frozen slotted class sets each field through
+``object.__setattr__``, a frozen dict class writes its ``__dict__``, and the event stream builds
+several of them for every event.
 
 ``decode.py`` turns Nomad's JSON into these classes.
 """
@@ -15,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Final, TypeAlias, TypeVar, cast
+from typing import Any, Final, Generic, TypeAlias, TypeVar, cast, overload
 
 from attrs import field, frozen
 
@@ -59,24 +64,43 @@ def _empty_dict() -> dict[str, Any]:
     return {}
 
 
-# How a lazily kept part is decoded on first read: decode.py, which sits above these models, hands
-# its converter down with use_decoder() when it is imported (supervisor.nomad imports it).
-_decoder: Callable[[dict[str, Any], type[Any]], Any] | None = None
+# How a part kept raw is decoded on first read: decode.py, which sits above these models, hands
+# down its decoder with use_decoder() when it is imported (supervisor.nomad imports it).
+_decoder: Callable[[Any, Any, str], Any] | None = None
 
 
-def use_decoder(decoder: Callable[[dict[str, Any], type[Any]], Any]) -> None:
+def use_decoder(decoder: Callable[[Any, Any, str], Any]) -> None:
     global _decoder
     _decoder = decoder
 
 
-def _structure(data: dict[str, Any], model: type[_T]) -> _T:
-    """Decode a lazily kept part of a model on first read."""
+def _decode(value: Any, tp: Any, key: str) -> Any:
+    """``value``, found under ``key`` in a part kept raw, as ``tp``."""
     if _decoder is None:
         raise RuntimeError("supervisor.nomad.decode was never imported")
-    return cast(_T, _decoder(data, model))
+    return _decoder(value, tp, key)
 
 
-@frozen
+class _Raw(Generic[_T]):
+    """An attribute decoded from the model's ``raw`` object (Nomad's whole object) when read."""
+
+    def __init__(self, key: str, tp: type[_T]) -> None:
+        self.key = key
+        self.tp = tp
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> _Raw[_T]: ...
+
+    @overload
+    def __get__(self, instance: _AllocationFields, owner: type[Any]) -> _T: ...
+
+    def __get__(self, instance: _AllocationFields | None, owner: type[Any]) -> _Raw[_T] | _T:
+        if instance is None:
+            return self
+        return cast(_T, _decode(instance.raw.get(self.key), self.tp, self.key))
+
+
+@frozen(slots=False)
 class PortMapping:
     """An entry of ``AllocatedResources.Shared.Ports``: container port ``to`` is at ``host_ip:value``."""
 
@@ -86,21 +110,21 @@ class PortMapping:
     host_ip: str = ""
 
 
-@frozen
+@frozen(slots=False)
 class SharedResources:
     """``AllocatedResources.Shared``: the ports of the allocation's group network."""
 
     ports: list[PortMapping] = field(factory=list)
 
 
-@frozen
+@frozen(slots=False)
 class AllocatedResources:
     """An allocation's resources: only the shared ports are modelled."""
 
     shared: SharedResources = field(factory=SharedResources)
 
 
-@frozen
+@frozen(slots=False)
 class DesiredTransition:
     """Each flag is ``*bool`` in Nomad: absent or null reads as False."""
 
@@ -110,7 +134,7 @@ class DesiredTransition:
     no_shutdown_delay: bool = False
 
 
-@frozen
+@frozen(slots=False)
 class TaskEvent:
     """One of a task's last 10 events (``Started``, ``Terminated`` with its exit, ...)."""
 
@@ -127,7 +151,7 @@ class TaskEvent:
     restart_reason: str = ""
 
 
-@frozen
+@frozen(slots=False)
 class TaskState:
     """A task's state within an allocation, with its last events."""
 
@@ -140,7 +164,7 @@ class TaskState:
     events: list[TaskEvent] = field(factory=list)
 
 
-@frozen
+@frozen(slots=False)
 class RescheduleEvent:
     """One reschedule of a failed allocation."""
 
@@ -150,7 +174,7 @@ class RescheduleEvent:
     delay_ns: int = 0
 
 
-@frozen
+@frozen(slots=False)
 class RescheduleTracker:
     """The reschedules an allocation's chain went through."""
 
@@ -158,56 +182,53 @@ class RescheduleTracker:
     last_reschedule: str = ""
 
 
-@frozen
+@frozen(slots=False)
 class _AllocationFields:
-    """What the full Allocation and its list stub have in common."""
+    """What the full Allocation and its list stub have in common.
+
+    The fields the pool reads of every allocation event are decoded at once. ``raw`` is Nomad's
+    whole object, and each of the others is decoded from it on first read: most are never read,
+    and task states and the reschedule tracker are most of an allocation's bytes.
+    """
 
     id: str = ""
-    namespace: str = ""
-    eval_id: str = ""
-    name: str = ""
-    node_id: str = ""
-    node_name: str = ""
     job_id: str = ""
-    task_group: str = ""
+    node_id: str = ""
     desired_status: str = ""
     desired_description: str = ""
-    desired_transition: DesiredTransition = field(factory=DesiredTransition)
     client_status: str = ""
-    client_description: str = ""
     next_allocation: str = ""
-    followup_eval_id: str = ""
-    # Task states, resources and the reschedule tracker are most of an allocation's bytes and are
-    # rarely read: they stay raw JSON until first read.
-    raw_task_states: dict[str, Any] = field(factory=_empty_dict, metadata={"key": "TaskStates"})
-    raw_reschedule_tracker: dict[str, Any] = field(factory=_empty_dict, metadata={"key": "RescheduleTracker"})
-    raw_allocated_resources: dict[str, Any] = field(
-        factory=_empty_dict, metadata={"key": "AllocatedResources"}
-    )
+    allocated_resources: AllocatedResources | None = None
     create_index: int = 0
     modify_index: int = 0
-    create_time_ns: int = 0
-    modify_time_ns: int = 0
+    raw: dict[str, Any] = field(factory=_empty_dict, repr=False, metadata={"raw": True})
+
+    namespace = _Raw("Namespace", str)
+    eval_id = _Raw("EvalID", str)
+    name = _Raw("Name", str)
+    node_name = _Raw("NodeName", str)
+    task_group = _Raw("TaskGroup", str)
+    client_description = _Raw("ClientDescription", str)
+    followup_eval_id = _Raw("FollowupEvalID", str)
+    create_time_ns = _Raw("CreateTime", int)
+    modify_time_ns = _Raw("ModifyTime", int)
+
+    @cached_property
+    def desired_transition(self) -> DesiredTransition:
+        return cast(
+            DesiredTransition,
+            _decode(self.raw.get("DesiredTransition"), DesiredTransition, "DesiredTransition"),
+        )
 
     @cached_property
     def task_states(self) -> dict[str, TaskState]:
-        return {task: _structure(state, TaskState) for task, state in self.raw_task_states.items()}
+        states = _decode(self.raw.get("TaskStates"), dict[str, TaskState], "TaskStates")
+        return cast(dict[str, TaskState], states)
 
     @cached_property
     def reschedule_tracker(self) -> RescheduleTracker | None:
-        return (
-            _structure(self.raw_reschedule_tracker, RescheduleTracker)
-            if self.raw_reschedule_tracker
-            else None
-        )
-
-    @cached_property
-    def allocated_resources(self) -> AllocatedResources | None:
-        return (
-            _structure(self.raw_allocated_resources, AllocatedResources)
-            if self.raw_allocated_resources
-            else None
-        )
+        tracker = _decode(self.raw.get("RescheduleTracker"), RescheduleTracker | None, "RescheduleTracker")
+        return cast(RescheduleTracker | None, tracker)
 
     @property
     def client_terminal(self) -> bool:
@@ -226,23 +247,23 @@ class _AllocationFields:
         return self.allocated_resources.shared.ports
 
 
-@frozen
+@frozen(slots=False)
 class Allocation(_AllocationFields):
     """``GET /v1/allocation/:id`` and Allocation event payloads (zero fields omitted by Nomad)."""
 
-    previous_allocation: str = ""
-    alloc_modify_index: int = 0
+    previous_allocation = _Raw("PreviousAllocation", str)
+    alloc_modify_index = _Raw("AllocModifyIndex", int)
 
 
-@frozen
+@frozen(slots=False)
 class AllocListStub(_AllocationFields):
     """An entry of ``GET /v1/allocations`` or ``/v1/job/:id/allocations``; no PreviousAllocation."""
 
-    job_type: str = ""
-    job_version: int = 0
+    job_type = _Raw("JobType", str)
+    job_version = _Raw("JobVersion", int)
 
 
-@frozen
+@frozen(slots=False)
 class Task:
     """A task of a job's group: its driver, config, environment and meta."""
 
@@ -253,7 +274,7 @@ class Task:
     meta: dict[str, str] = field(factory=_empty_dict)
 
 
-@frozen
+@frozen(slots=False)
 class TaskGroup:
     """A group of a job: its count, meta and tasks."""
 
@@ -263,7 +284,7 @@ class TaskGroup:
     tasks: list[Task] = field(factory=list)
 
 
-@frozen
+@frozen(slots=False)
 class Job:
     """``GET /v1/job/:id`` and Job event payloads; ``deleted`` is the event's ``Deleted:true`` (purge, GC)."""
 
@@ -278,18 +299,24 @@ class Job:
     priority: int = 0
     datacenters: list[str] = field(factory=list)
     meta: dict[str, str] = field(factory=_empty_dict)
-    task_groups: list[TaskGroup] = field(factory=list)
+    # The supervisor never reads a job's groups from Nomad: they stay raw JSON until first read.
+    raw_task_groups: list[dict[str, Any]] = field(factory=list, metadata={"key": "TaskGroups"})
     create_index: int = 0
     modify_index: int = 0
     job_modify_index: int = 0
     submit_time_ns: int = 0
+
+    @cached_property
+    def task_groups(self) -> list[TaskGroup]:
+        """The job's groups, decoded on first read."""
+        return cast(list[TaskGroup], _decode(self.raw_task_groups, list[TaskGroup], "TaskGroups"))
 
     def group(self, name: str) -> TaskGroup | None:
         """The task group called ``name``, if the job has one."""
         return next((g for g in self.task_groups if g.name == name), None)
 
 
-@frozen
+@frozen(slots=False)
 class JobListStub:
     """An entry of ``GET /v1/jobs``; ``meta`` only with ``meta=true``."""
 
@@ -310,7 +337,7 @@ class JobListStub:
     submit_time_ns: int = 0
 
 
-@frozen
+@frozen(slots=False)
 class DrainStrategy:
     """``deadline_ns`` > 0: timed drain, 0: no deadline, -1: force; ``force_deadline`` only when timed."""
 
@@ -320,7 +347,7 @@ class DrainStrategy:
     started_at: datetime | None = None
 
 
-@frozen
+@frozen(slots=False)
 class NodeEvent:
     """One of the last 10 events of a node ("Node registered", "Node re-registered", ...)."""
 
@@ -329,7 +356,7 @@ class NodeEvent:
     create_index: int = 0
 
 
-@frozen
+@frozen(slots=False)
 class _NodeFields:
     id: str = ""
     name: str = ""
@@ -348,7 +375,7 @@ class _NodeFields:
         return self.scheduling_eligibility == "eligible"
 
 
-@frozen
+@frozen(slots=False)
 class Node(_NodeFields):
     """``GET /v1/node/:id`` and Node event payloads; ``drain`` is Nomad's ``DrainStrategy != nil``."""
 
@@ -361,7 +388,7 @@ class Node(_NodeFields):
     events: list[NodeEvent] = field(factory=list)
 
 
-@frozen
+@frozen(slots=False)
 class NodeListStub(_NodeFields):
     """An entry of ``GET /v1/nodes``."""
 
@@ -369,7 +396,7 @@ class NodeListStub(_NodeFields):
     version: str = ""
 
 
-@frozen
+@frozen(slots=False)
 class Evaluation:
     """``GET /v1/evaluation/:id`` and Evaluation event payloads (zero fields omitted by Nomad)."""
 
@@ -396,7 +423,7 @@ class Evaluation:
 EventPayload: TypeAlias = Allocation | Job | Node | Evaluation | dict[str, Any]
 
 
-@frozen
+@frozen(slots=False)
 class Event:
     """One event; ``payload`` is typed for the Allocation, Job, Node and Evaluation topics, raw otherwise."""
 
@@ -410,7 +437,7 @@ class Event:
     deleted: bool = False
 
 
-@frozen
+@frozen(slots=False)
 class EventBatch:
     """All events of one Raft index that passed the subscription's filter."""
 
@@ -418,7 +445,7 @@ class EventBatch:
     events: list[Event]
 
 
-@frozen
+@frozen(slots=False)
 class JobRegisterResponse:
     """Nomad's answer to a job registration: the evaluation and the index of the write."""
 
@@ -429,7 +456,7 @@ class JobRegisterResponse:
     index: int = 0
 
 
-@frozen
+@frozen(slots=False)
 class JobDeregisterResponse:
     """For an unknown job Nomad answers 200 with an empty ``eval_id`` and ``index`` 0."""
 
@@ -439,7 +466,7 @@ class JobDeregisterResponse:
     index: int = 0
 
 
-@frozen
+@frozen(slots=False)
 class NodeUpdateResponse:
     """The answer to a drain or eligibility change."""
 
@@ -449,7 +476,7 @@ class NodeUpdateResponse:
     index: int = 0
 
 
-@frozen
+@frozen(slots=False)
 class AllocStopResponse:
     """Nomad's answer to an allocation stop: the evaluation and the index of the write."""
 
