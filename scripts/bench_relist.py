@@ -256,7 +256,7 @@ async def main_async(args: argparse.Namespace) -> int:
             figures["handed_out_twice"] == 0,
         ),
     ]
-    met = [target(f"relist: {name}", ok, figure, limit) for name, figure, limit, ok in targets]
+    met = [target(name, ok, figure, limit) for name, figure, limit, ok in targets]
     return 0 if all(met) else 1
 
 
