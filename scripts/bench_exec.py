@@ -373,7 +373,7 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
     met = [
         target("daemon CPU per execution", cpu_ratio <= 1.5, f"{cpu_ratio:.2f}x the stack", "<= 1.5x"),
         target(
-            "exec: added p50 one at a time",
+            "added p50 one at a time",
             added_ratio <= 1.5,
             f"{added_ratio:.2f}x the bare stack's round trip",
             "<= 1.5x",
