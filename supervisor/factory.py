@@ -118,8 +118,8 @@ class RunnerFactory:
                 return
         if attempted and isinstance(action, CreateRunner | MarkUsed):
             # The runner went after a write whose answer was lost: that write may have landed after
-            # the runner's purge (and brought its job back). Purge it again.
-            await self._purge(action.runner_id)
+            # the runner's purge (and brought its job back). Purge it again, retried as any purge.
+            await self._retrying(DestroyRunner(action.runner_id, "a late write may have brought it back"))
         elif isinstance(action, CreateRunner):
             self._pool.purged(action.runner_id, 0)  # destroyed before its turn: never registered
 

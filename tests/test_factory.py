@@ -289,3 +289,44 @@ async def test_after_a_stall_the_overdue_creations_still_go_one_interval_apart(
         nursery.cancel_scope.cancel("test over")
     gaps = [b - a for a, b in zip(nomad.registered_at, nomad.registered_at[1:], strict=False)]
     assert min(gaps) >= 0.1 - 1e-9, gaps
+
+
+class _LeaderlessNomad(_LostAnswerNomad):
+    """After the lost answer, the cluster has no leader for a while: every purge fails at first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing_purges = 3
+
+    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+        if any(c[0] == "lost" for c in self.calls) and self.failing_purges:
+            self.failing_purges -= 1
+            self.calls.append(("no leader", job_id))
+            raise NomadUnavailableError("HTTP 500: No cluster leader")
+        return await super().deregister_job(job_id, purge=purge)
+
+
+async def test_undoing_a_late_write_is_retried_while_nomad_elects_a_leader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The purge that undoes a lost claim write fails too: it is retried like any purge, and the
+    factory goes on (the job would leak otherwise)."""
+    nomad = _LeaderlessNomad()
+    async with trio.open_nursery() as nursery:
+        pool, factory = await _two_creations(nursery, nomad, registrations_per_second=1000)
+        await trio.testing.wait_all_tasks_blocked()
+        first = nomad.calls[0][1]
+        pool.apply_allocation(
+            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43)
+        )
+        runner, _ = pool.claim(10, 0, now=0)
+        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
+        await trio.testing.wait_all_tasks_blocked()
+        for action in pool.release(runner.id):
+            if isinstance(action, DestroyRunner):
+                factory.submit(action)
+        await trio.sleep(120)
+        nursery.cancel_scope.cancel("test over")
+    assert nomad.failing_purges == 0, "the leader election was seen"
+    after_loss = nomad.calls[nomad.calls.index(("lost", runner.id)) + 1 :]
+    assert after_loss.count(("deregister", runner.id)) == 2, "the release's purge, then the write undone"
