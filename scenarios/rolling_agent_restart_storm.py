@@ -8,16 +8,19 @@ The cluster models the storm as the field saw it: an agent that, within 30 s of 
 starting more than 20 tasks at once runs out of file descriptors and crashes; 5 s later it restores
 its pending allocations, all at once, and crashes again. With 200 runners on 5 agents, a drained
 agent's 40 runners are replaced on the agent that has just come back (the emptiest), so 40 starts at
-once crash it; at 100 runners (20 each) the field saw only warnings. A task takes 0.5 s to start.
+once crash it; at 100 runners (20 each) the field saw only warnings. A task takes 2 s to start
+(a container from an image the agent has).
 
 The roll: each agent drains on shutdown (a 3 s deadline), is away 2 s, registers again, and the
 operator's upgrade script makes its node eligible again; four clients claim, run and give back a
 runner every second.
-The daemon replaces the idle runners of each draining node, and its ``factory.registrations_per_second``
-(default 20) paces those registrations: about 10 starts at once on the agent that takes them.
+The daemon replaces the idle runners of each draining node. Its ``factory.registrations_per_second``
+(default 20) paces those registrations, but a pace alone would have 40 tasks starting at once on the
+agent that takes them (20 a second, each 2 s to start); ``factory.max_starting`` (default 10) holds
+new runner jobs while 10 of its earlier ones have no running allocation.
 
-The same roll then runs again with the rate limit lifted (``registrations_per_second`` = 1e6, the one
-setting changed, to show it matters): the storm must appear there.
+The same roll then runs again with both lifted (``registrations_per_second`` and ``max_starting`` =
+1e6, the settings under test, to show they matter): the storm must appear there.
 
 Invariants (default settings): new runner jobs per second, as Nomad saw them over any 5 s, stay
 within the rate;
@@ -54,7 +57,7 @@ def storm_cluster(seed: int, nodes: int) -> SimConfig:
         seed=seed,
         servers=3,
         nodes=nodes,
-        alloc_start_delay=0.5,
+        alloc_start_delay=2.0,
         flood_limit=20,
         flood_window=30.0,
         flood_downtime=5.0,
@@ -150,7 +153,8 @@ async def main(args: argparse.Namespace) -> bool:
         await scenario.check_no_leaked_jobs()
 
     unlimited = Settings(
-        server=ServerSettings(port=0), factory=FactorySettings(registrations_per_second=UNLIMITED)
+        server=ServerSettings(port=0),
+        factory=FactorySettings(registrations_per_second=UNLIMITED, max_starting=int(UNLIMITED)),
     )
     config = storm_cluster(args.seed, args.nodes)
     async with open_scenario("rolling_agent_restart_storm", args.seed, config, unlimited) as storm:

@@ -87,6 +87,8 @@ class FactorySettings:
     """``[factory]``: how fast runner jobs are registered, and the retries' backoff cap."""
 
     registrations_per_second: float = 20.0
+    # New runner jobs whose allocation is not running yet, at most: registrations wait beyond it.
+    max_starting: int = 10
     max_backoff: float = 30.0
 
 
@@ -332,6 +334,8 @@ def _validate(settings: Settings) -> None:
     _validate_choices(settings)
     if settings.factory.registrations_per_second <= 0:
         raise ConfigError("factory.registrations_per_second: must be positive")
+    if settings.factory.max_starting < 1:
+        raise ConfigError("factory.max_starting: must be at least 1")
     if settings.watcher.resync_interval <= 0 or settings.watcher.heartbeat_timeout <= 0:
         raise ConfigError("watcher.resync_interval and watcher.heartbeat_timeout: must be positive")
     for name in ("admission.wait_timeout", "execution.stop_grace", "execution.connect_timeout"):

@@ -1,7 +1,9 @@
 """The runner factory: the only code that creates, updates and destroys runner jobs in Nomad.
 
 It carries out the pool's actions with a few workers, spaces the registrations of new runner jobs
-(each places an allocation, which an agent must start) to ``registrations_per_second``, and retries
+(each places an allocation, which an agent must start) to ``registrations_per_second``, holds them
+while ``max_starting`` of its new jobs wait for their allocation to run (a pace alone would pile
+starts onto an agent that starts tasks slowly: the field's reschedule storm), and retries
 transient failures with exponential backoff for as long as the action still matters (a runner
 destroyed meanwhile is not created; a destroy is retried until Nomad confirms it, so no runner job
 is leaked).
@@ -22,7 +24,7 @@ from .config import FactorySettings
 from .environments import runner_job
 from .errors import TerminalError, TransientError
 from .nomad.api import JobWriter
-from .pool import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerPool
+from .pool import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerPool, RunnerState
 
 __all__ = ["RunnerFactory"]
 
@@ -52,6 +54,8 @@ class RunnerFactory:
         self._next_registration = 0.0
         # Runners whose registration is queued or under way: a purge may come before it lands.
         self._creating: set[str] = set()
+        # Runners whose registration has its turn, until their allocation runs or they go.
+        self._starting: set[str] = set()
         self.created = 0
         self.destroyed = 0
         self.failed = 0
@@ -153,6 +157,20 @@ class RunnerFactory:
             if trio.current_time() - slot < interval:
                 return
 
+    async def _room_to_start(self) -> None:
+        """Wait until fewer than ``max_starting`` of the runners this factory registered are still
+        without a running allocation."""
+        while True:
+            runners = self._pool.runners
+            self._starting = {
+                runner_id
+                for runner_id in self._starting
+                if runner_id in runners and runners[runner_id].state is RunnerState.STARTING
+            }
+            if len(self._starting) < self._settings.max_starting:
+                return
+            await trio.sleep(max(1.0 / self._settings.registrations_per_second, 0.01))
+
     async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):
             await self._purge(action.runner_id, registration_may_follow=action.runner_id in self._creating)
@@ -168,6 +186,8 @@ class RunnerFactory:
                 # registration brought the job back.
                 await self._purge(action.runner_id)
             return
+        await self._room_to_start()
+        self._starting.add(action.runner_id)
         await self._rate_limit()
         if not self._still_wanted(action):
             # The runner (or its environment) went while the creation waited for its turn.

@@ -121,6 +121,13 @@ def test_timings_that_were_module_constants_are_settings(tmp_path: Path) -> None
         load_settings(None, {"SUPERVISOR_ALERT_CHECK_INTERVAL": "0"})
 
 
+def test_max_starting_is_a_count_of_at_least_one() -> None:
+    assert load_settings(None, {}).factory.max_starting == 10
+    assert load_settings(None, {"SUPERVISOR_FACTORY_MAX_STARTING": "25"}).factory.max_starting == 25
+    with pytest.raises(ConfigError, match=r"factory\.max_starting: must be at least 1"):
+        load_settings(None, {"SUPERVISOR_FACTORY_MAX_STARTING": "0"})
+
+
 def test_ha_is_off_by_default_and_turned_on_by_the_environment() -> None:
     assert not load_settings(None, {}).ha.enabled
     settings = load_settings(None, {"SUPERVISOR_HA_ENABLED": "true", "SUPERVISOR_HA_TTL": "12"})

@@ -276,7 +276,9 @@ async def test_after_a_stall_the_overdue_creations_still_go_one_interval_apart(
     nomad = _TimedNomad()
     pool = RunnerPool()
     _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=20))
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=10))
+    # No allocation runs here: the cap on starting ones must not be what spaces the twenty.
+    settings = FactorySettings(registrations_per_second=10, max_starting=20)
+    factory = RunnerFactory(nomad, pool, settings)
     async with trio.open_nursery() as nursery:
         await nursery.start(factory.run)
         for action in actions:
@@ -330,3 +332,38 @@ async def test_undoing_a_late_write_is_retried_while_nomad_elects_a_leader(
     assert nomad.failing_purges == 0, "the leader election was seen"
     after_loss = nomad.calls[nomad.calls.index(("lost", runner.id)) + 1 :]
     assert after_loss.count(("deregister", runner.id)) == 2, "the release's purge, then the write undone"
+
+
+async def test_registrations_wait_while_max_starting_allocations_have_not_started(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The pace alone would pile starts onto an agent that starts tasks slowly (the field's storm):
+    new jobs wait until an earlier one's allocation runs."""
+    nomad = _QuickNomad()
+    pool = RunnerPool()
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=5))
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=100, max_starting=2))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in actions:
+            if isinstance(action, CreateRunner):
+                factory.submit(action)
+        await trio.sleep(10)
+        registered = [job_id for kind, job_id in nomad.calls if kind == "register"]
+        assert len(registered) == 2, "two allocations are starting: the rest wait"
+        pool.apply_allocation(
+            Allocation(
+                id="a1", job_id=registered[0], client_status="running", create_index=43, modify_index=43
+            )
+        )
+        await trio.sleep(1)
+        registered = [job_id for kind, job_id in nomad.calls if kind == "register"]
+        assert len(registered) == 3, "one started, so one more is registered"
+        pool.apply_allocation(
+            Allocation(
+                id="a2", job_id=registered[1], client_status="failed", create_index=44, modify_index=44
+            )
+        )
+        await trio.sleep(1)
+        assert sum(1 for kind, _ in nomad.calls if kind == "register") >= 4, "a failed one frees its place"
+        nursery.cancel_scope.cancel("test over")
