@@ -39,7 +39,8 @@ from targets import target
 
 from supervisor.environments import TEMPLATE_PREFIX, ExecutionEnvironment, runner_job, runner_prefix
 from supervisor.nomad import AllocListStub, JobListStub, NomadClient, NomadSettings, structure_list
-from supervisor.pool import Runner, RunnerPool, RunnerState
+from supervisor.pool import RunnerPool
+from supervisor.runners import Runner, RunnerState
 from supervisor.service import LIVE_ALLOCATIONS
 from supervisor.simulator import SimConfig
 from supervisor.simulator.encode import alloc_stub, empty_summary, job_stub

@@ -17,7 +17,7 @@ from attrs import define, field
 from loguru import logger
 
 from .config import AlertSettings
-from .pool import PoolStats
+from .runners import PoolStats
 from .service import RunnerService
 
 __all__ = ["AlertStates", "PrewarmingPoolAlerter"]

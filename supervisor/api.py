@@ -47,7 +47,7 @@ from .files import Download, parse_patch
 from .levels import StreamState
 from .observability import health_details, metrics_text, pool_statistics
 from .openapi import FALSE_VALUES, TRUE_VALUES, openapi_document
-from .pool import Runner
+from .runners import Runner
 from .service import RunnerService
 
 __all__ = ["create_app"]

@@ -17,7 +17,8 @@ from .environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_fro
 from .errors import NomadNotFound, TerminalError, TransientError
 from .nomad import JobListStub
 from .nomad.api import NomadApi
-from .pool import Action, DestroyRunner, RunnerPool
+from .pool import RunnerPool
+from .runners import Action, DestroyRunner
 
 __all__ = ["EnvironmentStore"]
 

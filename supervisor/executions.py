@@ -43,7 +43,7 @@ from .errors import (
 )
 from .nomad import ExecExited, ExecOutput
 from .nomad.api import ExecChannel, ExecOpener
-from .pool import REASON_ALLOCATION_UNKNOWN
+from .runners import REASON_ALLOCATION_UNKNOWN
 from .stopping import StopOutcome, stop_in_runner
 
 __all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService", "wait_for_agent"]

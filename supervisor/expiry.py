@@ -12,7 +12,8 @@ from typing import Final, NoReturn
 import trio
 from loguru import logger
 
-from .pool import REASON_INACTIVITY, Action, RunnerPool
+from .pool import RunnerPool
+from .runners import REASON_INACTIVITY, Action
 
 __all__ = ["InactivityExpiry"]
 

@@ -24,7 +24,8 @@ from .config import FactorySettings
 from .environments import runner_job
 from .errors import TerminalError, TransientError
 from .nomad.api import JobWriter
-from .pool import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerPool, RunnerState
+from .pool import RunnerPool
+from .runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerState
 
 __all__ = ["RunnerFactory"]
 

@@ -10,7 +10,7 @@ import trio
 from .config import Settings
 from .errors import SupervisorError
 from .levels import StreamState
-from .pool import FOUND_BY, PoolStats, RunnerState
+from .runners import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
 
 __all__ = ["health_details", "metrics_text", "pool_statistics", "status_line"]

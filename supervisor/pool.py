@@ -20,107 +20,40 @@ after its index no longer shows the job, so they stay as many as the runners rec
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
-from typing import Final
 
-from attrs import define, field, frozen
+from attrs import define, field
 
 from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_id, runner_environment_id
 from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from .nodes import NodeChanges, NodeTracker
-from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub, PortMapping
-
-__all__ = [
-    "FOUND_BY",
-    "Action",
-    "CreateRunner",
-    "DestroyRunner",
-    "FactoryAction",
-    "MarkUsed",
-    "PoolStats",
-    "RelistWanted",
-    "Runner",
-    "RunnerGone",
-    "RunnerPool",
-    "RunnerState",
-    "Tombstone",
-]
-
-
-class RunnerState(enum.Enum):
-    """Where a runner stands: starting (no running allocation yet), idle, or used by a client."""
-
-    STARTING = "starting"
-    IDLE = "idle"
-    USED = "used"
-
-
-@frozen
-class CreateRunner:
-    """Register a new runner job for the environment."""
-
-    runner_id: str
-    environment_id: int
-
-
-@frozen
-class DestroyRunner:
-    """Purge the runner's job; ``reason`` says why, for the log."""
-
-    runner_id: str
-    reason: str
-
-
-@frozen
-class MarkUsed:
-    """Record the claim in the job's meta, re-registering the spec the runner was created with: a
-    spec change would replace its allocation under its client."""
-
-    runner_id: str
-    environment: ExecutionEnvironment
-    timeout: int
-
-
-@frozen
-class RunnerGone:
-    """A used runner is gone: its executions end with ``reason``; its client gets 410 from now on."""
-
-    runner_id: str
-    reason: str
-
-
-@frozen
-class RelistWanted:
-    """Only a fresh listing can prove or dismiss some runners: ask the watcher for one now."""
-
-    reason: str
-
-
-FactoryAction = CreateRunner | DestroyRunner | MarkUsed
-Action = FactoryAction | RunnerGone | RelistWanted
-
-# Why a used runner ended, as its executions' error message says it.
-REASON_DESTROYED: Final = "the runner was destroyed by request"
-REASON_ALLOCATION_STOPPED: Final = "the allocation stopped"
-REASON_REPLACED: Final = (
-    "the allocation was replaced (restarted, rescheduled or migrated); its files are gone"
+from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
+from .runners import (
+    FOUND_BY_EVENT,
+    FOUND_BY_EXEC_REFUSAL,
+    FOUND_BY_LISTING,
+    FOUND_BY_NODE_RESTART,
+    REASON_ALLOCATION_STOPPED,
+    REASON_DESTROYED,
+    REASON_DRAINED,
+    REASON_ENVIRONMENT,
+    REASON_JOB_GONE,
+    REASON_NODE_DOWN,
+    REASON_OOM,
+    REASON_REPLACED,
+    Action,
+    CreateRunner,
+    DestroyRunner,
+    MarkUsed,
+    PoolStats,
+    RelistWanted,
+    Runner,
+    RunnerGone,
+    RunnerState,
+    Tombstone,
 )
-REASON_JOB_GONE: Final = "the runner's Nomad job is gone"
-REASON_ENVIRONMENT: Final = "the execution environment was deleted"
-REASON_INACTIVITY: Final = "the runner was idle for longer than its inactivity timeout"
-# Poseidon's text, which the real client matches.
-REASON_OOM: Final = "the allocation was OOM Killed"
-REASON_DRAINED: Final = "the node was drained: the allocation was migrated and its files are gone"
-REASON_NODE_DOWN: Final = "the node went down: the allocation was lost"
-REASON_ALLOCATION_UNKNOWN: Final = "the runner is gone: Nomad no longer knows its allocation"
 
-# How a runner was found gone, for the figures (a runner given back or expired is not "found").
-FOUND_BY_EVENT: Final = "event"
-FOUND_BY_LISTING: Final = "listing"
-FOUND_BY_NODE_RESTART: Final = "node restart"
-FOUND_BY_EXEC_REFUSAL: Final = "exec refusal"
-FOUND_BY: Final = (FOUND_BY_EVENT, FOUND_BY_LISTING, FOUND_BY_NODE_RESTART, FOUND_BY_EXEC_REFUSAL)
+__all__ = ["RunnerPool"]
 
 
 def _end_reason(alloc: Allocation | AllocListStub) -> str:
@@ -134,66 +67,6 @@ def _end_reason(alloc: Allocation | AllocListStub) -> str:
         if terminated and terminated[-1].details.get("oom_killed") == "true":
             return REASON_OOM
     return REASON_ALLOCATION_STOPPED
-
-
-@frozen
-class PoolStats:
-    """One environment's pool: its prewarming size, and its idle (proven), used and suspect runners."""
-
-    environment_id: int
-    size: int
-    idle: int
-    used: int
-    suspect: int = 0
-
-    def is_depleting(self, threshold: float) -> bool:
-        """Fewer idle runners than ``threshold`` of the pool size (a pool of size 0 never is)."""
-        return self.size > 0 and self.idle / self.size < threshold
-
-
-@frozen
-class Tombstone:
-    """A removed runner: ``gone_at`` is the index from which Nomad no longer shows its job (None
-    while its purge is under way); it is never below ``floor``, the newest index at which the pool
-    knew the job to exist (Nomad answers a purge of a job it no longer knows with index 0)."""
-
-    floor: int
-    gone_at: int | None = None
-
-    def purged(self, index: int) -> Tombstone:
-        """The tombstone once a purge at ``index`` is confirmed."""
-        return Tombstone(self.floor, max(self.floor, self.gone_at or 0, index))
-
-
-@define(eq=False)
-class Runner:
-    """One runner (a Nomad job) as the pool knows it; only the pool changes it."""
-
-    id: str
-    environment_id: int
-    state: RunnerState
-    alloc_id: str = ""
-    alloc_create_index: int = 0
-    alloc_modify_index: int = 0
-    node_id: str = ""
-    ports: tuple[PortMapping, ...] = ()
-    # The Raft index at which the runner's job is known to exist in Nomad (0: not yet).
-    registered_index: int = 0
-    inactivity_timeout: float = 0.0
-    last_activity: float = 0.0
-    executions: int = 0
-    # The environment changed while the runner was used: destroy it when released.
-    retired: bool = False
-    # The definition the runner's job was registered from (None when adopted from a listing).
-    environment: ExecutionEnvironment | None = None
-    # Its node drains: running executions go on, but nothing new starts on it (410 for its client).
-    moving: bool = False
-    # The index of its agent's restart, until newer evidence proves it alive (0: proven).
-    suspect_since: int = 0
-
-    def mapped_ports(self) -> list[dict[str, object]]:
-        """The runner's ports as Poseidon's API maps them (``exposedPort``, ``hostAddress``)."""
-        return [{"exposedPort": p.to, "hostAddress": f"{p.host_ip}:{p.value}"} for p in self.ports]
 
 
 def _live(alloc: Allocation | AllocListStub) -> bool:
@@ -229,6 +102,8 @@ class RunnerPool:
     # stays used until it is removed, so the count changes only in _keep, _forget and claim.
     _of_environment: dict[int, dict[str, Runner]] = field(factory=dict)
     _warm: dict[int, int] = field(factory=dict)
+    # The used runners: the inactivity expiry looks at them only, not at every runner.
+    _used: dict[str, Runner] = field(factory=dict)
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -290,6 +165,7 @@ class RunnerPool:
         runner = self.runners[next(iter(idle))]
         del idle[runner.id]
         runner.state = RunnerState.USED
+        self._used[runner.id] = runner
         self._warm[runner.environment_id] -= 1
         runner.inactivity_timeout = float(inactivity_timeout)
         runner.last_activity = now
@@ -352,9 +228,8 @@ class RunnerPool:
         """Used runners idle past their inactivity timeout (never while an execution runs)."""
         return [
             r.id
-            for r in self.runners.values()
-            if r.state is RunnerState.USED
-            and r.inactivity_timeout > 0
+            for r in self._used.values()
+            if r.inactivity_timeout > 0
             and r.executions == 0
             and now - r.last_activity >= r.inactivity_timeout
         ]
@@ -363,8 +238,8 @@ class RunnerPool:
         """The soonest inactivity deadline of a used runner with nothing running in it."""
         deadlines = [
             r.last_activity + r.inactivity_timeout
-            for r in self.runners.values()
-            if r.state is RunnerState.USED and r.inactivity_timeout > 0 and r.executions == 0
+            for r in self._used.values()
+            if r.inactivity_timeout > 0 and r.executions == 0
         ]
         return min(deadlines, default=None)
 
@@ -641,14 +516,18 @@ class RunnerPool:
     def _keep(self, runner: Runner) -> None:
         self.runners[runner.id] = runner
         self._of_environment.setdefault(runner.environment_id, {})[runner.id] = runner
-        if runner.state is not RunnerState.USED:
+        if runner.state is RunnerState.USED:
+            self._used[runner.id] = runner
+        else:
             self._warm[runner.environment_id] = self._warm.get(runner.environment_id, 0) + 1
 
     def _forget(self, runner_id: str) -> Runner | None:
         runner = self.runners.pop(runner_id, None)
         if runner is not None:
             self._of_environment.get(runner.environment_id, {}).pop(runner_id, None)
-            if runner.state is not RunnerState.USED:
+            if runner.state is RunnerState.USED:
+                del self._used[runner_id]
+            else:
                 self._warm[runner.environment_id] -= 1
         return runner
 

@@ -33,7 +33,8 @@ from .levels import Requests
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node
 from .nomad.agents import AgentRoute
 from .nomad.api import NomadApi
-from .pool import (
+from .pool import RunnerPool
+from .runners import (
     FOUND_BY_NODE_RESTART,
     REASON_ALLOCATION_UNKNOWN,
     REASON_DESTROYED,
@@ -43,7 +44,6 @@ from .pool import (
     RelistWanted,
     Runner,
     RunnerGone,
-    RunnerPool,
     RunnerState,
 )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from supervisor.alerter import AlertStates
-from supervisor.pool import PoolStats
+from supervisor.runners import PoolStats
 
 
 def stats(idle: int, size: int = 10) -> dict[int, PoolStats]:

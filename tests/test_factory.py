@@ -14,7 +14,8 @@ from supervisor.environments import ExecutionEnvironment
 from supervisor.errors import NomadUnavailableError
 from supervisor.factory import RunnerFactory
 from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse
-from supervisor.pool import CreateRunner, DestroyRunner, MarkUsed, RunnerPool
+from supervisor.pool import RunnerPool
+from supervisor.runners import CreateRunner, DestroyRunner, MarkUsed
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 100.0, 256, False, ())
 

@@ -10,7 +10,8 @@ import pytest
 from supervisor.environments import ExecutionEnvironment
 from supervisor.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from supervisor.nomad import Allocation, AllocListStub, JobListStub, Node, NodeEvent, NodeListStub
-from supervisor.pool import (
+from supervisor.pool import RunnerPool
+from supervisor.runners import (
     REASON_ALLOCATION_UNKNOWN,
     REASON_DESTROYED,
     REASON_REPLACED,
@@ -20,7 +21,6 @@ from supervisor.pool import (
     PoolStats,
     RelistWanted,
     RunnerGone,
-    RunnerPool,
     RunnerState,
 )
 

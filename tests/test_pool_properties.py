@@ -18,7 +18,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from supervisor.environments import ExecutionEnvironment
 from supervisor.nomad import Allocation, AllocListStub, JobListStub
-from supervisor.pool import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerPool, RunnerState
+from supervisor.pool import RunnerPool
+from supervisor.runners import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerState
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 3, 100.0, 256, False, ())
 Listing = tuple[list[JobListStub], list[AllocListStub], int]
@@ -191,6 +192,8 @@ class PoolAgainstNomad(RuleBasedStateMachine):
             warm = [r for r in self.pool._runners_of(environment_id) if r.state is not RunnerState.USED]
             assert self.pool._warm.get(environment_id, 0) == len(warm), "the refill's count drifted"
             assert not any(r.retired for r in warm), "only a used runner is ever retired"
+        used = {r.id for r in self.pool.runners.values() if r.state is RunnerState.USED}
+        assert set(self.pool._used) == used, "the expiry's index of used runners drifted"
 
     @rule()
     def everything_settles_and_a_fresh_listing_is_applied(self) -> None:

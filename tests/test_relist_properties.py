@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from supervisor.alerter import AlertStates
 from supervisor.nodes import NodeTracker
 from supervisor.nomad import Node, NodeEvent, NodeListStub
-from supervisor.pool import PoolStats
+from supervisor.runners import PoolStats
 
 EXAMPLES = settings(max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "300")), deadline=None)
 NODES = ("n1", "n2", "n3")

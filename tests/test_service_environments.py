@@ -25,7 +25,7 @@ from supervisor.environments import (
 )
 from supervisor.nomad.client import Indexed
 from supervisor.nomad.models import AllocListStub, JobDeregisterResponse, JobListStub, JobRegisterResponse
-from supervisor.pool import CreateRunner, DestroyRunner
+from supervisor.runners import CreateRunner, DestroyRunner
 from supervisor.service import RunnerService
 
 from .nomad_double import NomadDouble

@@ -15,7 +15,7 @@ import trio
 from supervisor.config import AdmissionSettings, ServerSettings, Settings
 from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
 from supervisor.nomad import Node, NodeEvent
-from supervisor.pool import REASON_ALLOCATION_UNKNOWN
+from supervisor.runners import REASON_ALLOCATION_UNKNOWN
 
 from .conftest import Harness
 

@@ -8,7 +8,7 @@ import trio
 
 from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
-from supervisor.pool import REASON_DRAINED, REASON_OOM
+from supervisor.runners import REASON_DRAINED, REASON_OOM
 
 from ..waiting import wait_until
 from .conftest import Harness
