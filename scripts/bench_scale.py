@@ -13,7 +13,7 @@ of 20, 10,000 runners would take over 8 minutes. Requests go through a lean clie
 1. Memory: the daemon's RSS (``VmRSS``) with ``--base-runners`` idle runners, then a second daemon's
    with ``--runners`` (more runner jobs registered in between): each the median of 7 samples a
    second apart, from 5 s after the pool is full. The slope is what a runner costs. Target: at most
-   4 KB (1,024 bytes) per runner.
+   4 KB (4,096 bytes) per runner.
 2. Executions, on the second daemon: ``--executions`` of a command printing a line a second for
    ``--lines`` seconds, ``--per-runner`` on each claimed runner (the daemon runs several at once on
    a runner), started evenly over ``--ramp`` seconds (50 a second: at 100, the daemon's listen

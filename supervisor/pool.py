@@ -20,6 +20,7 @@ after its index no longer shows the job, so they stay as many as the runners rec
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 from attrs import define, field
@@ -67,6 +68,12 @@ def _end_reason(alloc: Allocation | AllocListStub) -> str:
         if terminated and terminated[-1].details.get("oom_killed") == "true":
             return REASON_OOM
     return REASON_ALLOCATION_STOPPED
+
+
+def _own(text: str) -> str:
+    """A copy of a string decoded from a listing, made now: kept for as long as its runner, it would
+    otherwise hold the listing's freed memory (pages it shares with it) from going back."""
+    return text.encode().decode()
 
 
 def _live(alloc: Allocation | AllocListStub) -> bool:
@@ -458,7 +465,7 @@ class RunnerPool:
         """A runner job this process did not know: its meta says whether a client holds it."""
         used = job.meta.get("used") == "true"
         state = RunnerState.USED if used else RunnerState.STARTING
-        runner = Runner(job.id, environment_id, state, registered_index=max(job.create_index, 1))
+        runner = Runner(_own(job.id), environment_id, state, registered_index=max(job.create_index, 1))
         if used:
             timeout = job.meta.get("timeout", "0")
             seconds = decimal(timeout)
@@ -474,11 +481,11 @@ class RunnerPool:
             runner.suspect_since = 0  # its client reported the allocation running since the restart
         if runner.alloc_id != alloc.id:
             self._by_alloc.pop(runner.alloc_id, None)
-            self._by_alloc[alloc.id] = runner.id
-        runner.alloc_id = alloc.id
+            runner.alloc_id = _own(alloc.id)
+            self._by_alloc[runner.alloc_id] = runner.id
         runner.alloc_create_index = alloc.create_index
         runner.alloc_modify_index = alloc.modify_index
-        runner.node_id = alloc.node_id
+        runner.node_id = sys.intern(alloc.node_id)
         if alloc.allocated_resources is not None:
             runner.ports = tuple(alloc.ports)
 

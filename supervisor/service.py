@@ -255,23 +255,8 @@ class RunnerService:
         event, so the listing shows at least that state, even where a table's own index (the jobs
         table's, say, after a node event) is older.
         """
-        seen = self.last_index
-        nodes = await self.client.list_nodes()
-        self.apply(self.pool.replace_nodes(nodes.value, nodes.index))
         async with self.environments.lock:
-            templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
-            self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
-            jobs: list[JobListStub] = []
-            index = min(nodes.index, templates.index)
-            for environment_id in sorted(self.pool.environments):
-                runners = await self.client.list_jobs(runner_prefix(environment_id), meta=True)
-                jobs += runners.value
-                index = min(index, runners.index)
-            allocs = await self.client.list_allocations(
-                filter=LIVE_ALLOCATIONS, resources=True, task_states=False
-            )
-            index = max(seen, min(index, allocs.index))
-            self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
+            index = await self._list_and_reconcile()
             if not self.synced.is_set():  # once, at start: what a previous run may have left
                 # In the step that made the adopted claims known: a request in one waits for its
                 # sweep, which would otherwise stop that request's own command.
@@ -281,6 +266,27 @@ class RunnerService:
         self.last_index = max(self.last_index, index)
         self.synced.set()
         return self.last_index
+
+    async def _list_and_reconcile(self) -> int:
+        """The listing and its reconcile; the listing (tens of MB at 10,000 runners) is freed on
+        return, before anything else is listed."""
+        seen = self.last_index
+        nodes = await self.client.list_nodes()
+        self.apply(self.pool.replace_nodes(nodes.value, nodes.index))
+        templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
+        self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
+        jobs: list[JobListStub] = []
+        index = min(nodes.index, templates.index)
+        for environment_id in sorted(self.pool.environments):
+            runners = await self.client.list_jobs(runner_prefix(environment_id), meta=True)
+            jobs += runners.value
+            index = min(index, runners.index)
+        allocs = await self.client.list_allocations(
+            filter=LIVE_ALLOCATIONS, resources=True, task_states=False
+        )
+        index = max(seen, min(index, allocs.index))
+        self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
+        return index
 
     def apply_batch(self, batch: EventBatch) -> None:
         """Apply a batch of the stream. Of a batch that a listing already covered, only its Node

@@ -23,6 +23,7 @@ from loguru import logger
 from .backoff import Backoff, BackoffPolicy
 from .errors import SupervisorError
 from .levels import StreamState
+from .memory import release_free_memory
 from .nomad import EventBatch, EventStream
 from .service import RunnerService
 
@@ -155,6 +156,7 @@ class EventStreamWatcher:
 
     async def _relist(self, reasons: list[str]) -> int:
         index = await self.service.relist()
+        release_free_memory()  # the listing's decoded objects are freed by now
         for reason in reasons:
             self.relists[reason] = self.relists.get(reason, 0) + 1
         logger.debug("relisted at index {} ({})", index, ", ".join(reasons))
