@@ -205,12 +205,9 @@ class _LostAnswerNomad(_QuickNomad):
         return await super().register_job(job)
 
 
-async def test_a_claim_write_whose_answer_was_lost_is_undone_once_the_runner_is_released(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Its write may have landed after the release's purge and brought the job back, marked used:
-    nobody would ever give that runner back."""
-    nomad = _LostAnswerNomad()
+async def _claim_whose_write_is_lost_then_release(nomad: _LostAnswerNomad) -> str:
+    """A runner is claimed; its claim's write is lost; its client gives it back while the write
+    waits for its retry. Two minutes pass; returns the runner's ID."""
     async with trio.open_nursery() as nursery:
         pool, factory = await _two_creations(nursery, nomad, registrations_per_second=1000)
         await trio.testing.wait_all_tasks_blocked()
@@ -225,11 +222,21 @@ async def test_a_claim_write_whose_answer_was_lost_is_undone_once_the_runner_is_
         for action in pool.release(runner.id):
             if isinstance(action, DestroyRunner):
                 factory.submit(action)
-        await trio.sleep(60)
+        await trio.sleep(120)
         nursery.cancel_scope.cancel("test over")
-    after_loss = nomad.calls[nomad.calls.index(("lost", runner.id)) + 1 :]
-    assert after_loss.count(("deregister", runner.id)) == 2, "the release's purge, then the write undone"
-    assert ("register", runner.id) not in after_loss, "the write is not retried for a released runner"
+    return runner.id
+
+
+async def test_a_claim_write_whose_answer_was_lost_is_undone_once_the_runner_is_released(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its write may have landed after the release's purge and brought the job back, marked used:
+    nobody would ever give that runner back."""
+    nomad = _LostAnswerNomad()
+    runner_id = await _claim_whose_write_is_lost_then_release(nomad)
+    after_loss = nomad.calls[nomad.calls.index(("lost", runner_id)) + 1 :]
+    assert after_loss.count(("deregister", runner_id)) == 2, "the release's purge, then the write undone"
+    assert ("register", runner_id) not in after_loss, "the write is not retried for a released runner"
 
 
 async def test_a_purge_does_not_wait_behind_creations_waiting_for_their_turn(
@@ -315,24 +322,10 @@ async def test_undoing_a_late_write_is_retried_while_nomad_elects_a_leader(
     """The purge that undoes a lost claim write fails too: it is retried like any purge, and the
     factory goes on (the job would leak otherwise)."""
     nomad = _LeaderlessNomad()
-    async with trio.open_nursery() as nursery:
-        pool, factory = await _two_creations(nursery, nomad, registrations_per_second=1000)
-        await trio.testing.wait_all_tasks_blocked()
-        first = nomad.calls[0][1]
-        pool.apply_allocation(
-            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43)
-        )
-        runner, _ = pool.claim(10, 0, now=0)
-        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
-        await trio.testing.wait_all_tasks_blocked()
-        for action in pool.release(runner.id):
-            if isinstance(action, DestroyRunner):
-                factory.submit(action)
-        await trio.sleep(120)
-        nursery.cancel_scope.cancel("test over")
+    runner_id = await _claim_whose_write_is_lost_then_release(nomad)
     assert nomad.failing_purges == 0, "the leader election was seen"
-    after_loss = nomad.calls[nomad.calls.index(("lost", runner.id)) + 1 :]
-    assert after_loss.count(("deregister", runner.id)) == 2, "the release's purge, then the write undone"
+    after_loss = nomad.calls[nomad.calls.index(("lost", runner_id)) + 1 :]
+    assert after_loss.count(("deregister", runner_id)) == 2, "the release's purge, then the write undone"
 
 
 async def test_registrations_wait_while_max_starting_allocations_have_not_started(
