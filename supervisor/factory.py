@@ -32,6 +32,10 @@ __all__ = ["RunnerFactory"]
 # Workers per lane. New runner jobs wait for their turn at the pace; purges and claims' writes
 # never queue behind them, nor behind a write that backs off while Nomad elects a leader.
 _WORKERS: Final = 8
+# A new runner counts as starting for max_starting this long at most: one still pending after it
+# waits for an agent that is away (restarting, or down but not yet marked so), and starts nothing
+# meanwhile. Without the limit a few such runners would hold back every refill.
+START_PATIENCE: Final = 10.0
 
 
 class RunnerFactory:
@@ -55,8 +59,9 @@ class RunnerFactory:
         self._next_registration = 0.0
         # Runners whose registration is queued or under way: a purge may come before it lands.
         self._creating: set[str] = set()
-        # Runners whose registration has its turn, until their allocation runs or they go.
-        self._starting: set[str] = set()
+        # Runners whose registration has its turn, until their allocation runs or they go, with
+        # when they took it.
+        self._starting: dict[str, float] = {}
         self.created = 0
         self.destroyed = 0
         self.failed = 0
@@ -159,14 +164,15 @@ class RunnerFactory:
                 return
 
     async def _room_to_start(self) -> None:
-        """Wait until fewer than ``max_starting`` of the runners this factory registered are still
-        without a running allocation."""
+        """Wait until fewer than ``max_starting`` of the runners this factory registered in the
+        last ``START_PATIENCE`` seconds are still without a running allocation."""
         while True:
             runners = self._pool.runners
+            since = trio.current_time() - START_PATIENCE
             self._starting = {
-                runner_id
-                for runner_id in self._starting
-                if runner_id in runners and runners[runner_id].state is RunnerState.STARTING
+                runner_id: at
+                for runner_id, at in self._starting.items()
+                if at > since and runner_id in runners and runners[runner_id].state is RunnerState.STARTING
             }
             if len(self._starting) < self._settings.max_starting:
                 return
@@ -188,7 +194,7 @@ class RunnerFactory:
                 await self._purge(action.runner_id)
             return
         await self._room_to_start()
-        self._starting.add(action.runner_id)
+        self._starting[action.runner_id] = trio.current_time()
         await self._rate_limit()
         if not self._still_wanted(action):
             # The runner (or its environment) went while the creation waited for its turn.

@@ -12,7 +12,7 @@ import trio.testing
 from supervisor.config import FactorySettings
 from supervisor.environments import ExecutionEnvironment
 from supervisor.errors import NomadUnavailableError
-from supervisor.factory import RunnerFactory
+from supervisor.factory import START_PATIENCE, RunnerFactory
 from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse
 from supervisor.pool import RunnerPool
 from supervisor.runners import CreateRunner, DestroyRunner, MarkUsed
@@ -342,7 +342,7 @@ async def test_registrations_wait_while_max_starting_allocations_have_not_starte
         for action in actions:
             if isinstance(action, CreateRunner):
                 factory.submit(action)
-        await trio.sleep(10)
+        await trio.sleep(5)
         registered = [job_id for kind, job_id in nomad.calls if kind == "register"]
         assert len(registered) == 2, "two allocations are starting: the rest wait"
         pool.apply_allocation(
@@ -359,5 +359,26 @@ async def test_registrations_wait_while_max_starting_allocations_have_not_starte
             )
         )
         await trio.sleep(1)
-        assert sum(1 for kind, _ in nomad.calls if kind == "register") >= 4, "a failed one frees its place"
+        assert sum(1 for kind, _ in nomad.calls if kind == "register") == 4, "a failed one frees its place"
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_a_runner_pending_past_the_patience_no_longer_holds_back_the_others(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its agent is away (restarting, or down and not yet marked so): it starts nothing meanwhile,
+    and must not stop every refill for as long."""
+    nomad = _QuickNomad()
+    pool = RunnerPool()
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=3))
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=100, max_starting=1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in actions:
+            if isinstance(action, CreateRunner):
+                factory.submit(action)
+        await trio.sleep(START_PATIENCE - 1)
+        assert sum(1 for kind, _ in nomad.calls if kind == "register") == 1
+        await trio.sleep(2)
+        assert sum(1 for kind, _ in nomad.calls if kind == "register") == 2, "the next one went"
         nursery.cancel_scope.cancel("test over")
