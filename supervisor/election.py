@@ -65,7 +65,11 @@ class LockElector:
                 logger.info("took the HA lock {}: this daemon is active", path)
                 return sent
             with trio.move_on_after(self.interval):
-                seen = await self._locks.wait_for_change(path, seen, wait=self.interval)
+                try:
+                    seen = await self._locks.wait_for_change(path, seen, wait=self.interval)
+                except (TransientError, NomadRequestError) as exc:
+                    logger.debug("waiting for the HA lock {} to change: {}", path, exc)
+                    await trio.sleep_forever()  # Nomad is away: try again after the interval
                 if seen == 0:  # the variable does not exist: nobody holds the lock
                     continue
                 # Woken by a change: the lock may be free now; a timeout tries again as well.

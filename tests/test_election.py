@@ -127,6 +127,39 @@ async def test_a_lock_taken_by_another_ends_the_hold(
         assert await elector.hold(acquired) == "the HA lock was lost"
 
 
+class _UnreachableWhileWaiting(VariableLocks):
+    """The standby's wait for a change fails as it does when Nomad cannot be reached (a
+    partition), the first few times."""
+
+    def __init__(self, client: NomadClient) -> None:
+        super().__init__(client)
+        self.failures = 3
+
+    async def wait_for_change(self, path: str, index: int, *, wait: float) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise NomadUnavailableError("Server disconnected without sending a response")
+        return await super().wait_for_change(path, index, wait=wait)
+
+
+async def test_a_standby_cut_off_from_nomad_keeps_waiting_for_the_lock(
+    client: NomadClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A partition must not end the standby (the daemon with it): it tries again each interval."""
+    active = LockElector(VariableLocks(client), HA)
+    await active.acquire()
+    locks = _UnreachableWhileWaiting(client)
+    standby = LockElector(locks, HA)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(standby.acquire)
+        await trio.sleep(3 * standby.interval + 1)
+        assert locks.failures == 0, "it kept trying through every failure"
+        await active.release()
+        await trio.sleep(standby.interval + 1)
+        assert standby.lock_id is not None, "and took the lock once it was free"
+        nursery.cancel_scope.cancel()
+
+
 async def test_the_standby_answers_every_route_503_standby() -> None:
     switch = RoleSwitch(retry_after=3.3)
     transport = httpx.ASGITransport(app=switch)
