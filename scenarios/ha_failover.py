@@ -212,6 +212,8 @@ class Load:
         self.last_success = 0.0
         # Runners claimed and not yet given back (a cycle cut short leaves one).
         self.held: set[str] = set()
+        # Why cycles came to nothing, with when: what a check that waited in vain reports.
+        self.refusals: list[tuple[float, str]] = []
 
     async def run(self) -> None:
         while True:
@@ -231,24 +233,33 @@ class Load:
         try:
             claim = await self.http.post(f"{api}/runners", json=LOAD_CLAIM)
             if claim.status_code != 200:
-                return None
+                return self.refused("claim", claim)
             runner = claim.json()["runnerId"]
             self.held.add(runner)
             copy = {"delete": ["./*"], "copy": [{"path": "main.py", "content": "cHJpbnQoMSk="}]}
-            if (await self.http.patch(f"{api}/runners/{runner}/files", json=copy)).status_code != 204:
-                return None
+            if (
+                files := await self.http.patch(f"{api}/runners/{runner}/files", json=copy)
+            ).status_code != 204:
+                return self.refused("files", files)
             started = await self.http.post(f"{api}/runners/{runner}/execute", json={"command": "cat main.py"})
             if started.status_code != 200:
-                return None
+                return self.refused("execute", started)
             scenario_messages = await read_messages(started.json()["websocketUrl"])
             await self.http.delete(f"{api}/runners/{runner}")
             self.held.discard(runner)
-        except (httpx.HTTPError, OSError):
+        except (httpx.HTTPError, OSError) as exc:
+            self.refusals.append((time.monotonic(), f"{type(exc).__name__}: {exc}"))
             return None
         if scenario_messages is None:
+            self.refusals.append((time.monotonic(), "the execution's WebSocket was refused"))
             return None
         ends = [m for m in scenario_messages if m["type"] in ("exit", "error", "timeout")]
         return "exit 0" if ends == [{"type": "exit", "data": 0}] else str(ends)
+
+    def refused(self, what: str, response: httpx.Response) -> str | None:
+        """Record why the daemon refused a step of the cycle; None: the cycle came to nothing."""
+        self.refusals.append((time.monotonic(), f"{what}: {response.status_code} {response.text[:120]}"))
+        return None
 
 
 async def read_messages(url: str) -> list[dict[str, object]] | None:
@@ -278,13 +289,15 @@ async def wait_for_active(
     return None
 
 
-async def claims_resume(load: Load, within: float) -> float | None:
+async def claims_resume(load: Load, within: float) -> float | str:
+    """Seconds until a load cycle succeeds again; else the last refusals, for the report."""
     started = time.monotonic()
     with trio.move_on_after(within):
         while load.last_success < started:
             await trio.sleep(0.1)
         return round(load.last_success - started, 3)
-    return None
+    refusals = [f"+{at - started:.1f}s {why}" for at, why in load.refusals if at >= started]
+    return f"none in {within:g}s; {len(refusals)} refused, the last: {refusals[-3:]}"
 
 
 async def sigkill_case(
@@ -304,7 +317,7 @@ async def sigkill_case(
     ]
     scenario.check("killed_daemons_claims_adopted", answers == [204, 204], answers, [204, 204])
     resumed = await claims_resume(load, within=30)
-    scenario.check("sigkill_claims_resume_s", resumed is not None, resumed, 30)
+    scenario.check("sigkill_claims_resume_s", isinstance(resumed, float), resumed, 30)
     del daemons.apis["a"]
     await daemons.start("a", nursery)
     scenario.event("a back, as the standby")
@@ -324,7 +337,7 @@ async def partition_case(scenario: Scenario, daemons: Daemons, nursery: trio.Nur
     gap = round(takes[0] - downs[0], 3) if downs and takes else None
     scenario.check("never_two_active_s", gap is not None and gap > 0, gap, "> 0")
     resumed = await claims_resume(load, within=30)
-    scenario.check("partition_claims_resume_s", resumed is not None, resumed, 30)
+    scenario.check("partition_claims_resume_s", isinstance(resumed, float), resumed, 30)
     daemons.processes["b"].send_signal(signal.SIGKILL)
     await daemons.processes["b"].wait()
     del daemons.apis["b"]
@@ -342,7 +355,7 @@ async def graceful_case(scenario: Scenario, daemons: Daemons, nursery: trio.Nurs
     scenario.check("graceful_exit_0", code == 0, code, 0)
     del daemons.apis["a"]
     resumed = await claims_resume(load, within=30)
-    scenario.check("graceful_claims_resume_s", resumed is not None, resumed, 30)
+    scenario.check("graceful_claims_resume_s", isinstance(resumed, float), resumed, 30)
 
 
 async def pool_counts(http: httpx.AsyncClient, api: str) -> tuple[int, int]:
