@@ -89,12 +89,18 @@ class _QuickNomad(_SlowNomad):
 
 
 async def _two_creations(
-    nursery: trio.Nursery, nomad: _SlowNomad, *, registrations_per_second: float
+    nursery: trio.Nursery,
+    nomad: _SlowNomad,
+    *,
+    registrations_per_second: float,
+    pool_size: int = 2,
+    max_starting: int = FactorySettings().max_starting,
 ) -> tuple[RunnerPool, RunnerFactory]:
-    """A factory running in ``nursery`` with the two creations of a new environment submitted."""
+    """A factory running in ``nursery`` with the creations of a new environment (two, unless
+    ``pool_size`` says otherwise) submitted."""
     pool = RunnerPool()
-    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
-    settings = FactorySettings(registrations_per_second=registrations_per_second)
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=pool_size))
+    settings = FactorySettings(registrations_per_second=registrations_per_second, max_starting=max_starting)
     factory = RunnerFactory(nomad, pool, settings)
     await nursery.start(factory.run)
     for action in actions:
@@ -334,14 +340,10 @@ async def test_registrations_wait_while_max_starting_allocations_have_not_starte
     """The pace alone would pile starts onto an agent that starts tasks slowly (the field's storm):
     new jobs wait until an earlier one's allocation runs."""
     nomad = _QuickNomad()
-    pool = RunnerPool()
-    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=5))
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=100, max_starting=2))
     async with trio.open_nursery() as nursery:
-        await nursery.start(factory.run)
-        for action in actions:
-            if isinstance(action, CreateRunner):
-                factory.submit(action)
+        pool, _ = await _two_creations(
+            nursery, nomad, registrations_per_second=100, pool_size=5, max_starting=2
+        )
         await trio.sleep(5)
         registered = [job_id for kind, job_id in nomad.calls if kind == "register"]
         assert len(registered) == 2, "two allocations are starting: the rest wait"
@@ -369,14 +371,8 @@ async def test_a_runner_pending_past_the_patience_no_longer_holds_back_the_other
     """Its agent is away (restarting, or down and not yet marked so): it starts nothing meanwhile,
     and must not stop every refill for as long."""
     nomad = _QuickNomad()
-    pool = RunnerPool()
-    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=3))
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=100, max_starting=1))
     async with trio.open_nursery() as nursery:
-        await nursery.start(factory.run)
-        for action in actions:
-            if isinstance(action, CreateRunner):
-                factory.submit(action)
+        await _two_creations(nursery, nomad, registrations_per_second=100, pool_size=3, max_starting=1)
         await trio.sleep(START_PATIENCE - 1)
         assert sum(1 for kind, _ in nomad.calls if kind == "register") == 1
         await trio.sleep(2)
