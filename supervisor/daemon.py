@@ -70,6 +70,7 @@ _WAIT_LOG_EVERY: Final = 5.0
 # are stopped (for at most 1 s) and their clients told within it.
 _END_MARGIN: Final = 2.0
 _LISTEN_BACKLOG: Final = 2048
+KEEP_ALIVE_TIMEOUT: Final = 75.0
 
 
 class Daemon:
@@ -385,6 +386,10 @@ class Daemon:
         # hypercorn's default backlog (100) overflowed when a thousand clients connected within
         # seconds (scripts/bench_scale.py): the kernel reset the connections past it.
         config.backlog = _LISTEN_BACKLOG
+        # Longer than clients keep an idle connection (httpx 5 s, hypercorn's default too): at equal
+        # timeouts a client could send on a connection the server was closing, and a POST cannot be
+        # sent again (a node_down scenario's execute: "Server disconnected without sending a response").
+        config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
         # Plain loggers: their lines reach the one log stream (logs.py) instead of hypercorn's own.
         config.errorlog = logging.getLogger("hypercorn.error")
         config.accesslog = logging.getLogger("hypercorn.access") if self.settings.log.access else None

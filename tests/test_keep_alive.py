@@ -1,0 +1,17 @@
+"""The API keeps an idle connection open longer than its clients do."""
+
+from __future__ import annotations
+
+import httpx
+
+from supervisor.config import Settings
+from supervisor.daemon import Daemon
+
+
+def test_the_api_outlasts_a_clients_idle_connection() -> None:
+    """At equal timeouts a client may send on a connection the server is closing, and a POST (a
+    claim, an execution) cannot be sent again: the server must be the one that waits longer."""
+    client_expiry = httpx.Limits().keepalive_expiry
+    assert client_expiry is not None
+    config = Daemon(Settings(), environ={})._hypercorn_config()
+    assert config.keep_alive_timeout > 10 * client_expiry
