@@ -125,7 +125,7 @@ class Daemons:
 
     async def active(self, http: httpx.AsyncClient) -> str | None:
         """The daemon whose health answers 204, as a health-checked load balancer picks."""
-        for name, api in self.apis.items():
+        for name, api in list(self.apis.items()):  # a daemon may be replaced meanwhile
             try:
                 if (await http.get(f"{api}/health", timeout=2)).status_code == 204:
                     return name
