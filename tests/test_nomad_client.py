@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -302,3 +303,24 @@ def test_tls_checks_the_configured_name_on_servers_and_clients_name_on_agents() 
 def test_nomad_skip_verify_is_read_as_nomads_cli_reads_it(value: str, skips: bool) -> None:
     settings = NomadSettings.from_env({"NOMAD_ADDR": "https://10.0.0.1:4646", "NOMAD_SKIP_VERIFY": value})
     assert settings.skip_verify is skips
+
+
+async def test_a_read_response_is_freed_without_the_garbage_collector() -> None:
+    # httpx binds each response's stream to the response; unless the client breaks that cycle, a
+    # listing's body stays in memory until the collector's next full pass.
+    def handler(request: httpx.Request) -> httpx.Response:
+        return json_response(load_fixture("jobs_list.json"))
+
+    def responses() -> int:
+        return sum(isinstance(o, httpx.Response) for o in gc.get_objects())
+
+    async with make_client(handler) as client:
+        gc.collect()
+        before = responses()
+        gc.disable()
+        try:
+            for _ in range(3):
+                await client.list_jobs(meta=True)
+            assert responses() == before
+        finally:
+            gc.enable()

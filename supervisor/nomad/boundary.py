@@ -10,7 +10,7 @@ import httpx
 
 from ..errors import NomadNotFound, NomadPermissionDenied, NomadRequestError, NomadUnavailableError
 
-__all__ = ["translate_status", "translate_transport_errors"]
+__all__ = ["release_response", "translate_status", "translate_transport_errors"]
 
 # Nomad answers these with 500 although no retry can help (nomad-api.md §4, §6).
 _TERMINAL_500_TEXTS: Final = (
@@ -44,3 +44,13 @@ def translate_transport_errors(what: str) -> Iterator[None]:
         yield
     except httpx.TransportError as exc:
         raise NomadUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def release_response(response: httpx.Response) -> None:
+    """Let the response go as soon as nothing refers to it. httpx (0.28) binds each response's
+    stream to the response, to time it: a reference cycle that keeps the response and its body
+    until the garbage collector's next full pass, which with a large heap comes seldom. A listing
+    of 10,000 runners is 16 MB of body. A response that is not closed yet keeps its stream, which
+    holds its connection; ``response.content`` stays readable."""
+    if response.is_closed:
+        response.stream = httpx.ByteStream(b"")

@@ -25,7 +25,7 @@ from loguru import logger
 
 from ..errors import NomadUnavailableError, SupervisorError, TerminalError, TransientError
 from .agents import AgentDirectory, AgentRoute
-from .boundary import translate_status, translate_transport_errors
+from .boundary import release_response, translate_status, translate_transport_errors
 from .decode import structure, structure_list
 from .events import EventStream, open_event_stream
 from .exec import ExecSession, open_exec
@@ -190,6 +190,7 @@ class NomadClient:
                 timeout=http_timeout if http_timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 extensions=self.request_extensions(),
             )
+        release_response(response)
         error = translate_status(response.status_code, response.text, what)
         if error is not None:
             raise error

@@ -29,7 +29,7 @@ from ..errors import (
     StreamLineTooLong,
     StreamServerError,
 )
-from .boundary import translate_status, translate_transport_errors
+from .boundary import release_response, translate_status, translate_transport_errors
 from .connection import NomadConnection
 from .decode import decode_batch
 from .models import EventBatch
@@ -220,3 +220,4 @@ async def open_event_stream(
     finally:
         with trio.move_on_after(client.settings.close_timeout, shield=True):
             await response.aclose()
+        release_response(response)
