@@ -38,10 +38,11 @@ from bench_exec import ENVIRONMENT, start
 from targets import target
 
 from supervisor.environments import TEMPLATE_PREFIX, ExecutionEnvironment, runner_job, runner_prefix
-from supervisor.nomad import AllocListStub, JobListStub, NomadClient, NomadSettings, structure_list
+from supervisor.nomad import JobListStub, NomadClient, NomadSettings, structure_list
+from supervisor.nomad.decode import structure_lean_alloc_stubs
 from supervisor.pool import RunnerPool
 from supervisor.runners import Runner, RunnerState
-from supervisor.service import LIVE_ALLOCATIONS
+from supervisor.service import LIVE_ALLOCATIONS, RELIST_PAGE
 from supervisor.simulator import SimConfig
 from supervisor.simulator.encode import alloc_stub, empty_summary, job_stub
 from supervisor.simulator.objects import SimAlloc, SimJob
@@ -96,7 +97,7 @@ def relist_cpu_at_scale(runners: int = 10_000, environments: int = 20) -> tuple[
     for _ in range(3):
         began = time.process_time()
         listed_jobs = structure_list(orjson.loads(jobs_body), JobListStub)
-        listed_allocs = structure_list(orjson.loads(allocs_body), AllocListStub)
+        listed_allocs = structure_lean_alloc_stubs(orjson.loads(allocs_body))
         pool.reconcile(listed_jobs, listed_allocs, 0.0, index=20)
         best = min(best, time.process_time() - began)
     return best, len(jobs_body) + len(allocs_body)
@@ -123,8 +124,10 @@ async def measure_relists(nomad_address: str) -> dict[str, tuple[float, int]]:
     async def ours() -> None:
         await client.list_nodes()
         await client.list_jobs(TEMPLATE_PREFIX, meta=True)
-        await client.list_jobs(runner_prefix(ENVIRONMENT_ID), meta=True)
-        await client.list_allocations(filter=LIVE_ALLOCATIONS, resources=True, task_states=False)
+        await client.list_jobs(runner_prefix(ENVIRONMENT_ID), meta=True, per_page=RELIST_PAGE)
+        await client.list_allocations(
+            filter=LIVE_ALLOCATIONS, resources=True, task_states=False, per_page=RELIST_PAGE, lean=True
+        )
 
     async def everything() -> None:
         await client.list_nodes()

@@ -56,6 +56,8 @@ T = TypeVar("T")
 _ROUTINE_ENDS: Final = frozenset({REASON_DESTROYED, REASON_ENVIRONMENT})
 # Runners named in one such line; more are counted.
 _NAMED: Final = 5
+# Allocations per page of a relist's listing: with lean stubs, its memory is one page's at a time.
+RELIST_PAGE: Final = 2000
 LIVE_ALLOCATIONS: Final = (
     'DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
     'and ClientStatus != "lost"'
@@ -278,11 +280,13 @@ class RunnerService:
         jobs: list[JobListStub] = []
         index = min(nodes.index, templates.index)
         for environment_id in sorted(self.pool.environments):
-            runners = await self.client.list_jobs(runner_prefix(environment_id), meta=True)
+            runners = await self.client.list_jobs(
+                runner_prefix(environment_id), meta=True, per_page=RELIST_PAGE
+            )
             jobs += runners.value
             index = min(index, runners.index)
         allocs = await self.client.list_allocations(
-            filter=LIVE_ALLOCATIONS, resources=True, task_states=False
+            filter=LIVE_ALLOCATIONS, resources=True, task_states=False, per_page=RELIST_PAGE, lean=True
         )
         index = max(seen, min(index, allocs.index))
         self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))

@@ -33,7 +33,9 @@ class NomadDouble:
     async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
         _unexpected("deregister_job")
 
-    async def list_jobs(self, prefix: str = "", *, meta: bool = False) -> Indexed[list[JobListStub]]:
+    async def list_jobs(
+        self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
+    ) -> Indexed[list[JobListStub]]:
         _unexpected("list_jobs")
 
     async def get_job(self, job_id: str) -> Indexed[Job]:
@@ -43,7 +45,13 @@ class NomadDouble:
         _unexpected("list_nodes")
 
     async def list_allocations(
-        self, *, resources: bool = True, task_states: bool = True, filter: str = ""
+        self,
+        *,
+        resources: bool = True,
+        task_states: bool = True,
+        filter: str = "",
+        per_page: int | None = None,
+        lean: bool = False,
     ) -> Indexed[list[AllocListStub]]:
         _unexpected("list_allocations")
 

@@ -107,6 +107,30 @@ async def test_list_allocations_with_resources_and_nodes_without_namespace() -> 
     assert "namespace" not in seen[1].url.params, "nodes are not namespaced"
 
 
+async def test_a_lean_listing_is_read_page_by_page_and_keeps_no_whole_objects() -> None:
+    stubs = load_fixture("allocations_list_resources.json")
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if "next_token" not in request.url.params:
+            return json_response(stubs[:1], index=50, headers={"X-Nomad-NextToken": stubs[1]["ID"]})
+        return json_response(stubs[1:], index=51)
+
+    async with make_client(handler) as client:
+        lean = await client.list_allocations(per_page=1, lean=True)
+        whole = await client.list_allocations(per_page=1)
+
+    assert [r.url.params["per_page"] for r in seen] == ["1"] * 4
+    assert lean.index == 50, "the first page's index: the earliest view"
+    assert [a.id for a in lean.value] == [a.id for a in whole.value] == [s["ID"] for s in stubs]
+    assert lean.value[0].ports == whole.value[0].ports
+    assert lean.value[1].client_status == whole.value[1].client_status == stubs[1]["ClientStatus"]
+    assert all(a.raw == {} for a in lean.value), "Nomad's whole objects are not kept"
+    assert whole.value[1].task_group == "runner"
+    assert lean.value[1].task_group == "", "a field decoded on first read is a zero value"
+
+
 async def test_writes_send_nomads_bodies() -> None:
     seen: list[httpx.Request] = []
 

@@ -63,7 +63,9 @@ class _GatedNomad(NomadDouble):
         self.jobs.pop(job_id, None)
         return JobDeregisterResponse()
 
-    async def list_jobs(self, prefix: str = "", *, meta: bool = False) -> Indexed[list[JobListStub]]:
+    async def list_jobs(
+        self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
+    ) -> Indexed[list[JobListStub]]:
         listing = [JobListStub(id=i, meta=j["Meta"]) for i, j in self.jobs.items() if i.startswith(prefix)]
         await self._gate("list")  # the listing was taken before the answer is held back
         return Indexed(listing, 10)
@@ -154,7 +156,9 @@ class _RestartedNomad(_GatedNomad):
         self.orphans_listed, self.orphans_answer = trio.Event(), trio.Event()
         self.sweep_opened, self.sweep_answer = trio.Event(), trio.Event()
 
-    async def list_jobs(self, prefix: str = "", *, meta: bool = False) -> Indexed[list[JobListStub]]:
+    async def list_jobs(
+        self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
+    ) -> Indexed[list[JobListStub]]:
         if not prefix:
             self.orphans_listed.set()
             await self.orphans_answer.wait()

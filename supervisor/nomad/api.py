@@ -80,8 +80,11 @@ class NomadApi(JobWriter, ExecOpener, Protocol):
     def rotate_address(self) -> None:
         """Send the next request to the next server."""
 
-    async def list_jobs(self, prefix: str = "", *, meta: bool = False) -> Indexed[list[JobListStub]]:
-        """Job stubs whose ID starts with ``prefix``; with ``meta``, their meta too."""
+    async def list_jobs(
+        self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
+    ) -> Indexed[list[JobListStub]]:
+        """Job stubs whose ID starts with ``prefix``, read ``per_page`` at a time; with ``meta``, their
+        meta too."""
 
     async def get_job(self, job_id: str) -> Indexed[Job]:
         """The full job."""
@@ -90,9 +93,16 @@ class NomadApi(JobWriter, ExecOpener, Protocol):
         """Every node's stub."""
 
     async def list_allocations(
-        self, *, resources: bool = True, task_states: bool = True, filter: str = ""
+        self,
+        *,
+        resources: bool = True,
+        task_states: bool = True,
+        filter: str = "",
+        per_page: int | None = None,
+        lean: bool = False,
     ) -> Indexed[list[AllocListStub]]:
-        """Allocation stubs that match a Nomad filter expression."""
+        """Allocation stubs that match a Nomad filter expression, read ``per_page`` at a time;
+        ``lean`` ones keep only the fields decoded at once."""
 
     async def get_allocation(self, alloc_id: str) -> Indexed[Allocation]:
         """The full allocation."""

@@ -26,7 +26,7 @@ from loguru import logger
 from ..errors import NomadUnavailableError, SupervisorError, TerminalError, TransientError
 from .agents import AgentDirectory, AgentRoute
 from .boundary import release_response, translate_status, translate_transport_errors
-from .decode import structure, structure_list
+from .decode import structure, structure_lean_alloc_stubs, structure_list
 from .events import EventStream, open_event_stream
 from .exec import ExecSession, open_exec
 from .models import (
@@ -217,21 +217,28 @@ class NomadClient:
         return orjson.loads(response.content), int(response.headers.get("X-Nomad-Index", "0"))
 
     async def _read_pages(
-        self, path: str, *, params: Mapping[str, str], per_page: int | None, namespaced: bool = True
-    ) -> tuple[list[Any], int]:
-        """Every page of a list endpoint; the index is the first page's, the earliest view."""
+        self,
+        path: str,
+        decode: Callable[[list[Any]], list[T]],
+        *,
+        params: Mapping[str, str],
+        per_page: int | None,
+        namespaced: bool = True,
+    ) -> Indexed[list[T]]:
+        """Every page of a list endpoint, each decoded as it comes; the index is the first page's,
+        the earliest view."""
         query = dict(params)
         if per_page is not None:
             query["per_page"] = str(per_page)
-        items: list[Any] = []
+        items: list[T] = []
         first_index = 0
         while True:
             response = await self.request("GET", path, params=query, namespaced=namespaced)
-            items.extend(orjson.loads(response.content) or ())
+            items += decode(orjson.loads(response.content))
             first_index = first_index or int(response.headers.get("X-Nomad-Index", "0"))
             next_token = response.headers.get("X-Nomad-NextToken", "")
             if not next_token or per_page is None:
-                return items, first_index
+                return Indexed(items, first_index)
             query["next_token"] = next_token
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -243,8 +250,9 @@ class NomadClient:
         params = {"prefix": prefix} if prefix else {}
         if meta:
             params["meta"] = "true"
-        items, index = await self._read_pages("/v1/jobs", params=params, per_page=per_page)
-        return Indexed(structure_list(items, JobListStub), index)
+        return await self._read_pages(
+            "/v1/jobs", lambda page: structure_list(page, JobListStub), params=params, per_page=per_page
+        )
 
     async def get_job(self, job_id: str, *, index: int = 0, wait: float | None = None) -> Indexed[Job]:
         """The full job; a blocking query when ``index`` is given."""
@@ -282,9 +290,11 @@ class NomadClient:
         task_states: bool = True,
         filter: str = "",
         per_page: int | None = None,
+        lean: bool = False,
     ) -> Indexed[list[AllocListStub]]:
         """Allocation stubs; ``filter`` is a Nomad filter expression, evaluated by Nomad against
-        each full allocation."""
+        each full allocation. ``lean`` stubs keep only the fields decoded at once (the others read
+        as zero values): with ``per_page``, a listing's memory is then one page at a time."""
         params = {"prefix": prefix} if prefix else {}
         if filter:
             params["filter"] = filter
@@ -292,8 +302,11 @@ class NomadClient:
             params["resources"] = "true"
         if not task_states:
             params["task_states"] = "false"
-        items, index = await self._read_pages("/v1/allocations", params=params, per_page=per_page)
-        return Indexed(structure_list(items, AllocListStub), index)
+
+        def decode(page: list[Any]) -> list[AllocListStub]:
+            return structure_lean_alloc_stubs(page) if lean else structure_list(page, AllocListStub)
+
+        return await self._read_pages("/v1/allocations", decode, params=params, per_page=per_page)
 
     async def get_allocation(
         self, alloc_id: str, *, index: int = 0, wait: float | None = None

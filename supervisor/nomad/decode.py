@@ -43,7 +43,7 @@ from .models import (
     use_decoder,
 )
 
-__all__ = ["decode_batch", "nomad_key", "structure", "structure_list"]
+__all__ = ["decode_batch", "nomad_key", "structure", "structure_lean_alloc_stubs", "structure_list"]
 
 T = TypeVar("T")
 Hook = Callable[[Any, Any], Any]
@@ -196,8 +196,9 @@ def _make_converter(*, hand_written: bool = True) -> cattrs.Converter:
 # -- the hand-written decoders, in the models' field order ----------------------------------------
 
 
-def _structure_allocation(data: Any, model: type[Any]) -> Any:
-    """An Allocation or an AllocListStub (``model``)."""
+def _structure_allocation(data: Any, model: type[Any], raw: bool = True) -> Any:
+    """An Allocation or an AllocListStub (``model``); without ``raw``, Nomad's whole object is not
+    kept (the fields decoded on first read are then zero)."""
     if type(data) is not dict:
         data = _zero(data, dict, model.__name__)
     get = data.get
@@ -241,7 +242,7 @@ def _structure_allocation(data: Any, model: type[Any]) -> Any:
         resources,
         create_index,
         modify_index,
-        data,
+        data if raw else {},
     )
 
 
@@ -371,6 +372,13 @@ def structure_list(data: list[Mapping[str, Any]] | None, model: type[T]) -> list
     """A Nomad list answer; ``null`` is empty."""
     hook = _converter.get_structure_hook(model)
     return [hook(item, model) for item in data or ()]
+
+
+def structure_lean_alloc_stubs(data: list[Mapping[str, Any]] | None) -> list[AllocListStub]:
+    """Allocation stubs that keep only the fields decoded at once (what the pool reads), not Nomad's
+    whole objects: a listing of 10,000 allocations would otherwise stay in memory as long as its
+    stubs."""
+    return [_structure_allocation(item, AllocListStub, raw=False) for item in data or ()]
 
 
 # -- the event stream -----------------------------------------------------------------------------

@@ -7,8 +7,9 @@ validation and while the cluster has no leader.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
@@ -186,20 +187,28 @@ class NomadAPI:
         return request.arg("namespace") or "default"
 
     @staticmethod
-    def _paginate(request: Request, items: list[Any], key: Callable[[Any], str]) -> tuple[list[Any], str]:
+    def _paginate(
+        request: Request, items: Iterable[_Item], key: Callable[[_Item], str], fields: Mapping[str, Getter]
+    ) -> tuple[list[_Item], str]:
+        """The ``filter``'s matches from ``next_token`` on, ``per_page`` of them, and the next
+        token; ``items`` in token order. As Nomad's paginator does, the items are read and the
+        filter evaluated only until the page is full."""
+        predicate = compile_filter(request.arg("filter"), fields)
         raw = request.arg("per_page")
-        if not raw:
-            return items, ""
         try:
-            per_page = int(raw)
+            per_page = int(raw) if raw else 0
         except ValueError:
             raise NomadError(400, f"Failed to parse per_page: {raw}") from None
-        token = request.arg("next_token")
+        token = request.arg("next_token") if raw else ""
         if token:
-            items = [item for item in items if key(item) >= token]
-        if per_page <= 0 or len(items) <= per_page:
-            return items, ""
-        return items[:per_page], key(items[per_page])
+            items = itertools.dropwhile(lambda item: key(item) < token, items)
+        selected = iter(items) if predicate is None else (item for item in items if predicate(item))
+        if per_page <= 0:
+            return list(selected), ""
+        page = list(itertools.islice(selected, per_page + 1))
+        if len(page) <= per_page:
+            return page, ""
+        return page[:per_page], key(page[per_page])
 
     @staticmethod
     def _filtered(request: Request, items: list[_Item], fields: Mapping[str, Getter]) -> list[_Item]:
@@ -229,8 +238,7 @@ class NomadAPI:
             ),
             key=lambda j: (j.namespace, j.id),
         )
-        jobs = self._filtered(request, jobs, JOB_FIELDS)
-        page, next_token = self._paginate(request, jobs, lambda j: j.id)
+        page, next_token = self._paginate(request, jobs, lambda j: j.id, JOB_FIELDS)
         meta = request.arg("meta") in ("true", "1")
         body = [self._encoded_job_stub(j, meta) for j in page]
         headers = self._headers(index) + ((("X-Nomad-NextToken", next_token),) if next_token else ())
@@ -304,16 +312,13 @@ class NomadAPI:
         ``task_states`` and pages."""
         index = await self._blocking(request, lambda: self.state.table_index["allocs"])
         namespace, prefix = self._namespace(request), request.arg("prefix")
-        allocs = sorted(
-            (
-                a
-                for a in self.state.allocs.values()
-                if (namespace == "*" or a.namespace == namespace) and a.id.startswith(prefix)
-            ),
-            key=lambda a: a.id,
+        by_id = self.state.allocs
+        allocs = (
+            a
+            for a in map(by_id.__getitem__, sorted(by_id))
+            if (namespace == "*" or a.namespace == namespace) and a.id.startswith(prefix)
         )
-        allocs = self._filtered(request, allocs, ALLOC_FIELDS)
-        page, next_token = self._paginate(request, allocs, lambda a: a.id)
+        page, next_token = self._paginate(request, allocs, lambda a: a.id, ALLOC_FIELDS)
         resources = request.arg("resources") in ("true", "1")
         task_states = request.arg("task_states") not in ("false", "0")
         body = [_encoded_alloc_stub(a, resources, task_states) for a in page]

@@ -98,6 +98,22 @@ async def test_pagination_with_next_token(cluster: SimulatedCluster, client: Nom
     assert "X-Nomad-NextToken" not in last.headers
 
 
+async def test_a_filtered_listing_pages_through_its_matches_only(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    for i in range(7):
+        await client.register_job(batch_job(f"page-{i}"))
+    wanted = 'ID == "page-1" or ID == "page-3" or ID == "page-5"'
+    first = await raw(cluster, "GET", "/v1/jobs", params={"per_page": "2", "filter": wanted})
+    assert [j["ID"] for j in first.json()] == ["page-1", "page-3"]
+    assert first.headers["X-Nomad-NextToken"] == "page-5", "the token names the next match"
+    matches = await raw(
+        cluster, "GET", "/v1/jobs", params={"per_page": "2", "filter": wanted, "next_token": "page-5"}
+    )
+    assert [j["ID"] for j in matches.json()] == ["page-5"]
+    assert "X-Nomad-NextToken" not in matches.headers
+
+
 async def test_blocking_query_returns_on_change_or_after_wait(
     cluster: SimulatedCluster, client: NomadClient, autojump_clock: trio.abc.Clock
 ) -> None:
