@@ -57,7 +57,7 @@ _ROUTINE_ENDS: Final = frozenset({REASON_DESTROYED, REASON_ENVIRONMENT})
 # Runners named in one such line; more are counted.
 _NAMED: Final = 5
 # Allocations per page of a relist's listing: with lean stubs, its memory is one page's at a time.
-RELIST_PAGE: Final = 2000
+RELIST_PAGE: Final = 5000
 LIVE_ALLOCATIONS: Final = (
     'DesiredStatus == "run" and ClientStatus != "complete" and ClientStatus != "failed" '
     'and ClientStatus != "lost"'
