@@ -15,7 +15,9 @@ drains (and is made eligible again later), the streams are cut, an allocation fa
 down past its heartbeat grace.
 
 Invariants, checked from outside: every execution ends with exactly one terminal message; one that
-ends in error overlapped a fault that can cut it; no output is lost; no runner ID is handed out
+ends in error, or with a non-zero exit code (its command killed under it, as the task of a
+replaced allocation is), overlapped a fault that can cut it; no output is lost (a killed command's
+output is what it printed before: a prefix of the whole); no runner ID is handed out
 twice, and every claimed workspace is empty; no runner job leaks at the end; every pool is back to
 strength within 10 s of each fault (where the next fault lets it); the daemon's trio tasks, open
 descriptors and RSS drift less than 10% between minute 2 and the end of the load.
@@ -183,11 +185,16 @@ async def run_in(
     soak.lives.append({"start": start, "end": soak.now(), "outcome": outcome})
     if len(ends) != 1:
         soak.violations["terminal_messages"].append({"runner": runner, "ends": ends})
-    elif outcome == "exit":
-        output = "".join(m["data"] for m in messages if m["type"] == "stdout")
-        if output != f"{token}.\n":
-            soak.violations["lost_output"].append({"runner": runner, "output": output[:80]})
     else:
+        output = "".join(m["data"] for m in messages if m["type"] == "stdout")
+        whole = f"{token}.\n"
+        clean = outcome == "exit" and ends[-1]["data"] == 0
+        # A command killed under its execution printed a part of its output, all of it there.
+        lost = (output != whole) if clean else (outcome == "exit" and not whole.startswith(output))
+        if lost:
+            soak.violations["lost_output"].append({"runner": runner, "output": output[:80]})
+        if clean:
+            return True
         fault = soak.culprit(start, soak.now(), node, runner)
         error = {"runner": runner, "node": node, "at": start, "end": ends[-1], "fault": fault}
         soak.errors.append(error)
