@@ -257,7 +257,8 @@ class Allocation(_AllocationFields):
 
 @frozen(slots=False)
 class AllocListStub(_AllocationFields):
-    """An entry of ``GET /v1/allocations`` or ``/v1/job/:id/allocations``; no PreviousAllocation."""
+    """An entry of ``GET /v1/allocations`` or ``/v1/job/:id/allocations``; no PreviousAllocation. A
+    lean one (a relist's) keeps no ``raw`` object: its fields decoded on first read are zero."""
 
     job_type = _Raw("JobType", str)
     job_version = _Raw("JobVersion", int)
