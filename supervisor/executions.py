@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import sys
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -138,7 +139,8 @@ class ExecutionService:
         self._agent_wait = agent_wait
         self._agent_retry = agent_retry
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
-        self._variables: dict[str, tuple[str, ...]] = {}
+        # Each runner's allocation and its NOMAD_* variable names, until the runner goes.
+        self._variables: dict[str, tuple[str, tuple[str, ...]]] = {}
         # Ended executions by their terminal message ("closed": the client left first).
         self.outcomes: dict[str, int] = {"exit": 0, "timeout": 0, "error": 0, "closed": 0}
         # Executions by the path their exec session took: straight to the agent, or via a server.
@@ -181,6 +183,7 @@ class ExecutionService:
             if running.runner_id == runner_id:
                 running.gone_reason = reason
                 running.scope.cancel(f"runner {runner_id} gone: {reason}")
+        self._variables.pop(runner_id, None)
         for execution_id in [k for k, (r, _) in self._pending.items() if r.runner_id == runner_id]:
             del self._pending[execution_id]
 
@@ -353,7 +356,7 @@ class ExecutionService:
                 request.environment,
                 execution_id=running.execution_id,
                 privileged=request.privileged,
-                nomad_variables=await self._nomad_variables(alloc_id),
+                nomad_variables=await self._nomad_variables(running.runner_id, alloc_id),
                 unprivileged_wrapper=self._settings.unprivileged_wrapper,
             )
             async with (
@@ -376,19 +379,22 @@ class ExecutionService:
                 logger.warning("execution {} also failed: {}", running.execution_id, other)
             attempt.failure = cast(SupervisorError, failures[0])
 
-    async def _nomad_variables(self, alloc_id: str) -> tuple[str, ...]:
-        """The allocation's NOMAD_* variable names, read once per allocation (they never change)."""
-        names = self._variables.get(alloc_id)
-        if names is None:
-            async with self._client.open_exec(
-                alloc_id, task=self._settings.task, command=NOMAD_VARIABLES_COMMAND
-            ) as s:
-                exited, stdout, _ = await s.wait_exit()
-            if exited.exit_code != 0:
-                raise RunnerCommandFailed(f"listing the task's environment failed (exit {exited.exit_code})")
-            names = self._variables[alloc_id] = nomad_variable_names(stdout)
-            if len(self._variables) > _VARIABLES_CACHE:
-                del self._variables[next(iter(self._variables))]
+    async def _nomad_variables(self, runner_id: str, alloc_id: str) -> tuple[str, ...]:
+        """The allocation's NOMAD_* variable names, read once per allocation (they never change)
+        and kept until its runner goes."""
+        cached = self._variables.get(runner_id)
+        if cached is not None and cached[0] == alloc_id:
+            return cached[1]
+        async with self._client.open_exec(
+            alloc_id, task=self._settings.task, command=NOMAD_VARIABLES_COMMAND
+        ) as s:
+            exited, stdout, _ = await s.wait_exit()
+        if exited.exit_code != 0:
+            raise RunnerCommandFailed(f"listing the task's environment failed (exit {exited.exit_code})")
+        names = tuple(sys.intern(name) for name in nomad_variable_names(stdout))
+        self._variables[runner_id] = (alloc_id, names)
+        if len(self._variables) > _VARIABLES_CACHE:  # a bound, should runners' ends go unseen
+            del self._variables[next(iter(self._variables))]
         return names
 
     async def _stop(self, running: _Running, alloc_id: str) -> StopOutcome:

@@ -172,3 +172,30 @@ async def test_a_runner_gone_after_the_command_exited_still_reports_the_exit() -
             await trio.testing.wait_all_tasks_blocked()
             nursery.cancel_scope.cancel("test over")
     assert client.sent == [{"type": "start"}, {"type": "exit", "data": 0}], "the outcome is known"
+
+
+class _Listing(_SlowToClose):
+    """Exec sessions that exit at once; counts the listings of the task's NOMAD_* variables."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listings = 0
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+        self.listings += command is NOMAD_VARIABLES_COMMAND
+        yield _ExitedSession()
+
+
+async def test_a_runners_variable_names_are_read_once_and_forgotten_when_it_goes() -> None:
+    nomad = _Listing()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            service = _service(nomad, ExecutionSettings(), nursery)
+            request = ExecutionRequest("10-runner", "true", {}, 0, False)
+            for execution in ("exec-1", "exec-2"):
+                await service.serve(_Client(), execution, request)
+            assert nomad.listings == 1, "read once per allocation"
+            service.runner_gone("10-runner", "the runner was destroyed by request")
+            await service.serve(_Client(), "exec-3", request)
+            assert nomad.listings == 2, "what a runner that went left is not kept"
