@@ -1,4 +1,4 @@
-"""Two fixes for hypercorn 0.18's trio worker, applied before the API server starts.
+"""Three fixes for hypercorn 0.18's trio worker, applied before the API server starts.
 
 ``TCPServer._close`` calls ``send_eof()`` without taking the connection's ``send_lock``, while every
 other write takes it. When a WebSocket client closes just as the application finishes (the
@@ -11,6 +11,13 @@ Its writes are shielded from cancellation, so a client that stops reading (a dow
 reads, its TCP window full) holds its connection, and with it the server's graceful stop, for as long
 as it likes. ``close_connections`` closes every connection's socket, which ends such a write at once:
 the daemon calls it when its stop's budget has passed.
+
+A connection that its client closes before sending a request stays open until the keep-alive
+timer that started when it was accepted fires: the reader sees the end of the stream and returns,
+but the connection's task group waits for that timer. With the API's keep-alive of 75 s, a load of
+a few hundred clients had 200 such connections open at once (their sockets in CLOSE-WAIT, their
+tasks alive). Once the reader is done nothing more can arrive, so the timer is stopped: the
+connection closes as soon as its requests have ended.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ _CONNECTIONS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def apply() -> None:
-    """Patch ``TCPServer._close`` once; later calls do nothing."""
+    """Patch ``TCPServer`` once; later calls do nothing."""
     server_class: Any = tcp_server.TCPServer
     if getattr(server_class, _PATCHED, False):
         return
@@ -55,8 +62,15 @@ def apply() -> None:
         original_init(self, *args, **kwargs)
         _CONNECTIONS.add(self)
 
+    original_read: Callable[[Any], Awaitable[None]] = server_class._read_data
+
+    async def read_then_stop_idle_timer(self: Any) -> None:
+        await original_read(self)
+        await self.idle_task.stop()
+
     server_class._close = close_under_send_lock
     server_class.__init__ = init_and_remember
+    server_class._read_data = read_then_stop_idle_timer
     setattr(server_class, _PATCHED, True)
 
 

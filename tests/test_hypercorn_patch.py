@@ -1,11 +1,15 @@
-"""The hypercorn fix: closing a connection waits for a write in flight instead of colliding with it."""
+"""The hypercorn fixes: closing a connection waits for a write in flight instead of colliding with
+it, and a connection its client closed before any request is closed at once."""
 
 from __future__ import annotations
 
-from typing import cast
+from functools import partial
+from typing import Any, cast
 
 import trio
 import trio.testing
+from hypercorn.config import Config
+from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 
 from supervisor import hypercorn_patch
@@ -59,3 +63,28 @@ async def test_close_by_the_task_that_holds_the_lock_goes_straight_on() -> None:
         async with server.send_lock:
             await TCPServer._close(cast(TCPServer, server))
     assert server.stream.calls == ["send_eof", "aclose"]
+
+
+async def _hello(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def test_a_connection_closed_before_its_first_request_is_closed_at_once() -> None:
+    hypercorn_patch.apply()
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.keep_alive_timeout = 75.0
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, _hello, config, mode="asgi"))
+        client = await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1]))
+        await client.send_eof()  # the client leaves without a request
+        with trio.fail_after(5):  # without the fix, the server closes its end after 75 s
+            assert await client.receive_some() == b""
+        await client.aclose()
+        nursery.cancel_scope.cancel()
