@@ -14,9 +14,9 @@ the daemon calls it when its stop's budget has passed.
 
 A connection that its client closes before sending a request stays open until the keep-alive
 timer that started when it was accepted fires: the reader sees the end of the stream and returns,
-but the connection's task group waits for that timer. With the API's keep-alive of 75 s, a load of
-a few hundred clients had 200 such connections open at once (their sockets in CLOSE-WAIT, their
-tasks alive). Once the reader is done nothing more can arrive, so the timer is stopped: the
+but the connection's task group waits for that timer. With the API's keep-alive of 75 s, the
+soak's load (at most 100 clients) had 202 such connections open at once (their sockets in
+CLOSE-WAIT, their tasks alive). Once the reader is done nothing more can arrive, so the timer is stopped: the
 connection closes as soon as its requests have ended.
 """
 
