@@ -191,8 +191,8 @@ class NomadAPI:
         request: Request, items: Iterable[_Item], key: Callable[[_Item], str], fields: Mapping[str, Getter]
     ) -> tuple[list[_Item], str]:
         """The ``filter``'s matches from ``next_token`` on, ``per_page`` of them, and the next
-        token; ``items`` in token order. As Nomad's paginator does, the items are read and the
-        filter evaluated only until the page is full."""
+        token. As Nomad's paginator does, the items are read and the filter evaluated only until
+        the page is full."""
         predicate = compile_filter(request.arg("filter"), fields)
         raw = request.arg("per_page")
         try:
@@ -201,7 +201,7 @@ class NomadAPI:
             raise NomadError(400, f"Failed to parse per_page: {raw}") from None
         token = request.arg("next_token") if raw else ""
         if token:
-            items = itertools.dropwhile(lambda item: key(item) < token, items)
+            items = (item for item in items if key(item) >= token)
         selected = iter(items) if predicate is None else (item for item in items if predicate(item))
         if per_page <= 0:
             return list(selected), ""
