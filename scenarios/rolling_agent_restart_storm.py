@@ -15,8 +15,8 @@ The roll: each agent drains on shutdown (a 3 s deadline), is away 2 s, registers
 operator's upgrade script makes its node eligible again; four clients claim, run and give back a
 runner every second.
 The daemon replaces the idle runners of each draining node. Its ``factory.registrations_per_second``
-(default 20) paces those registrations, but a pace alone would have 40 tasks starting at once on the
-agent that takes them (20 a second, each 2 s to start); ``factory.max_starting`` (default 10) holds
+(default 50) paces those registrations, but a pace alone would have 100 tasks starting at once on
+the agent that takes them (50 a second, each 2 s to start); ``factory.max_starting`` (default 10) holds
 new runner jobs while 10 of its earlier ones have no running allocation.
 
 The same roll then runs again with both lifted (``registrations_per_second`` and ``max_starting`` =

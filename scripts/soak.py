@@ -311,56 +311,68 @@ def watch_strength(api: str, soak: Soak, stop: threading.Event) -> None:
 
 
 @contextlib.asynccontextmanager
-async def looking_at_strength(api: str, soak: Soak) -> AsyncIterator[None]:
-    """``watch_strength`` in its thread for the time of the block."""
+async def watching(soak: Soak, api: str, daemon_pid: int) -> AsyncIterator[None]:
+    """``watch_strength`` and ``sample``, each in a thread of its own, for the time of the block."""
     stop = threading.Event()
-    looking = threading.Thread(target=watch_strength, args=(api, soak, stop), daemon=True)
-    looking.start()
+    metrics_url = api.removesuffix("/api/v1") + "/metrics"
+    threads = [
+        threading.Thread(target=watch_strength, args=(api, soak, stop), daemon=True),
+        threading.Thread(target=sample, args=(api, metrics_url, daemon_pid, soak, stop), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
     try:
         yield
     finally:
         stop.set()
-        looking.join()
+        for thread in threads:
+            thread.join()
 
 
-async def sample(http: httpx.AsyncClient, metrics_url: str, daemon_pid: int, soak: Soak) -> None:
-    """The pools, the stream and the daemon's resources, every second."""
-    while True:
-        try:
-            stats = (await http.get("/statistics/execution-environments")).json()
-            details = (await http.get("/health/details")).json()["checks"]
-            metrics = (await http.get(metrics_url)).text
-        except (httpx.HTTPError, KeyError, ValueError):
-            await trio.sleep(1)
-            continue
-        tasks, backlog, suspect = (
-            metric(metrics, name)
-            for name in ("supervisor_trio_tasks", "supervisor_factory_backlog", "supervisor_runners_suspect")
-        )
-        starting = sum(
-            float(line.split()[-1])
-            for line in metrics.splitlines()
-            if line.startswith("supervisor_runners{") and 'state="starting"' in line
-        )
-        status = (await trio.Path(f"/proc/{daemon_pid}/status").read_text()).splitlines()
-        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-        soak.samples.append(
-            {
-                "t": soak.now(),
-                "idle": sum(s["idleRunners"] for s in stats.values()),
-                "used": sum(s["usedRunners"] for s in stats.values()),
-                "at_strength": all(stats.get(str(e), {}).get("idleRunners", 0) >= POOL for e in ENVIRONMENTS),
-                "stream": details["event_stream"]["state"],
-                "tasks": tasks,
-                # Why a pool is below strength: writes waiting, runners starting or not yet proven.
-                "factory_backlog": backlog,
-                "starting": starting,
-                "suspect": suspect,
-                "fds": len(list(await trio.Path(f"/proc/{daemon_pid}/fd").iterdir())),
-                "rss_kib": rss,
-            }
-        )
-        await trio.sleep(1)
+def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: threading.Event) -> None:
+    """The pools, the stream and the daemon's resources, every second (from a thread, as
+    ``watch_strength``)."""
+    with httpx.Client(base_url=api, timeout=5) as http:
+        while not stop.wait(1):
+            try:
+                stats = http.get("/statistics/execution-environments").json()
+                details = http.get("/health/details").json()["checks"]
+                metrics = http.get(metrics_url).text
+            except (httpx.HTTPError, KeyError, ValueError):
+                continue
+            tasks, backlog, suspect = (
+                metric(metrics, name)
+                for name in (
+                    "supervisor_trio_tasks",
+                    "supervisor_factory_backlog",
+                    "supervisor_runners_suspect",
+                )
+            )
+            starting = sum(
+                float(line.split()[-1])
+                for line in metrics.splitlines()
+                if line.startswith("supervisor_runners{") and 'state="starting"' in line
+            )
+            status = Path(f"/proc/{daemon_pid}/status").read_text().splitlines()
+            rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+            soak.samples.append(
+                {
+                    "t": soak.now(),
+                    "idle": sum(s["idleRunners"] for s in stats.values()),
+                    "used": sum(s["usedRunners"] for s in stats.values()),
+                    "at_strength": all(
+                        stats.get(str(e), {}).get("idleRunners", 0) >= POOL for e in ENVIRONMENTS
+                    ),
+                    "stream": details["event_stream"]["state"],
+                    "tasks": tasks,
+                    # Why a pool is below strength: writes waiting, runners starting or not yet proven.
+                    "factory_backlog": backlog,
+                    "starting": starting,
+                    "suspect": suspect,
+                    "fds": len(list(Path(f"/proc/{daemon_pid}/fd").iterdir())),
+                    "rss_kib": rss,
+                }
+            )
 
 
 def metric(text: str, name: str) -> float:
@@ -368,26 +380,38 @@ def metric(text: str, name: str) -> float:
     return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")), 0.0)
 
 
-def drift(samples: list[dict[str, Any]], key: str, since: float, until: float) -> float:
+def drift(
+    samples: list[dict[str, Any]], key: str, since: float, until: float, *, robust: bool = True
+) -> float:
     """How much ``key`` drifts from ``since`` to ``until`` (the load's end: after it the daemon
     idles, which is no drift), at a constant load, relative to its level at ``since``. The figures
     follow the load (each running execution holds tasks, sockets, buffers), which a fault every few
-    seconds makes swing; so the samples are fitted with ``key = a + b * used + c * t`` (least
-    squares, ``used`` the runners in use), and the drift is ``c`` over the span: a leak shows as a
-    rise at equal load, a swing of the load does not."""
+    seconds makes swing; so the samples are fitted with ``key = a + b * used + c * t`` (``used``
+    the runners in use), and the drift is ``c`` over the span: a leak shows as a rise at equal load,
+    a swing of the load does not. ``robust``: the fit is a median regression (least absolute
+    deviations), so that the few seconds in which a fault's clean-up spikes a figure do not count
+    as a trend; a leak, which raises the level of every sample after it, does. Otherwise least
+    squares."""
     window = [(1.0, float(s["used"]), s["t"], float(s[key])) for s in samples if since <= s["t"] <= until]
     if len(window) < 4:
         return 0.0
-    a, b, c = _least_squares(window)
+    weights = [1.0] * len(window)
+    for _ in range(50 if robust else 1):  # iteratively reweighted least squares
+        a, b, c = _least_squares(window, weights)
+        weights = [1.0 / max(abs(y - a - b * used - c * t), 1e-3) for _, used, t, y in window]
     span = window[-1][2] - window[0][2]
     level = a + b * sum(w[1] for w in window) / len(window) + c * window[0][2]
     return c * span / level if level else 0.0
 
 
-def _least_squares(rows: list[tuple[float, float, float, float]]) -> tuple[float, float, float]:
-    """The coefficients of ``y = a*x0 + b*x1 + c*x2`` that fit ``rows`` of (x0, x1, x2, y) best."""
+def _least_squares(
+    rows: list[tuple[float, float, float, float]], weights: list[float]
+) -> tuple[float, float, float]:
+    """The coefficients of ``y = a*x0 + b*x1 + c*x2`` that fit ``rows`` of (x0, x1, x2, y) best,
+    each row's squared error weighted."""
     m = [
-        [sum(r[i] * r[j] for r in rows) for j in range(3)] + [sum(r[i] * r[3] for r in rows)]
+        [sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True)) for j in range(3)]
+        + [sum(w * r[i] * r[3] for r, w in zip(rows, weights, strict=True))]
         for i in range(3)
     ]
     for col in range(3):  # Gauss-Jordan elimination with partial pivoting
@@ -431,10 +455,7 @@ async def main(args: argparse.Namespace) -> bool:
                     (await http.put(f"/execution-environments/{environment}", json=body)).raise_for_status()
                 await trio.sleep(3)
                 deadline = trio.current_time() + args.minutes * 60
-                async with trio.open_nursery() as nursery, looking_at_strength(api, soak):
-                    nursery.start_soon(
-                        sample, http, api.removesuffix("/api/v1") + "/metrics", daemon.pid, soak
-                    )
+                async with trio.open_nursery() as nursery, watching(soak, api, daemon.pid):
 
                     async def faults() -> None:
                         while trio.current_time() + args.fault_every < deadline:
@@ -520,6 +541,8 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
     for key in ("tasks", "fds", "rss_kib"):
         change = drift(samples, key, 120, soak.load_ended)
         checks[f"{key}_drift_under_10_percent"] = (abs(change) < 0.1, round(change, 3))
+        squares = drift(samples, key, 120, soak.load_ended, robust=False)
+        print(f"  {key} drift, least squares (for comparison): {squares:+.3f}")
     idle = [s for s in samples if s["t"] > soak.load_ended and s["used"] == 0]
     if samples and idle:  # before the load and after it, both idle: what the load left behind
         print(

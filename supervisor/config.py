@@ -86,7 +86,7 @@ class AlertSettings:
 class FactorySettings:
     """``[factory]``: how fast runner jobs are registered, and the retries' backoff cap."""
 
-    registrations_per_second: float = 20.0
+    registrations_per_second: float = 50.0
     # New runner jobs whose allocation is not running yet, at most: registrations wait beyond it.
     max_starting: int = 10
     max_backoff: float = 30.0
