@@ -333,7 +333,7 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
     """The pools, the stream and the daemon's resources, every second (from a thread, as
     ``watch_strength``)."""
     with httpx.Client(base_url=api, timeout=5) as http:
-        while not stop.wait(1):
+        while not stop.wait(0 if not soak.samples else 1):  # the first at once, before the load
             try:
                 stats = http.get("/statistics/execution-environments").json()
                 details = http.get("/health/details").json()["checks"]
