@@ -381,17 +381,16 @@ def metric(text: str, name: str) -> float:
 
 
 def drift(
-    samples: list[dict[str, Any]], key: str, since: float, until: float, *, robust: bool = True
+    samples: list[dict[str, Any]], key: str, since: float, until: float, *, robust: bool = False
 ) -> float:
     """How much ``key`` drifts from ``since`` to ``until`` (the load's end: after it the daemon
     idles, which is no drift), at a constant load, relative to its level at ``since``. The figures
     follow the load (each running execution holds tasks, sockets, buffers), which a fault every few
     seconds makes swing; so the samples are fitted with ``key = a + b * used + c * t`` (``used``
     the runners in use), and the drift is ``c`` over the span: a leak shows as a rise at equal load,
-    a swing of the load does not. ``robust``: the fit is a median regression (least absolute
-    deviations), so that the few seconds in which a fault's clean-up spikes a figure do not count
-    as a trend; a leak, which raises the level of every sample after it, does. Otherwise least
-    squares."""
+    a swing of the load does not. The fit is least squares, or with ``robust`` a median regression
+    (least absolute deviations), on which the few seconds in which a fault's clean-up spikes a
+    figure weigh less; a leak, which raises every sample after it, shows in both."""
     window = [(1.0, float(s["used"]), s["t"], float(s[key])) for s in samples if since <= s["t"] <= until]
     if len(window) < 4:
         return 0.0
@@ -541,8 +540,8 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
     for key in ("tasks", "fds", "rss_kib"):
         change = drift(samples, key, 120, soak.load_ended)
         checks[f"{key}_drift_under_10_percent"] = (abs(change) < 0.1, round(change, 3))
-        squares = drift(samples, key, 120, soak.load_ended, robust=False)
-        print(f"  {key} drift, least squares (for comparison): {squares:+.3f}")
+        median = drift(samples, key, 120, soak.load_ended, robust=True)
+        print(f"  {key} drift, median regression (for comparison): {median:+.3f}")
     idle = [s for s in samples if s["t"] > soak.load_ended and s["used"] == 0]
     if samples and idle:  # before the load and after it, both idle: what the load left behind
         print(
