@@ -437,7 +437,9 @@ async def main(args: argparse.Namespace) -> bool:
         settings = dict(item.split("=", 1) for item in args.setting)
         daemon, api = await start_daemon(cluster, logs / "daemon.log", settings)
         try:
-            limits = httpx.Limits(max_connections=200)
+            # As httpx keeps by default: at most 20 idle connections (no bound would leave the API
+            # holding every connection a burst opened, for its keep-alive of 75 s).
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=20)
             async with (
                 httpx.AsyncClient(base_url=api, timeout=60, limits=limits) as http,
                 httpx.AsyncClient(base_url=cluster.addresses[0], timeout=30) as control,
