@@ -30,13 +30,14 @@ import argparse
 import base64
 import contextlib
 import json
+import math
 import random
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -100,6 +101,7 @@ class Soak:
         self.client_errors = 0
         self.shed = 0
         self.load_ended = float("inf")
+        self.sampled = threading.Event()
 
     def now(self) -> float:
         return round(time.monotonic() - self.started, 3)
@@ -224,11 +226,12 @@ async def inject(
     cluster: SimulatedCluster,
     control: httpx.AsyncClient,
     soak: Soak,
+    kinds: random.Random,
     rng: random.Random,
     nursery: trio.Nursery,
 ) -> None:
     """One fault of a random kind (an undrain later, in ``nursery``)."""
-    kind = rng.choice(FAULTS)
+    kind = kinds.choice(FAULTS)
     at = soak.now()
     nodes = sorted(cluster.state.nodes.values(), key=lambda n: n.name)
     up = [n for n in nodes if n.agent_up]
@@ -312,28 +315,44 @@ def watch_strength(api: str, soak: Soak, stop: threading.Event) -> None:
 
 @contextlib.asynccontextmanager
 async def watching(soak: Soak, api: str, daemon_pid: int) -> AsyncIterator[None]:
-    """``watch_strength`` and ``sample``, each in a thread of its own, for the time of the block."""
+    """``watch_strength`` and ``sample``, each in a thread of its own, for the time of the block;
+    one that failed fails the soak once they are stopped, as a task of its loop would."""
     stop = threading.Event()
     metrics_url = api.removesuffix("/api/v1") + "/metrics"
+    failed: list[BaseException] = []
+
+    def guarded(watch: Callable[..., None], *args: Any) -> None:
+        try:
+            watch(*args, stop)
+        except BaseException as exc:
+            failed.append(exc)
+
     threads = [
-        threading.Thread(target=watch_strength, args=(api, soak, stop), daemon=True),
-        threading.Thread(target=sample, args=(api, metrics_url, daemon_pid, soak, stop), daemon=True),
+        threading.Thread(target=guarded, args=(watch_strength, api, soak), daemon=True),
+        threading.Thread(target=guarded, args=(sample, api, metrics_url, daemon_pid, soak), daemon=True),
     ]
     for thread in threads:
         thread.start()
     try:
+        # The first sample before the load: the "idle before" figure.
+        await trio.to_thread.run_sync(soak.sampled.wait, 10)
         yield
     finally:
         stop.set()
-        for thread in threads:
-            thread.join()
+        with trio.CancelScope(shield=True):
+            for thread in threads:
+                await trio.to_thread.run_sync(thread.join)
+    if failed:
+        raise RuntimeError(f"a watcher of the daemon failed: {failed[0]!r}") from failed[0]
 
 
 def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: threading.Event) -> None:
-    """The pools, the stream and the daemon's resources, every second (from a thread, as
+    """The pools, the stream and the daemon's resources, about once a second (from a thread, as
     ``watch_strength``)."""
     with httpx.Client(base_url=api, timeout=5) as http:
-        while not stop.wait(0 if not soak.samples else 1):  # the first at once, before the load
+        first = True
+        while not stop.wait(0 if first else 1):  # the first at once, before the load
+            first = False
             try:
                 stats = http.get("/statistics/execution-environments").json()
                 details = http.get("/health/details").json()["checks"]
@@ -360,9 +379,6 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
                     "t": soak.now(),
                     "idle": sum(s["idleRunners"] for s in stats.values()),
                     "used": sum(s["usedRunners"] for s in stats.values()),
-                    "at_strength": all(
-                        stats.get(str(e), {}).get("idleRunners", 0) >= POOL for e in ENVIRONMENTS
-                    ),
                     "stream": details["event_stream"]["state"],
                     "tasks": tasks,
                     # Why a pool is below strength: writes waiting, runners starting or not yet proven.
@@ -373,6 +389,7 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
                     "rss_kib": rss,
                 }
             )
+            soak.sampled.set()
 
 
 def metric(text: str, name: str) -> float:
@@ -393,7 +410,7 @@ def drift(
     figure weigh less; a leak, which raises every sample after it, shows in both."""
     window = [(1.0, float(s["used"]), s["t"], float(s[key])) for s in samples if since <= s["t"] <= until]
     if len(window) < 4:
-        return 0.0
+        return math.nan  # no figure: the check fails rather than pass on nothing
     weights = [1.0] * len(window)
     for _ in range(50 if robust else 1):  # iteratively reweighted least squares
         a, b, c = _least_squares(window, weights)
@@ -426,9 +443,9 @@ def _least_squares(
 
 
 async def main(args: argparse.Namespace) -> bool:
-    # The faults draw from their own generator: the same seed gives the same kinds of fault in the
-    # same order, whatever the load's timing (its draws would interleave with theirs).
-    rng, faults_rng = random.Random(args.seed), random.Random(f"faults {args.seed}")
+    # The kinds of fault draw from a generator of their own: the same seed gives the same kinds in
+    # the same order, whatever the load's timing and whatever is live when a target is chosen.
+    rng, kinds, targets = (random.Random(f"{use} {args.seed}") for use in ("load", "kinds", "targets"))
     soak = Soak()
     config = SimConfig(seed=args.seed, servers=3, nodes=5, alloc_start_delay=0.05)
     logs = Path(tempfile.mkdtemp(prefix="soak-"))
@@ -461,7 +478,7 @@ async def main(args: argparse.Namespace) -> bool:
                     async def faults() -> None:
                         while trio.current_time() + args.fault_every < deadline:
                             await trio.sleep(args.fault_every)
-                            await inject(cluster, control, soak, faults_rng, nursery)
+                            await inject(cluster, control, soak, kinds, targets, nursery)
 
                     nursery.start_soon(faults)
                     limiter = trio.CapacityLimiter(100)
@@ -521,6 +538,13 @@ async def leaks(cluster: SimulatedCluster, http: httpx.AsyncClient) -> tuple[int
     return extra, {"jobs": jobs, "statistics": statistics}
 
 
+def back_to_strength(environment: int, looks: list[frozenset[int]]) -> bool:
+    """Whether the pool was whole at a look after its first look short (a look taken before the
+    daemon had seen a loss is no recovery); a pool never short in them was not hit."""
+    short = next((i for i, whole in enumerate(looks) if environment not in whole), None)
+    return short is None or any(environment in whole for whole in looks[short + 1 :])
+
+
 def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespace, logs: Path) -> bool:
     samples = soak.samples
     unrecovered = []
@@ -530,9 +554,8 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         # Each pool on its own: under load each is short for the moment a claim's replacement
         # takes to start, so three at once is a coincidence of the load, not a recovery.
         looks = [whole for t, whole in soak.strength if hits < t <= hits + 10]
-        recovered = set().union(*looks)
-        if recovered != set(ENVIRONMENTS):
-            short = sorted(set(ENVIRONMENTS) - recovered)
+        short = [e for e in ENVIRONMENTS if not back_to_strength(e, looks)]
+        if short:
             unrecovered.append({**fault, "pools_short": short, "looks": len(looks)})
     checks: dict[str, tuple[bool, float]] = {
         name: (not found, len(found)) for name, found in soak.violations.items()
@@ -545,7 +568,7 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         median = drift(samples, key, 120, soak.load_ended, robust=True)
         print(f"  {key} drift, median regression (for comparison): {median:+.3f}")
     idle = [s for s in samples if s["t"] > soak.load_ended and s["used"] == 0]
-    if samples and idle:  # before the load and after it, both idle: what the load left behind
+    if samples and samples[0]["used"] == 0 and idle:  # both idle: what the load left behind
         print(
             "  idle before the load and after it: "
             + ", ".join(f"{k} {samples[0][k]} -> {idle[-1][k]}" for k in ("tasks", "fds", "rss_kib"))
