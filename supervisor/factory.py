@@ -23,6 +23,7 @@ from .backoff import Backoff, BackoffPolicy
 from .config import FactorySettings
 from .environments import runner_job
 from .errors import TerminalError, TransientError
+from .histogram import Histogram
 from .nomad.api import JobWriter
 from .pool import RunnerPool
 from .runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerState
@@ -36,6 +37,9 @@ _WORKERS: Final = 8
 # waits for an agent that is away (restarting, or down but not yet marked so), and starts nothing
 # meanwhile. Without the limit a few such runners would hold back every refill.
 START_PATIENCE: Final = 10.0
+# Seconds from a registration's turn to its allocation running: a task from a local image starts
+# in about a second, one whose image is pulled first in minutes.
+START_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 class RunnerFactory:
@@ -62,6 +66,8 @@ class RunnerFactory:
         # Runners whose registration has its turn, until their allocation runs or they go, with
         # when they took it.
         self._starting: dict[str, float] = {}
+        # From a registration's turn to its runner's allocation running, for those that got there.
+        self.start_seconds = Histogram(START_BUCKETS)
         self.created = 0
         self.destroyed = 0
         self.failed = 0
@@ -71,6 +77,19 @@ class RunnerFactory:
         """Actions waiting for a worker."""
         lanes = (self._paced, self._unpaced)
         return sum(lane.statistics().current_buffer_used for lane in lanes)
+
+    @property
+    def starting(self) -> int:
+        """New runner jobs that hold back registrations: turned in the last ``START_PATIENCE``
+        seconds and not running yet (at most ``max_starting``)."""
+        since = trio.current_time() - START_PATIENCE
+        return sum(1 for at in self._still_starting().values() if at > since)
+
+    def started(self, runner_id: str) -> None:
+        """The runner's allocation runs: if this factory registered it, the time it took counts."""
+        at = self._starting.pop(runner_id, None)
+        if at is not None:
+            self.start_seconds.observe(trio.current_time() - at)
 
     def submit(self, action: FactoryAction) -> None:
         """Queue one of the pool's actions; a worker carries it out."""
@@ -167,16 +186,19 @@ class RunnerFactory:
         """Wait until fewer than ``max_starting`` of the runners this factory registered in the
         last ``START_PATIENCE`` seconds are still without a running allocation."""
         while True:
-            runners = self._pool.runners
-            since = trio.current_time() - START_PATIENCE
-            self._starting = {
-                runner_id: at
-                for runner_id, at in self._starting.items()
-                if at > since and runner_id in runners and runners[runner_id].state is RunnerState.STARTING
-            }
-            if len(self._starting) < self._settings.max_starting:
+            if self.starting < self._settings.max_starting:
                 return
             await trio.sleep(max(1.0 / self._settings.registrations_per_second, 0.01))
+
+    def _still_starting(self) -> dict[str, float]:
+        """``_starting`` without the runners that went, or run (and were not told as started)."""
+        runners = self._pool.runners
+        self._starting = {
+            runner_id: at
+            for runner_id, at in self._starting.items()
+            if runner_id in runners and runners[runner_id].state is RunnerState.STARTING
+        }
+        return self._starting
 
     async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):

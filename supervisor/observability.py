@@ -9,6 +9,7 @@ import trio
 
 from .config import Settings
 from .errors import SupervisorError
+from .factory import START_PATIENCE
 from .levels import StreamState
 from .runners import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
@@ -93,11 +94,16 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
     return {"status": status, "checks": checks}
 
 
+def _number(value: float) -> str:
+    """Every digit of a count, however large (``:g`` would write 1234567 as 1.23457e+06)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _line(name: str, value: float, labels: dict[str, str] | None = None) -> str:
     if labels:
         rendered = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        return f"{name}{{{rendered}}} {value:g}"
-    return f"{name} {value:g}"
+        return f"{name}{{{rendered}}} {_number(value)}"
+    return f"{name} {_number(value)}"
 
 
 def _task_count() -> int:
@@ -219,6 +225,24 @@ def metrics_text(service: RunnerService) -> str:
     metric(
         "supervisor_factory_backlog", "gauge", "Actions waiting for the factory.", [(None, factory.backlog)]
     )
+    metric(
+        "supervisor_factory_starting",
+        "gauge",
+        "New runner jobs that hold back registrations (factory.max_starting): registered in the "
+        f"last {START_PATIENCE:g} s, allocation not running yet.",
+        [(None, factory.starting)],
+    )
+    histogram = factory.start_seconds
+    metric(
+        "supervisor_runner_start_seconds",
+        "histogram",
+        "From a new runner job's registration to its allocation running.",
+        [],
+    )
+    name = "supervisor_runner_start_seconds"
+    lines.extend(_line(f"{name}_bucket", count, {"le": le}) for le, count in histogram.cumulative())
+    lines.append(_line(f"{name}_sum", histogram.total))
+    lines.append(_line(f"{name}_count", histogram.count))
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,7 @@ after its index no longer shows the job, so they stay as many as the runners rec
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from attrs import define, field
 
@@ -111,6 +111,8 @@ class RunnerPool:
     _warm: dict[int, int] = field(factory=dict)
     # The used runners: the inactivity expiry looks at them only, not at every runner.
     _used: dict[str, Runner] = field(factory=dict)
+    # Told the ID of each runner whose allocation runs for the first time (the factory times it).
+    on_started: Callable[[str], None] | None = None
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -490,6 +492,8 @@ class RunnerPool:
             runner.ports = tuple(alloc.ports)
 
     def _set_state(self, runner: Runner, state: RunnerState) -> None:
+        if state is RunnerState.IDLE and runner.state is RunnerState.STARTING and self.on_started:
+            self.on_started(runner.id)
         runner.state = state
         idle = self._idle.setdefault(runner.environment_id, {})
         if state is RunnerState.IDLE and not runner.retired and not runner.suspect_since:

@@ -74,6 +74,7 @@ class RunnerService:
         client.agents.locate = self._agent_route
         self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.factory = RunnerFactory(client, self.pool, settings.factory)
+        self.pool.on_started = self.factory.started
         self.leftovers = LeftoverSweep(
             client,
             task=settings.execution.task,

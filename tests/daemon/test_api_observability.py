@@ -65,3 +65,17 @@ async def test_metrics_in_prometheus_text(harness: Harness) -> None:
     assert 'supervisor_runners_found_gone_total{path="exec refusal"} 0' in lines
     samples = [line for line in lines if not line.startswith("#")]
     assert all(len(line.rsplit(" ", 1)) == 2 for line in samples)
+
+
+async def test_metrics_time_each_runner_start_and_count_the_starting(harness: Harness) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    base = str(harness.http.base_url).rstrip("/").removesuffix("/api/v1")
+    async with httpx.AsyncClient() as http:
+        lines = (await http.get(base + "/metrics")).text.splitlines()
+    assert "# TYPE supervisor_runner_start_seconds histogram" in lines
+    assert "supervisor_runner_start_seconds_count 2" in lines, "both runners of the pool started"
+    assert 'supervisor_runner_start_seconds_bucket{le="+Inf"} 2' in lines
+    buckets = [int(line.rsplit(" ", 1)[1]) for line in lines if "start_seconds_bucket" in line]
+    assert buckets == sorted(buckets), "cumulative"
+    assert "supervisor_factory_starting 0" in lines, "none is starting any more"
