@@ -13,6 +13,7 @@ from .factory import START_PATIENCE
 from .levels import StreamState
 from .runners import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
+from .stopping import stops_waiting
 
 __all__ = ["health_details", "metrics_text", "pool_statistics", "status_line"]
 
@@ -190,6 +191,12 @@ def metrics_text(service: RunnerService) -> str:
         "counter",
         "Exec sessions that went through a server because the allocation's agent could not be reached.",
         [(None, agents.sessions["fallback"])],
+    )
+    metric(
+        "supervisor_command_stops_waiting",
+        "gauge",
+        "Commands left running by a cut exec session whose stop waits for Nomad to reach them again.",
+        [(None, stops_waiting())],
     )
     metric(
         "supervisor_executions_running",

@@ -24,12 +24,14 @@ from .commands import stop_command
 from .errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
 from .nomad.api import ExecOpener
 
-__all__ = ["StopOutcome", "abandon_stops", "stop_in_runner", "stop_noted"]
+__all__ = ["StopOutcome", "abandon_stops", "stop_in_runner", "stop_noted", "stops_waiting"]
 
 _MARGIN: Final = 5.0
 # The shielded scopes of the stops under way, for the daemon's stop to abandon when its budget ends.
 _UNDER_WAY: weakref.WeakSet[trio.CancelScope] = weakref.WeakSet()
 _RETRY: Final = BackoffPolicy(base=2.0, cap=30.0)
+# Stops that wait for Nomad to reach their command again (each a task of its own).
+_waiting = 0
 
 
 class StopOutcome(enum.Enum):
@@ -109,14 +111,24 @@ async def stop_in_runner(
 async def _stop_when_reached(
     stop: Callable[[], Awaitable[StopOutcome]], on_failure: Callable[[], None]
 ) -> None:
+    global _waiting
     backoff = Backoff(_RETRY)
-    while True:
-        await trio.sleep(backoff.failed(trio.current_time()))
-        outcome = await stop()
-        if outcome is StopOutcome.FAILED:
-            on_failure()
-        if not outcome.retry:
-            return
+    _waiting += 1
+    try:
+        while True:
+            await trio.sleep(backoff.failed(trio.current_time()))
+            outcome = await stop()
+            if outcome is StopOutcome.FAILED:
+                on_failure()
+            if not outcome.retry:
+                return
+    finally:
+        _waiting -= 1
+
+
+def stops_waiting() -> int:
+    """Commands whose stop waits for Nomad to reach them again (their agent away, or no server)."""
+    return _waiting
 
 
 def abandon_stops() -> int:

@@ -15,6 +15,7 @@ from supervisor.errors import ExecConnectionLost, ExecRejected, NomadUnavailable
 from supervisor.executions import ExecutionRequest, ExecutionService, _Running
 from supervisor.nomad import ExecExited
 from supervisor.nomad.api import ExecOpener
+from supervisor.stopping import stops_waiting
 
 
 def _service(
@@ -84,7 +85,10 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
         service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, replaced=replaced)
         await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
         assert len(client.commands) == 1, "the first attempt failed; the rest happen in the background"
+        await trio.testing.wait_all_tasks_blocked()
+        assert stops_waiting() == 1, "the waiting stop is counted (supervisor_command_stops_waiting)"
         await trio.sleep(60)
+    assert stops_waiting() == 0
     assert replaced == [], "a server restart is no reason to lose the runner's files"
     assert len(client.commands) == 4
     assert all("kill -TERM" in command[-1] for command in client.commands)
