@@ -19,7 +19,8 @@ ends in error, or with a non-zero exit code (its command killed under it, as the
 replaced allocation is), overlapped a fault that can cut it; no output is lost (a killed command's
 output is what it printed before: a prefix of the whole); no runner ID is handed out
 twice, and every claimed workspace is empty; no runner job leaks at the end; every pool is back to
-strength (its idle runners) within 10 s of each fault, each pool judged on its own; the daemon's
+strength (its idle runners) within 10 s of each fault, each pool judged on its own (the time each
+took is reported, with the median, 90th percentile and slowest over the run); the daemon's
 trio tasks, open descriptors and RSS drift less than 10% between minute 2 and the end of the load.
 The same seed gives the same kinds of fault in the same order.
 """
@@ -49,12 +50,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scenarios"))
 from harness import start_daemon
 from picture import draw
 
+from supervisor.config import FactorySettings
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 ENVIRONMENTS: Final = (10, 11, 12)
 # As CodeOcean claims: a runner whose client vanished (or lost the claim's answer) expires.
 INACTIVITY_TIMEOUT: Final = 60
 STRENGTH_EVERY: Final = 0.25
+# Each pool must be at strength again this long after each fault.
+RECOVERY_WITHIN: Final = 10.0
 POOL: Final = 30
 FAULTS: Final = ("server", "leader", "agent", "all_agents", "drain", "streams", "allocation", "node_down")
 AGENT_DOWNTIME: Final = 2.0
@@ -102,6 +106,8 @@ class Soak:
         self.shed = 0
         self.load_ended = float("inf")
         self.sampled = threading.Event()
+        # The daemon's runner starts, from its /metrics: bucket bound -> starts at or below it.
+        self.start_seconds: dict[str, float] = {}
 
     def now(self) -> float:
         return round(time.monotonic() - self.started, 3)
@@ -359,14 +365,21 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
                 metrics = http.get(metrics_url).text
             except (httpx.HTTPError, KeyError, ValueError):
                 continue
-            tasks, backlog, suspect = (
+            tasks, backlog, suspect, factory_starting, stops = (
                 metric(metrics, name)
                 for name in (
                     "supervisor_trio_tasks",
                     "supervisor_factory_backlog",
                     "supervisor_runners_suspect",
+                    "supervisor_factory_starting",
+                    "supervisor_command_stops_waiting",
                 )
             )
+            soak.start_seconds = {
+                line.split('"')[1]: float(line.split()[-1])
+                for line in metrics.splitlines()
+                if line.startswith("supervisor_runner_start_seconds_bucket{")
+            }
             starting = sum(
                 float(line.split()[-1])
                 for line in metrics.splitlines()
@@ -384,7 +397,11 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
                     # Why a pool is below strength: writes waiting, runners starting or not yet proven.
                     "factory_backlog": backlog,
                     "starting": starting,
+                    # Of them, those that hold back registrations (factory.max_starting).
+                    "factory_starting": factory_starting,
                     "suspect": suspect,
+                    # Each a task of the daemon's, for as long as a fault keeps its command out of reach.
+                    "stops_waiting": stops,
                     "fds": len(list(Path(f"/proc/{daemon_pid}/fd").iterdir())),
                     "rss_kib": rss,
                 }
@@ -398,48 +415,62 @@ def metric(text: str, name: str) -> float:
 
 
 def drift(
-    samples: list[dict[str, Any]], key: str, since: float, until: float, *, robust: bool = False
+    samples: list[dict[str, Any]],
+    key: str,
+    since: float,
+    until: float,
+    *,
+    robust: bool = False,
+    load: tuple[str, ...] = ("used",),
 ) -> float:
     """How much ``key`` drifts from ``since`` to ``until`` (the load's end: after it the daemon
     idles, which is no drift), at a constant load, relative to its level at ``since``. The figures
     follow the load (each running execution holds tasks, sockets, buffers), which a fault every few
     seconds makes swing; so the samples are fitted with ``key = a + b * used + c * t`` (``used``
-    the runners in use), and the drift is ``c`` over the span: a leak shows as a rise at equal load,
-    a swing of the load does not. The fit is least squares, or with ``robust`` a median regression
-    (least absolute deviations), on which the few seconds in which a fault's clean-up spikes a
-    figure weigh less; a leak, which raises every sample after it, shows in both."""
-    window = [(1.0, float(s["used"]), s["t"], float(s[key])) for s in samples if since <= s["t"] <= until]
+    the runners in use; ``load`` names the samples' figures of the load), and the drift is ``c``
+    over the span: a leak shows as a rise at equal load, a swing of the load does not. The fit is
+    least squares, or with ``robust`` a median regression (least absolute deviations), on which the
+    few seconds in which a fault's clean-up spikes a figure weigh less; a leak, which raises every
+    sample after it, shows in both."""
+    window = [
+        (1.0, *(float(s[name]) for name in load), s["t"], float(s[key]))
+        for s in samples
+        if since <= s["t"] <= until
+    ]
     if len(window) < 4:
         return math.nan  # no figure: the check fails rather than pass on nothing
     weights = [1.0] * len(window)
     for _ in range(50 if robust else 1):  # iteratively reweighted least squares
-        a, b, c = _least_squares(window, weights)
-        weights = [1.0 / max(abs(y - a - b * used - c * t), 1e-3) for _, used, t, y in window]
-    span = window[-1][2] - window[0][2]
-    level = a + b * sum(w[1] for w in window) / len(window) + c * window[0][2]
-    return c * span / level if level else 0.0
+        fit = _least_squares(window, weights)
+        weights = [
+            1.0 / max(abs(row[-1] - sum(k * x for k, x in zip(fit, row, strict=False))), 1e-3)
+            for row in window
+        ]
+    span = window[-1][-2] - window[0][-2]
+    means = [sum(row[i] for row in window) / len(window) for i in range(len(fit) - 1)]
+    level = sum(k * mean for k, mean in zip(fit, means, strict=False)) + fit[-1] * window[0][-2]
+    return fit[-1] * span / level if level else 0.0
 
 
-def _least_squares(
-    rows: list[tuple[float, float, float, float]], weights: list[float]
-) -> tuple[float, float, float]:
-    """The coefficients of ``y = a*x0 + b*x1 + c*x2`` that fit ``rows`` of (x0, x1, x2, y) best,
-    each row's squared error weighted."""
+def _least_squares(rows: list[tuple[float, ...]], weights: list[float]) -> list[float]:
+    """The coefficients ``k`` of ``y = k[0]*x[0] + k[1]*x[1] + ...`` that fit ``rows`` of
+    (x[0], x[1], ..., y) best, each row's squared error weighted (all 0 if they do not tell)."""
+    n = len(rows[0]) - 1
     m = [
-        [sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True)) for j in range(3)]
-        + [sum(w * r[i] * r[3] for r, w in zip(rows, weights, strict=True))]
-        for i in range(3)
+        [sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True)) for j in range(n)]
+        + [sum(w * r[i] * r[n] for r, w in zip(rows, weights, strict=True))]
+        for i in range(n)
     ]
-    for col in range(3):  # Gauss-Jordan elimination with partial pivoting
-        pivot = max(range(col, 3), key=lambda r: abs(m[r][col]))
+    for col in range(n):  # Gauss-Jordan elimination with partial pivoting
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
         m[col], m[pivot] = m[pivot], m[col]
         if abs(m[col][col]) < 1e-12:
-            return 0.0, 0.0, 0.0
-        for r in range(3):
+            return [0.0] * n
+        for r in range(n):
             if r != col:
                 factor = m[r][col] / m[col][col]
                 m[r] = [x - factor * y for x, y in zip(m[r], m[col], strict=True)]
-    return m[0][3] / m[0][0], m[1][3] / m[1][1], m[2][3] / m[2][2]
+    return [m[i][n] / m[i][i] for i in range(n)]
 
 
 async def main(args: argparse.Namespace) -> bool:
@@ -538,25 +569,59 @@ async def leaks(cluster: SimulatedCluster, http: httpx.AsyncClient) -> tuple[int
     return extra, {"jobs": jobs, "statistics": statistics}
 
 
-def back_to_strength(environment: int, looks: list[frozenset[int]]) -> bool:
-    """Whether the pool was whole at a look after its first look short (a look taken before the
-    daemon had seen a loss is no recovery); a pool never short in them was not hit."""
-    short = next((i for i, whole in enumerate(looks) if environment not in whole), None)
-    return short is None or any(environment in whole for whole in looks[short + 1 :])
+def recovery_time(environment: int, hits: float, looks: list[tuple[float, frozenset[int]]]) -> float | None:
+    """Seconds from ``hits`` until the pool was whole at a look after its first look short in the
+    window (a look taken before the daemon had seen a loss is no recovery); 0 for a pool never short
+    in the window (not hit), None for one never whole again."""
+    window = [(t, whole) for t, whole in looks if hits < t <= hits + RECOVERY_WITHIN]
+    short = next((t for t, whole in window if environment not in whole), None)
+    if short is None:
+        return 0.0
+    back = next((t for t, whole in looks if t > short and environment in whole), None)
+    return None if back is None else round(back - hits, 2)
+
+
+def refill(soak: Soak, args: argparse.Namespace) -> None:
+    """What bounds the refill: how long the daemon's runners took to start, and how often its
+    registrations waited for ``factory.max_starting``."""
+    settings = dict(item.split("=", 1) for item in args.setting)
+    most = int(settings.get("SUPERVISOR_FACTORY_MAX_STARTING", FactorySettings().max_starting))
+    loaded = [s for s in soak.samples if s["t"] <= soak.load_ended]
+    held = sum(s["factory_starting"] >= most for s in loaded)
+    starts = soak.start_seconds.get("+Inf", 0)
+    if starts:
+        shares = ", ".join(
+            f"<= {bound} s {soak.start_seconds[bound] / starts:.0%}" for bound in ("0.5", "1", "2.5", "10")
+        )
+        print(f"  runner starts (registration to running): {starts:,.0f}; {shares}")
+    if loaded:
+        share = held / len(loaded)
+        print(f"  registrations held at max_starting ({most}): {share:.0%} of the load's samples")
 
 
 def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespace, logs: Path) -> bool:
     samples = soak.samples
     unrecovered = []
+    times: list[float | None] = []
     for fault in soak.faults:
         # A node that goes down does so for Nomad only after the heartbeat grace: then it is replaced.
         hits = fault["t"] + (HEARTBEAT_GRACE if fault["kind"] == "node_down" else 0)
         # Each pool on its own: under load each is short for the moment a claim's replacement
         # takes to start, so three at once is a coincidence of the load, not a recovery.
-        looks = [whole for t, whole in soak.strength if hits < t <= hits + 10]
-        short = [e for e in ENVIRONMENTS if not back_to_strength(e, looks)]
+        fault["recovery_s"] = {e: recovery_time(e, hits, soak.strength) for e in ENVIRONMENTS}
+        times += [t for t in fault["recovery_s"].values() if t != 0.0]
+        short = [e for e, t in fault["recovery_s"].items() if t is None or t > RECOVERY_WITHIN]
         if short:
-            unrecovered.append({**fault, "pools_short": short, "looks": len(looks)})
+            looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in soak.strength)
+            unrecovered.append({**fault, "pools_short": short, "looks": looks})
+    refill(soak, args)
+    back = sorted(t for t in times if t is not None)
+    if back:
+        print(
+            f"  pools hit by a fault: {len(times)}, back to strength after a median "
+            f"{back[len(back) // 2]:.1f} s, 90% within {back[int(len(back) * 0.9)]:.1f} s, "
+            f"the slowest {back[-1]:.1f} s; never back: {len(times) - len(back)}"
+        )
     checks: dict[str, tuple[bool, float]] = {
         name: (not found, len(found)) for name, found in soak.violations.items()
     }
@@ -567,6 +632,8 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         checks[f"{key}_drift_under_10_percent"] = (abs(change) < 0.1, round(change, 3))
         median = drift(samples, key, 120, soak.load_ended, robust=True)
         print(f"  {key} drift, median regression (for comparison): {median:+.3f}")
+    stops = drift(samples, "tasks", 120, soak.load_ended, load=("used", "stops_waiting"))
+    print(f"  tasks drift at equal runners in use and stops waiting (for comparison): {stops:+.3f}")
     idle = [s for s in samples if s["t"] > soak.load_ended and s["used"] == 0]
     if samples and samples[0]["used"] == 0 and idle:  # both idle: what the load left behind
         print(
