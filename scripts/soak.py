@@ -432,29 +432,28 @@ def drift(
     least squares, or with ``robust`` a median regression (least absolute deviations), on which the
     few seconds in which a fault's clean-up spikes a figure weigh less; a leak, which raises every
     sample after it, shows in both."""
-    window = [
-        (1.0, *(float(s[name]) for name in load), s["t"], float(s[key]))
-        for s in samples
-        if since <= s["t"] <= until
-    ]
+    inside = [s for s in samples if since <= s["t"] <= until]
+    varying = [name for name in load if len({s[name] for s in inside}) > 1]  # a constant tells nothing
+    window = [(1.0, *(float(s[name]) for name in varying), s["t"], float(s[key])) for s in inside]
     if len(window) < 4:
         return math.nan  # no figure: the check fails rather than pass on nothing
-    weights = [1.0] * len(window)
-    for _ in range(50 if robust else 1):  # iteratively reweighted least squares
-        fit = _least_squares(window, weights)
-        weights = [
-            1.0 / max(abs(row[-1] - sum(k * x for k, x in zip(fit, row, strict=False))), 1e-3)
-            for row in window
-        ]
+    fit = _least_squares(window, [1.0] * len(window))
+    for _ in range(49 if robust else 0):  # iteratively reweighted least squares
+        if fit is None:
+            break
+        residuals = [row[-1] - sum(k * x for k, x in zip(fit, row, strict=False)) for row in window]
+        fit = _least_squares(window, [1.0 / max(abs(r), 1e-3) for r in residuals])
+    if fit is None:
+        return math.nan
     span = window[-1][-2] - window[0][-2]
     means = [sum(row[i] for row in window) / len(window) for i in range(len(fit) - 1)]
     level = sum(k * mean for k, mean in zip(fit, means, strict=False)) + fit[-1] * window[0][-2]
     return fit[-1] * span / level if level else 0.0
 
 
-def _least_squares(rows: list[tuple[float, ...]], weights: list[float]) -> list[float]:
+def _least_squares(rows: list[tuple[float, ...]], weights: list[float]) -> list[float] | None:
     """The coefficients ``k`` of ``y = k[0]*x[0] + k[1]*x[1] + ...`` that fit ``rows`` of
-    (x[0], x[1], ..., y) best, each row's squared error weighted (all 0 if they do not tell)."""
+    (x[0], x[1], ..., y) best, each row's squared error weighted (None if they do not tell)."""
     n = len(rows[0]) - 1
     m = [
         [sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True)) for j in range(n)]
@@ -465,7 +464,7 @@ def _least_squares(rows: list[tuple[float, ...]], weights: list[float]) -> list[
         pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
         m[col], m[pivot] = m[pivot], m[col]
         if abs(m[col][col]) < 1e-12:
-            return [0.0] * n
+            return None
         for r in range(n):
             if r != col:
                 factor = m[r][col] / m[col][col]
@@ -578,12 +577,12 @@ def recovery_time(environment: int, hits: float, looks: list[tuple[float, frozen
     if short is None:
         return 0.0
     back = next((t for t, whole in looks if t > short and environment in whole), None)
-    return None if back is None else round(back - hits, 2)
+    return None if back is None else back - hits
 
 
 def refill(soak: Soak, args: argparse.Namespace) -> None:
     """What bounds the refill: how long the daemon's runners took to start, and how often its
-    registrations waited for ``factory.max_starting``."""
+    factory had ``factory.max_starting`` of them starting (so that more had to wait)."""
     settings = dict(item.split("=", 1) for item in args.setting)
     most = int(settings.get("SUPERVISOR_FACTORY_MAX_STARTING", FactorySettings().max_starting))
     loaded = [s for s in soak.samples if s["t"] <= soak.load_ended]
@@ -596,7 +595,7 @@ def refill(soak: Soak, args: argparse.Namespace) -> None:
         print(f"  runner starts (registration to running): {starts:,.0f}; {shares}")
     if loaded:
         share = held / len(loaded)
-        print(f"  registrations held at max_starting ({most}): {share:.0%} of the load's samples")
+        print(f"  the factory at max_starting ({most}): {share:.0%} of the load's samples")
 
 
 def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespace, logs: Path) -> bool:
@@ -608,9 +607,10 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         hits = fault["t"] + (HEARTBEAT_GRACE if fault["kind"] == "node_down" else 0)
         # Each pool on its own: under load each is short for the moment a claim's replacement
         # takes to start, so three at once is a coincidence of the load, not a recovery.
-        fault["recovery_s"] = {e: recovery_time(e, hits, soak.strength) for e in ENVIRONMENTS}
-        times += [t for t in fault["recovery_s"].values() if t != 0.0]
-        short = [e for e, t in fault["recovery_s"].items() if t is None or t > RECOVERY_WITHIN]
+        recovery = {e: recovery_time(e, hits, soak.strength) for e in ENVIRONMENTS}
+        fault["recovery_s"] = {e: None if t is None else round(t, 3) for e, t in recovery.items()}
+        times += [t for t in recovery.values() if t != 0.0]
+        short = [e for e, t in recovery.items() if t is None or t > RECOVERY_WITHIN]
         if short:
             looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in soak.strength)
             unrecovered.append({**fault, "pools_short": short, "looks": looks})

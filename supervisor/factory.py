@@ -83,7 +83,12 @@ class RunnerFactory:
         """New runner jobs that hold back registrations: turned in the last ``START_PATIENCE``
         seconds and not running yet (at most ``max_starting``)."""
         since = trio.current_time() - START_PATIENCE
-        return sum(1 for at in self._still_starting().values() if at > since)
+        runners = self._pool.runners
+        return sum(
+            1
+            for runner_id, at in self._starting.items()
+            if at > since and runner_id in runners and runners[runner_id].state is RunnerState.STARTING
+        )
 
     def started(self, runner_id: str) -> None:
         """The runner's allocation runs: if this factory registered it, the time it took counts."""
@@ -186,19 +191,19 @@ class RunnerFactory:
         """Wait until fewer than ``max_starting`` of the runners this factory registered in the
         last ``START_PATIENCE`` seconds are still without a running allocation."""
         while True:
+            self._forget_started()
             if self.starting < self._settings.max_starting:
                 return
             await trio.sleep(max(1.0 / self._settings.registrations_per_second, 0.01))
 
-    def _still_starting(self) -> dict[str, float]:
-        """``_starting`` without the runners that went, or run (and were not told as started)."""
+    def _forget_started(self) -> None:
+        """Drop from ``_starting`` the runners that went, or run (and were not told as started)."""
         runners = self._pool.runners
         self._starting = {
             runner_id: at
             for runner_id, at in self._starting.items()
             if runner_id in runners and runners[runner_id].state is RunnerState.STARTING
         }
-        return self._starting
 
     async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):
@@ -218,6 +223,7 @@ class RunnerFactory:
         await self._room_to_start()
         self._starting[action.runner_id] = trio.current_time()
         await self._rate_limit()
+        self._starting[action.runner_id] = trio.current_time()  # its start is timed from here
         if not self._still_wanted(action):
             # The runner (or its environment) went while the creation waited for its turn.
             self._pool.purged(action.runner_id, 0)

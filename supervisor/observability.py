@@ -3,6 +3,7 @@ and the pools' statistics as Poseidon's API writes them."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 import trio
@@ -15,7 +16,7 @@ from .runners import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
 from .stopping import stops_waiting
 
-__all__ = ["health_details", "metrics_text", "pool_statistics", "status_line"]
+__all__ = ["health_details", "metric_line", "metrics_text", "pool_statistics", "status_line"]
 
 # Pools named one by one in a status line; past that, counted.
 _POOLS_NAMED: Final = 5
@@ -96,11 +97,18 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
 
 
 def _number(value: float) -> str:
-    """Every digit of a count, however large (``:g`` would write 1234567 as 1.23457e+06)."""
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+    """Every digit of a count, however large (``:g`` would write 1234567 as 1.23457e+06), and
+    Prometheus' spelling of the values that are not numbers."""
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    return str(int(value)) if number.is_integer() else repr(number)
 
 
-def _line(name: str, value: float, labels: dict[str, str] | None = None) -> str:
+def metric_line(name: str, value: float, labels: dict[str, str] | None = None) -> str:
+    """One sample in Prometheus' text format."""
     if labels:
         rendered = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         return f"{name}{{{rendered}}} {_number(value)}"
@@ -127,7 +135,7 @@ def metrics_text(service: RunnerService) -> str:
     ) -> None:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        lines.extend(_line(name, value, labels) for labels, value in samples)
+        lines.extend(metric_line(name, value, labels) for labels, value in samples)
 
     metric(
         "supervisor_trio_tasks",
@@ -247,9 +255,9 @@ def metrics_text(service: RunnerService) -> str:
         [],
     )
     name = "supervisor_runner_start_seconds"
-    lines.extend(_line(f"{name}_bucket", count, {"le": le}) for le, count in histogram.cumulative())
-    lines.append(_line(f"{name}_sum", histogram.total))
-    lines.append(_line(f"{name}_count", histogram.count))
+    lines.extend(metric_line(f"{name}_bucket", count, {"le": le}) for le, count in histogram.cumulative())
+    lines.append(metric_line(f"{name}_sum", histogram.total))
+    lines.append(metric_line(f"{name}_count", histogram.count))
     return "\n".join(lines) + "\n"
 
 

@@ -19,13 +19,3 @@ def test_each_observation_counts_in_its_bucket_and_every_one_above() -> None:
 def test_bounds_must_ascend() -> None:
     with pytest.raises(ValueError, match="ascending"):
         Histogram((1.0, 0.5))
-
-
-def test_a_count_past_a_million_keeps_every_digit() -> None:
-    from supervisor.observability import _line
-
-    assert _line("supervisor_executions_total", 1234567, {"outcome": "exit"}) == (
-        'supervisor_executions_total{outcome="exit"} 1234567'
-    )
-    assert _line("supervisor_event_stream_up", 1.0) == "supervisor_event_stream_up 1"
-    assert _line("start_seconds_sum", 1234.5678) == "start_seconds_sum 1234.5678"
