@@ -667,6 +667,8 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
             "leak": leak,
             "unrecovered": unrecovered,
             "samples": samples,
+            # Every look at the pools: (t, the environments whole then), to judge them again.
+            "strength": [(t, sorted(whole)) for t, whole in soak.strength],
         }
         args.report.write_text(json.dumps(document, indent=2) + "\n")
     if args.plot:
