@@ -380,22 +380,30 @@ async def test_a_runner_pending_past_the_patience_no_longer_holds_back_the_other
         nursery.cancel_scope.cancel("test over")
 
 
-async def test_each_start_is_timed_from_its_turn_to_its_allocation_running(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+async def _one_start(wait: float) -> tuple[int, RunnerFactory]:
+    """A runner registered, then running ``wait`` seconds later: how many held back registrations
+    just before it ran, and the factory."""
     nomad = _QuickNomad()
     async with trio.open_nursery() as nursery:
         pool, factory = await _two_creations(nursery, nomad, registrations_per_second=100, pool_size=1)
         pool.on_started = factory.started
-        await trio.testing.wait_all_tasks_blocked()
-        assert factory.starting == 1
-        await trio.sleep(2.5)
-        runner_id = nomad.calls[0][1]
+        await trio.sleep(wait)
+        starting = factory.starting
         pool.apply_allocation(
-            Allocation(id="a1", job_id=runner_id, client_status="running", create_index=43, modify_index=43)
+            Allocation(
+                id="a1", job_id=nomad.calls[0][1], client_status="running", create_index=43, modify_index=43
+            )
         )
         nursery.cancel_scope.cancel("test over")
     assert factory.starting == 0
+    return starting, factory
+
+
+async def test_each_start_is_timed_from_its_registration_to_its_allocation_running(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    starting, factory = await _one_start(2.5)
+    assert starting == 1
     assert factory.start_seconds.count == 1
     assert 2.5 <= factory.start_seconds.total < 3.0
     buckets = dict(factory.start_seconds.cumulative())
@@ -406,17 +414,7 @@ async def test_a_start_slower_than_the_patience_is_still_timed(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """Past the patience it no longer holds back registrations, but its start is still a start."""
-    nomad = _QuickNomad()
-    async with trio.open_nursery() as nursery:
-        pool, factory = await _two_creations(nursery, nomad, registrations_per_second=100, pool_size=1)
-        pool.on_started = factory.started
-        await trio.sleep(START_PATIENCE + 20)
-        assert factory.starting == 0, "past the patience"
-        pool.apply_allocation(
-            Allocation(
-                id="a1", job_id=nomad.calls[0][1], client_status="running", create_index=43, modify_index=43
-            )
-        )
-        nursery.cancel_scope.cancel("test over")
+    starting, factory = await _one_start(START_PATIENCE + 20)
+    assert starting == 0, "past the patience"
     assert factory.start_seconds.count == 1
     assert factory.start_seconds.total >= START_PATIENCE + 20
