@@ -37,7 +37,7 @@ _WORKERS: Final = 8
 # waits for an agent that is away (restarting, or down but not yet marked so), and starts nothing
 # meanwhile. Without the limit a few such runners would hold back every refill.
 START_PATIENCE: Final = 10.0
-# Seconds from a registration's turn to its allocation running: a task from a local image starts
+# Seconds from a registration to its allocation running: a task from a local image starts
 # in about a second, one whose image is pulled first in minutes.
 START_BUCKETS: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
@@ -66,7 +66,7 @@ class RunnerFactory:
         # Runners whose registration has its turn, until their allocation runs or they go, with
         # when they took it.
         self._starting: dict[str, float] = {}
-        # From a registration's turn to its runner's allocation running, for those that got there.
+        # From a registration to its runner's allocation running, for those that got there.
         self.start_seconds = Histogram(START_BUCKETS)
         self.created = 0
         self.destroyed = 0
