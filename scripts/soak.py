@@ -108,6 +108,8 @@ class Soak:
         self.sampled = threading.Event()
         # The daemon's runner starts, from its /metrics: bucket bound -> starts at or below it.
         self.start_seconds: dict[str, float] = {}
+        # The daemon's factory.max_starting (its default, unless --setting changes it).
+        self.max_starting = FactorySettings().max_starting
 
     def now(self) -> float:
         return round(time.monotonic() - self.started, 3)
@@ -482,6 +484,7 @@ async def main(args: argparse.Namespace) -> bool:
     async with trio.open_nursery() as root:
         cluster = await root.start(SimulatedCluster(config).run)
         settings = dict(item.split("=", 1) for item in args.setting)
+        soak.max_starting = int(settings.get("SUPERVISOR_FACTORY_MAX_STARTING", soak.max_starting))
         daemon, api = await start_daemon(cluster, logs / "daemon.log", settings)
         try:
             # As httpx keeps by default: at most 20 idle connections (no bound would leave the API
@@ -580,11 +583,10 @@ def recovery_time(environment: int, hits: float, looks: list[tuple[float, frozen
     return None if back is None else back - hits
 
 
-def refill(soak: Soak, args: argparse.Namespace) -> None:
+def refill(soak: Soak) -> None:
     """What bounds the refill: how long the daemon's runners took to start, and how often its
     factory had ``factory.max_starting`` of them starting (so that more had to wait)."""
-    settings = dict(item.split("=", 1) for item in args.setting)
-    most = int(settings.get("SUPERVISOR_FACTORY_MAX_STARTING", FactorySettings().max_starting))
+    most = soak.max_starting
     loaded = [s for s in soak.samples if s["t"] <= soak.load_ended]
     held = sum(s["factory_starting"] >= most for s in loaded)
     starts = soak.start_seconds.get("+Inf", 0)
@@ -614,7 +616,7 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         if short:
             looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in soak.strength)
             unrecovered.append({**fault, "pools_short": short, "looks": looks})
-    refill(soak, args)
+    refill(soak)
     back = sorted(t for t in times if t is not None)
     if back:
         print(
