@@ -83,12 +83,7 @@ class RunnerFactory:
         """New runner jobs that hold back registrations: turned in the last ``START_PATIENCE``
         seconds and not running yet (at most ``max_starting``)."""
         since = trio.current_time() - START_PATIENCE
-        runners = self._pool.runners
-        return sum(
-            1
-            for runner_id, at in self._starting.items()
-            if at > since and runner_id in runners and runners[runner_id].state is RunnerState.STARTING
-        )
+        return sum(1 for runner, at in self._starting.items() if at > since and self._is_starting(runner))
 
     def started(self, runner_id: str) -> None:
         """The runner's allocation runs: if this factory registered it, the time it took counts."""
@@ -198,12 +193,11 @@ class RunnerFactory:
 
     def _forget_started(self) -> None:
         """Drop from ``_starting`` the runners that went, or run (and were not told as started)."""
-        runners = self._pool.runners
-        self._starting = {
-            runner_id: at
-            for runner_id, at in self._starting.items()
-            if runner_id in runners and runners[runner_id].state is RunnerState.STARTING
-        }
+        self._starting = {runner: at for runner, at in self._starting.items() if self._is_starting(runner)}
+
+    def _is_starting(self, runner_id: str) -> bool:
+        runner = self._pool.runners.get(runner_id)
+        return runner is not None and runner.state is RunnerState.STARTING
 
     async def _once(self, action: FactoryAction) -> None:
         if isinstance(action, DestroyRunner):
