@@ -1,10 +1,13 @@
-"""The event-stream watcher: the one loop that owns the pool's view of Nomad.
+"""The event-stream watcher: the one that keeps the pool's view of Nomad.
 
 As client-go's Reflector does it: list, reconcile at the listing's index, then watch from that
 index; after every loss of the stream, the same again. Relists asked for meanwhile (the periodic
-safety net, the prewarming-pool alert, evidence that runners are gone) are carried out by this same
-loop, between two batches of the stream, never beside it: a listing is applied in order with the
-events, and of a batch that a listing already covers only the Node events are applied.
+safety net, the prewarming-pool alert, evidence that runners are gone) are carried out between two
+reads of the stream, never beside one: the batches read meanwhile wait for the listing, which is
+applied in order with the events, and of a batch that a listing already covers only the Node events
+are applied. Each batch is applied in the task that reads it, without a turn of the scheduler when
+the stream has more in its buffer: a busy cluster writes hundreds of batches a second, and handing
+each to another task cost one turn each, which under load is what the events waited for.
 
 It reports the stream's health to the admission gate (``RunnerService.gate``), its only writer: DOWN
 while it cannot follow Nomad, RECOVERING while it relists after a loss, UP while the stream runs.
@@ -17,14 +20,13 @@ from __future__ import annotations
 from typing import Final, NoReturn
 
 import trio
-from attrs import frozen
 from loguru import logger
 
 from .backoff import Backoff, BackoffPolicy
 from .errors import SupervisorError
 from .levels import StreamState
 from .memory import release_free_memory
-from .nomad import EventBatch, EventStream
+from .nomad import EventStream
 from .service import RunnerService
 
 __all__ = ["EventStreamWatcher"]
@@ -38,13 +40,8 @@ STREAM_HEALTHY_AFTER: Final = 2.0
 STREAM_BACKOFF_CAP: Final = 10.0
 
 
-@frozen
-class _RelistDue:
-    reasons: list[str]
-
-
 class EventStreamWatcher:
-    """The one loop that lists, reconciles and watches Nomad for the pool."""
+    """Lists, reconciles and watches Nomad for the pool."""
 
     def __init__(
         self,
@@ -68,8 +65,11 @@ class EventStreamWatcher:
         # When the watcher last moved on (an attempt, a listing, a batch, a heartbeat), for the
         # systemd watchdog: a watcher stuck anywhere stops it.
         self.progress_at = 0.0
-        # Since when the loop handles one item (a batch, a listing); None between items.
+        # Since when the watcher lists (at a connect, or when asked); None otherwise. Batches are
+        # applied as they are read, at once.
         self._busy_since: float | None = None
+        # Set while a relist asked for runs: the batches read meanwhile wait for it to end.
+        self._listing: trio.Event | None = None
         self._stream: EventStream | None = None
         self._heartbeats_seen = 0
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
@@ -139,19 +139,14 @@ class EventStreamWatcher:
                 down = trio.current_time() - self._lost_at
                 logger.info("event stream up from index {} after {:.1f}s without it", index + 1, down)
                 self._lost_at = None
-            send, receive = trio.open_memory_channel[EventBatch | _RelistDue](0)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, stream, send.clone())
-                nursery.start_soon(self._forward_relist_requests, send)
+                nursery.start_soon(self._relist_when_asked)
                 nursery.start_soon(self._request_periodically)
-                async for item in receive:
-                    self._progressed()
-                    self._busy_since = trio.current_time()
-                    if isinstance(item, EventBatch):
-                        service.apply_batch(item)
-                    else:
-                        await self._relist(item.reasons)
-                    self._busy_since = None
+                while True:
+                    batch = await stream.receive()
+                    while self._listing is not None:  # a batch read meanwhile waits for it
+                        await self._listing.wait()
+                    service.apply_batch(batch)
                     self._progressed()
 
     async def _relist(self, reasons: list[str]) -> int:
@@ -162,17 +157,17 @@ class EventStreamWatcher:
         logger.debug("relisted at index {} ({})", index, ", ".join(reasons))
         return index
 
-    @staticmethod
-    async def _read(stream: EventStream, send: trio.MemorySendChannel[EventBatch | _RelistDue]) -> None:
-        """Hand each batch to the loop; while the loop relists, the stream waits in its socket."""
-        async with send:
-            while True:
-                await send.send(await stream.receive())
-
-    async def _forward_relist_requests(self, send: trio.MemorySendChannel[EventBatch | _RelistDue]) -> None:
-        async with send:
-            while True:
-                await send.send(_RelistDue(await self.service.relists.wait()))
+    async def _relist_when_asked(self) -> None:
+        """Carry out the relists asked for, between two reads of the stream, never beside one."""
+        while True:
+            reasons = await self.service.relists.wait()
+            self._listing, self._busy_since = trio.Event(), trio.current_time()
+            try:
+                await self._relist(reasons)
+            finally:
+                self._listing.set()
+                self._listing, self._busy_since = None, None
+            self._progressed()
 
     async def _request_periodically(self) -> None:
         """Nomad can lose jobs without an event (all agents restarting): only a listing shows it."""
