@@ -447,7 +447,7 @@ class RunnerPool:
             back = runner.suspect_since and self.nodes.back(runner.node_id)
             if back and job_alloc.id == runner.alloc_id and _running(job_alloc):
                 # Listed running by a listing that began after its node was ready again (the
-                # watcher's one loop applies events and listings in turn).
+                # watcher applies events and listings in turn, never beside each other).
                 self.prove(runner.id)
             return self.apply_allocation(job_alloc, found=found)
         if runner.alloc_id and runner.alloc_create_index <= index:

@@ -2,12 +2,14 @@
 
 As client-go's Reflector does it: list, reconcile at the listing's index, then watch from that
 index; after every loss of the stream, the same again. Relists asked for meanwhile (the periodic
-safety net, the prewarming-pool alert, evidence that runners are gone) are carried out between two
-reads of the stream, never beside one: the batches read meanwhile wait for the listing, which is
-applied in order with the events, and of a batch that a listing already covers only the Node events
-are applied. Each batch is applied in the task that reads it, without a turn of the scheduler when
-the stream has more in its buffer: a busy cluster writes hundreds of batches a second, and handing
-each to another task cost one turn each, which under load is what the events waited for.
+safety net, the prewarming-pool alert, evidence that runners are gone) run in a task of their own,
+in turn with the stream's batches and never beside one, first come first served: a batch read while
+a listing runs waits for it, a listing asked for while a batch is applied waits for that one. A
+listing is so applied in order with the events, and of a batch that a listing already covers only
+the Node events are applied. Each batch is applied in the task that reads it, without a turn of
+the scheduler while nothing waits and the stream has more in its buffer: a busy cluster writes
+hundreds of batches a second, and handing each to another task cost a turn each, which under load
+is what the events waited for.
 
 It reports the stream's health to the admission gate (``RunnerService.gate``), its only writer: DOWN
 while it cannot follow Nomad, RECOVERING while it relists after a loss, UP while the stream runs.
@@ -65,11 +67,9 @@ class EventStreamWatcher:
         # When the watcher last moved on (an attempt, a listing, a batch, a heartbeat), for the
         # systemd watchdog: a watcher stuck anywhere stops it.
         self.progress_at = 0.0
-        # Since when the watcher lists (at a connect, or when asked); None otherwise. Batches are
-        # applied as they are read, at once.
+        # Since when the watcher lists (at a connect, or when asked); None otherwise. A batch is
+        # applied in the same step as its read, unless it waits for a listing.
         self._busy_since: float | None = None
-        # Set while a relist asked for runs: the batches read meanwhile wait for it to end.
-        self._listing: trio.Event | None = None
         self._stream: EventStream | None = None
         self._heartbeats_seen = 0
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
@@ -139,14 +139,18 @@ class EventStreamWatcher:
                 down = trio.current_time() - self._lost_at
                 logger.info("event stream up from index {} after {:.1f}s without it", index + 1, down)
                 self._lost_at = None
+            # Whose turn it is, a batch's or a listing's, first come first served.
+            turn = trio.Lock()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._relist_when_asked)
+                nursery.start_soon(self._relist_when_asked, turn)
                 nursery.start_soon(self._request_periodically)
                 while True:
                     batch = await stream.receive()
-                    while self._listing is not None:  # a batch read meanwhile waits for it
-                        await self._listing.wait()
-                    service.apply_batch(batch)
+                    await _take(turn)
+                    try:
+                        service.apply_batch(batch)
+                    finally:
+                        turn.release()
                     self._progressed()
 
     async def _relist(self, reasons: list[str]) -> int:
@@ -157,16 +161,16 @@ class EventStreamWatcher:
         logger.debug("relisted at index {} ({})", index, ", ".join(reasons))
         return index
 
-    async def _relist_when_asked(self) -> None:
-        """Carry out the relists asked for, between two reads of the stream, never beside one."""
+    async def _relist_when_asked(self, turn: trio.Lock) -> None:
+        """Carry out the relists asked for, in turn with the stream's batches, never beside one."""
         while True:
             reasons = await self.service.relists.wait()
-            self._listing, self._busy_since = trio.Event(), trio.current_time()
-            try:
-                await self._relist(reasons)
-            finally:
-                self._listing.set()
-                self._listing, self._busy_since = None, None
+            async with turn:
+                self._busy_since = trio.current_time()
+                try:
+                    await self._relist(reasons)
+                finally:
+                    self._busy_since = None
             self._progressed()
 
     async def _request_periodically(self) -> None:
@@ -174,3 +178,18 @@ class EventStreamWatcher:
         while True:
             await trio.sleep(self.resync_interval)
             self.service.request_relist("periodic")
+
+
+async def _take(turn: trio.Lock) -> None:
+    """Take the turn: at once, without a turn of the scheduler, when nobody holds it or waits."""
+    try:
+        turn.acquire_nowait()
+    except trio.WouldBlock:
+        await turn.acquire()
+        try:
+            # A listing that failed hands the turn over as the stream's nursery is cancelled: its
+            # batch must not be applied over a reconcile left halfway.
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            turn.release()
+            raise

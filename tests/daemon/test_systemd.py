@@ -74,11 +74,11 @@ def test_an_abstract_socket_name_and_no_socket_at_all() -> None:
     assert SystemdNotifier({"WATCHDOG_USEC": "3000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
 
 
-async def test_a_watcher_stuck_in_its_loop_is_not_making_progress_though_heartbeats_come(
+async def test_a_watcher_stuck_in_a_relist_is_not_making_progress_though_heartbeats_come(
     nursery: trio.Nursery, sim_config: SimConfig
 ) -> None:
-    """Nomad's heartbeats are read by a task of their own: while the loop is stuck (here on a
-    lock a relist needs), they must not keep the watchdog fed."""
+    """Nomad's heartbeats are read by the stream's task while a relist is stuck (here on a lock
+    it needs): they must not keep the watchdog fed."""
     cluster = await nursery.start(SimulatedCluster(attrs.evolve(sim_config, heartbeat_interval=0.3)).run)
     daemon = Daemon(
         Settings(server=ServerSettings(port=0)), environ={"NOMAD_ADDR": ",".join(cluster.addresses)}

@@ -1,5 +1,6 @@
 """The watcher applies the stream's batches in the task that reads them; a relist asked for
-meanwhile runs between two of them, never beside one."""
+meanwhile runs between two of them, never beside one (tests/test_watcher_turns.py has the order of
+the turns)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ async def test_a_batch_read_while_a_relist_runs_waits_for_it(harness: Harness, n
             await release.wait()
 
     nursery.start_soon(hold_the_lock_a_relist_needs)
-    await trio.sleep(0.1)
+    await harness.wait_for(service.environments.lock.locked)
     service.request_relist("periodic")
-    await trio.sleep(0.1)
+    await harness.wait_for(lambda: service.environments.lock.statistics().tasks_waiting == 1)
     purged = await harness.nomad.deregister_job(runner_id, purge=True)
 
     def read() -> bool:
