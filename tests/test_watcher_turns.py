@@ -86,14 +86,20 @@ async def start(nursery: trio.Nursery) -> FakeService:
     return service
 
 
-async def test_a_batch_read_during_a_listing_goes_before_the_listing_asked_for_after_it(
-    autojump_clock: trio.abc.Clock, nursery: trio.Nursery
-) -> None:
+async def start_with_a_batch_read_during_a_listing(nursery: trio.Nursery) -> FakeService:
+    """Batch 7 is read while listing 2 runs (until ``let_go``)."""
     service = await start(nursery)
     service.request_relist("periodic")
     await trio.sleep(1)
     service.client.stream.to_reader.send_nowait(EventBatch(7, []))
     await trio.sleep(1)
+    return service
+
+
+async def test_a_batch_read_during_a_listing_goes_before_the_listing_asked_for_after_it(
+    autojump_clock: trio.abc.Clock, nursery: trio.Nursery
+) -> None:
+    service = await start_with_a_batch_read_during_a_listing(nursery)
     service.request_relist("alert")
     await trio.sleep(1)
     assert service.log[2:] == ["listing 2"], "the batch waits for the listing under way"
@@ -105,11 +111,7 @@ async def test_a_batch_read_during_a_listing_goes_before_the_listing_asked_for_a
 async def test_a_batch_read_during_a_listing_that_fails_is_not_applied(
     autojump_clock: trio.abc.Clock, nursery: trio.Nursery
 ) -> None:
-    service = await start(nursery)
-    service.request_relist("periodic")
-    await trio.sleep(1)
-    service.client.stream.to_reader.send_nowait(EventBatch(7, []))
-    await trio.sleep(1)
+    service = await start_with_a_batch_read_during_a_listing(nursery)
     service.fail_next = True
     service.let_go.set()
     await trio.sleep(1)
