@@ -123,10 +123,7 @@ class EventStreamWatcher:
         service = self.service
         service.gate.report(StreamState.RECOVERING)
         service.relists.clear()  # the connect's own listing serves every request made so far
-        self._busy_since = trio.current_time()
         index = await self._relist(["connect"])
-        self._busy_since = None
-        self._progressed()
         async with service.client.open_event_stream(
             _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
         ) as stream:
@@ -154,7 +151,12 @@ class EventStreamWatcher:
                     self._progressed()
 
     async def _relist(self, reasons: list[str]) -> int:
-        index = await self.service.relist()
+        self._busy_since = trio.current_time()
+        try:
+            index = await self.service.relist()
+        finally:
+            self._busy_since = None
+        self._progressed()
         release_free_memory()  # the listing's decoded objects are freed by now
         for reason in reasons:
             self.relists[reason] = self.relists.get(reason, 0) + 1
@@ -166,12 +168,7 @@ class EventStreamWatcher:
         while True:
             reasons = await self.service.relists.wait()
             async with turn:
-                self._busy_since = trio.current_time()
-                try:
-                    await self._relist(reasons)
-                finally:
-                    self._busy_since = None
-            self._progressed()
+                await self._relist(reasons)
 
     async def _request_periodically(self) -> None:
         """Nomad can lose jobs without an event (all agents restarting): only a listing shows it."""
