@@ -21,6 +21,7 @@ after its index no longer shows the job, so they stay as many as the runners rec
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterable
 
 from attrs import define, field
@@ -29,6 +30,7 @@ from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_
 from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from .nodes import NodeChanges, NodeTracker
 from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
+from .replacements import ReplacementBudget
 from .runners import (
     FOUND_BY_EVENT,
     FOUND_BY_EXEC_REFUSAL,
@@ -38,6 +40,7 @@ from .runners import (
     REASON_DESTROYED,
     REASON_DRAINED,
     REASON_ENVIRONMENT,
+    REASON_FAILED_IDLE,
     REASON_JOB_GONE,
     REASON_NODE_DOWN,
     REASON_OOM,
@@ -113,6 +116,9 @@ class RunnerPool:
     _used: dict[str, Runner] = field(factory=dict)
     # Told the ID of each runner whose allocation runs for the first time (the factory times it).
     on_started: Callable[[str], None] | None = None
+    # What an allocation's state is applied at, for the budget of failed idle runners replaced at once.
+    clock: Callable[[], float] = time.monotonic
+    _replacements: ReplacementBudget = field(factory=ReplacementBudget)
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -142,6 +148,7 @@ class RunnerPool:
         for runner in self._runners_of(environment_id):
             actions += self._remove(runner, REASON_ENVIRONMENT)
         self._idle.pop(environment_id, None)
+        self._replacements.forget(environment_id)
         return actions
 
     def fill(self, environment_id: int) -> list[Action]:
@@ -367,6 +374,12 @@ class RunnerPool:
             self._update(runner, alloc)
             runner.moving = runner.moving or self.nodes.draining(alloc.node_id)
             return []
+        return self._apply_to_unused(runner, alloc, found)
+
+    def _apply_to_unused(self, runner: Runner, alloc: Allocation | AllocListStub, found: str) -> list[Action]:
+        """An allocation's state, for an idle or starting runner."""
+        if self._failed_while_idle(runner, alloc):
+            return self._remove(runner, REASON_FAILED_IDLE)
         if not _live(alloc):
             if alloc.next_allocation:
                 self._set_state(runner, RunnerState.STARTING)
@@ -380,6 +393,17 @@ class RunnerPool:
             runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
         )
         return []
+
+    def _failed_while_idle(self, runner: Runner, alloc: Allocation | AllocListStub) -> bool:
+        """Whether an idle runner's task failed and restarts in place (its allocation pending
+        again), and its environment may replace it at once rather than wait for the restart."""
+        if runner.state is not RunnerState.IDLE or alloc.id != runner.alloc_id:
+            return False
+        if not _live(alloc) or alloc.client_status != "pending":
+            return False
+        environment = self.environments.get(runner.environment_id)
+        size = environment.prewarming_pool_size if environment is not None else 0
+        return self._replacements.take(runner.environment_id, size, self.clock())
 
     def apply_job(self, job_id: str, *, deleted: bool, stopped: bool) -> list[Action]:
         """A Job event: a stopped or deleted runner job ends its runner."""

@@ -86,6 +86,7 @@ REASON_REPLACED: Final = (
     "the allocation was replaced (restarted, rescheduled or migrated); its files are gone"
 )
 REASON_JOB_GONE: Final = "the runner's Nomad job is gone"
+REASON_FAILED_IDLE: Final = "its task failed while idle: a new runner is faster than its restart"
 REASON_ENVIRONMENT: Final = "the execution environment was deleted"
 REASON_INACTIVITY: Final = "the runner was idle for longer than its inactivity timeout"
 # Poseidon's text, which the real client matches.

@@ -75,6 +75,7 @@ class RunnerService:
         self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.factory = RunnerFactory(client, self.pool, settings.factory)
         self.pool.on_started = self.factory.started
+        self.pool.clock = trio.current_time
         self.leftovers = LeftoverSweep(
             client,
             task=settings.execution.task,

@@ -13,6 +13,9 @@ from supervisor.runners import REASON_DRAINED, REASON_OOM
 from ..waiting import wait_until
 from .conftest import Harness
 
+# The runner template's restart delay: what a failed task waits for before it runs again.
+RESTART_DELAY = 15.0
+
 
 async def test_oom_during_an_execution(harness: Harness) -> None:
     await harness.environment(10)
@@ -31,6 +34,23 @@ async def test_oom_during_an_execution(harness: Harness) -> None:
     assert terminal[0] in ({"type": "exit", "data": 137}, {"type": "error", "data": REASON_OOM})
     await harness.wait_for(lambda: harness.service.pool.used_runner(runner) is None)
     assert (await harness.http.get(f"/runners/{runner}/files")).status_code == 410, "its files are gone"
+
+
+async def test_an_idle_runner_whose_task_fails_is_replaced_before_its_restart(harness: Harness) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    failed = next(iter(harness.service.pool.runners.values()))
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            f"{harness.cluster.addresses[0]}/sim/v1/allocations/{failed.alloc_id}/fail",
+            json={"reason": "crash"},
+        )
+    assert response.status_code == 200, response.text
+    started = trio.current_time()
+    await harness.wait_for(lambda: ("default", failed.id) not in harness.cluster.state.jobs)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    assert trio.current_time() - started < RESTART_DELAY / 2, "a new runner, not the task's restart"
+    assert failed.id not in harness.service.pool.runners
 
 
 async def test_drained_node_ends_the_execution_with_an_error(harness: Harness) -> None:

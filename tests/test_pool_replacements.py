@@ -1,0 +1,83 @@
+"""Failed idle runners: replaced at once within each environment's budget, then left to Nomad."""
+
+from __future__ import annotations
+
+from supervisor.environments import ExecutionEnvironment
+from supervisor.pool import RunnerPool
+from supervisor.replacements import REFILL_SECONDS, ReplacementBudget
+from supervisor.runners import REASON_FAILED_IDLE, CreateRunner, DestroyRunner, RunnerState
+
+from .test_pool import alloc
+
+# A pool of 20: a budget of two replacements at once.
+ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 20, 100.0, 256, False, ())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def idle_pool() -> tuple[RunnerPool, Clock, list[str]]:
+    clock = Clock()
+    pool = RunnerPool(clock=clock)
+    _, actions = pool.set_environment(ENVIRONMENT)
+    ids = [a.runner_id for a in actions if isinstance(a, CreateRunner)]
+    for i, runner_id in enumerate(ids):
+        pool.registered(runner_id, 5)
+        pool.apply_allocation(alloc(runner_id, f"a{i}", "running", 10 + i))
+    return pool, clock, ids
+
+
+def restarting(pool: RunnerPool, runner_id: str, index: int) -> list[object]:
+    """The runner's task failed: its allocation is pending again while the task restarts."""
+    runner = pool.runners[runner_id]
+    return list(pool.apply_allocation(alloc(runner_id, runner.alloc_id, "pending", index, created=5)))
+
+
+def test_a_failed_idle_runner_is_destroyed_and_replaced_at_once() -> None:
+    pool, _clock, ids = idle_pool()
+    actions = restarting(pool, ids[0], 100)
+    assert DestroyRunner(ids[0], REASON_FAILED_IDLE) in actions
+    created = [a for a in actions if isinstance(a, CreateRunner)]
+    assert len(created) == 1, "its replacement is ordered with its end"
+    assert ids[0] not in pool.runners
+    assert pool.stats()[10].idle == 19
+
+
+def test_past_the_budget_a_failed_idle_runner_waits_for_its_restart() -> None:
+    pool, clock, ids = idle_pool()
+    assert ReplacementBudget.capacity(20) == 2
+    assert restarting(pool, ids[0], 100)
+    assert restarting(pool, ids[1], 101)
+    assert restarting(pool, ids[2], 102) == [], "the budget is spent"
+    assert pool.runners[ids[2]].state is RunnerState.STARTING, "not handed out while it restarts"
+    pool.apply_allocation(alloc(ids[2], pool.runners[ids[2]].alloc_id, "running", 103, created=5))
+    assert pool.runners[ids[2]].state is RunnerState.IDLE, "its restart brings it back"
+    clock.now = REFILL_SECONDS / 2
+    assert DestroyRunner(ids[3], REASON_FAILED_IDLE) in restarting(pool, ids[3], 104), "one came back"
+    assert restarting(pool, ids[4], 105) == []
+
+
+def test_only_idle_runners_are_replaced_this_way() -> None:
+    pool, _clock, _ids = idle_pool()
+    _, actions = pool.set_environment(ExecutionEnvironment(11, "python:3.12", 1, 100.0, 256, False, ()))
+    starting = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
+    pool.apply_allocation(alloc(starting, "s0", "pending", 200))
+    again = pool.apply_allocation(alloc(starting, "s0", "pending", 201))
+    assert again == [], "it never ran: its image may not either"
+    used, _ = pool.claim(10, 60, now=0)
+    gone = restarting(pool, used.id, 202)
+    assert DestroyRunner(used.id, REASON_FAILED_IDLE) not in gone, "a used runner ends as its client's"
+    assert pool.stats()[10].idle == 19
+
+
+def test_each_environment_has_a_budget_of_its_own() -> None:
+    budget = ReplacementBudget()
+    assert [budget.take(10, 5, now=0.0) for _ in range(2)] == [True, False], "at least one"
+    assert budget.take(11, 5, now=0.0), "another environment's is whole"
+    budget.forget(10)
+    assert budget.take(10, 5, now=0.0), "a new environment of the same ID starts whole"
