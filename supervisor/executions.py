@@ -405,6 +405,7 @@ class ExecutionService:
             note_id=running.execution_id,
             grace=self._settings.stop_grace,
             nursery=self._nursery,
+            needed=lambda: self._alloc_of(running.runner_id) == alloc_id,
             on_failure=partial(self._replace_unstoppable, running, alloc_id),
         )
 

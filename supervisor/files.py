@@ -12,7 +12,8 @@ import binascii
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
 import trio
@@ -122,9 +123,11 @@ class FileService:
         workspace: str,
         stop_grace: float,
         execution_nursery: trio.Nursery,
+        allocation_in_use: Callable[[str], bool],
         unprivileged_wrapper: str = "",
     ) -> None:
         self._client = client
+        self._allocation_in_use = allocation_in_use
         self._task = task
         self._stop_grace = stop_grace
         self._unprivileged_wrapper = unprivileged_wrapper
@@ -151,6 +154,7 @@ class FileService:
                     note_id=note_id,
                     grace=self._stop_grace,
                     nursery=self._nursery,
+                    needed=partial(self._allocation_in_use, alloc_id),
                 )
 
     async def _run(

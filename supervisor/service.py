@@ -101,6 +101,7 @@ class RunnerService:
             workspace=settings.execution.workspace,
             stop_grace=settings.execution.stop_grace,
             execution_nursery=execution_nursery,
+            allocation_in_use=lambda alloc_id: self.pool.runner_of_alloc(alloc_id) is not None,
             unprivileged_wrapper=settings.execution.unprivileged_wrapper,
         )
         self.environments = EnvironmentStore(client, self.pool, self.apply)

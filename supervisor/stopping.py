@@ -5,7 +5,8 @@ so it runs on or blocks for ever. Every command the daemon starts notes its shel
 (``execution_command``, ``noted_command``); stopping it is one more exec, running ``stop_command``
 for that note. When Nomad cannot reach the command (its servers restarting, or the runner's agent),
 the stop is retried in the background until it can: replacing the runner instead would lose its
-files over a restart that its allocation survives.
+files over a restart that its allocation survives. A stop waits only while it is needed: once the
+runner is destroyed, Nomad stops its allocation, and the command with it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ _MARGIN: Final = 5.0
 # The shielded scopes of the stops under way, for the daemon's stop to abandon when its budget ends.
 _UNDER_WAY: weakref.WeakSet[trio.CancelScope] = weakref.WeakSet()
 _RETRY: Final = BackoffPolicy(base=2.0, cap=30.0)
+# How often a waiting stop looks whether it is still needed.
+_NEEDED_EVERY: Final = 1.0
 # Stops that wait for Nomad to reach their command again (each a task of its own).
 _waiting = 0
 
@@ -94,29 +97,36 @@ async def stop_in_runner(
     note_id: str,
     grace: float,
     nursery: trio.Nursery,
+    needed: Callable[[], bool],
     on_failure: Callable[[], None] = lambda: None,
 ) -> StopOutcome:
     """Stop the noted command now or, when Nomad cannot reach it (no server, or its agent away),
-    from a task in ``nursery`` as soon as it can. ``on_failure`` runs if Nomad refuses the stop or
-    the stop does not finish. Returns the first attempt's outcome."""
+    from a task in ``nursery`` as soon as it can, for as long as ``needed`` says its allocation is
+    still a runner's. ``on_failure`` runs if Nomad refuses the stop or the stop does not finish.
+    Returns the first attempt's outcome."""
     stop = partial(stop_noted, client, task=task, alloc_id=alloc_id, note_id=note_id, grace=grace)
     outcome = await stop()
     if outcome.retry:
-        nursery.start_soon(_stop_when_reached, stop, on_failure)
+        nursery.start_soon(_stop_when_reached, stop, on_failure, needed)
     elif outcome is StopOutcome.FAILED:
         on_failure()
     return outcome
 
 
 async def _stop_when_reached(
-    stop: Callable[[], Awaitable[StopOutcome]], on_failure: Callable[[], None]
+    stop: Callable[[], Awaitable[StopOutcome]], on_failure: Callable[[], None], needed: Callable[[], bool]
 ) -> None:
     global _waiting
     backoff = Backoff(_RETRY)
     _waiting += 1
     try:
         while True:
-            await trio.sleep(backoff.failed(trio.current_time()))
+            due = trio.current_time() + backoff.failed(trio.current_time())
+            # A look each second: a runner's end sets no event, and the look is one dict lookup.
+            while needed() and trio.current_time() < due:  # noqa: ASYNC110
+                await trio.sleep(min(_NEEDED_EVERY, due - trio.current_time()))
+            if not needed():
+                return
             outcome = await stop()
             if outcome is StopOutcome.FAILED:
                 on_failure()

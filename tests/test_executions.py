@@ -94,6 +94,28 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
     assert all("kill -TERM" in command[-1] for command in client.commands)
 
 
+async def test_a_waiting_stop_ends_once_its_runner_is_gone(autojump_clock: trio.abc.Clock) -> None:
+    client = _Unreachable()
+    runners = {"10-runner": "alloc-1"}
+    async with trio.open_nursery() as nursery:
+        service = ExecutionService(
+            client,
+            ExecutionSettings(stop_grace=0.1),
+            alloc_of=runners.get,
+            activity=lambda runner_id, delta: None,
+            replace_runner=lambda runner_id, reason: None,
+            execution_nursery=nursery,
+        )
+        await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
+        await trio.testing.wait_all_tasks_blocked()
+        assert stops_waiting() == 1
+        started = trio.current_time()
+        del runners["10-runner"]  # given back: the purge of its job stops the allocation, command and all
+    assert trio.current_time() - started <= 1.0, "within a look, not after its backoff"
+    assert stops_waiting() == 0
+    assert len(client.commands) == 1, "no attempt after the runner went"
+
+
 async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced(nursery: trio.Nursery) -> None:
     replaced: list[tuple[str, str]] = []
     client = _Refusing()

@@ -57,6 +57,7 @@ def file_service(nomad: ExecOpener, nursery: trio.Nursery, **options: str) -> Fi
         workspace="/workspace",
         stop_grace=0.1,
         execution_nursery=nursery,
+        allocation_in_use=lambda _: True,
         **options,
     )
 
