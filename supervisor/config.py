@@ -87,7 +87,8 @@ class FactorySettings:
     """``[factory]``: how fast runner jobs are registered, and the retries' backoff cap."""
 
     registrations_per_second: float = 50.0
-    # New runner jobs whose allocation is not running yet, at most: registrations wait beyond it.
+    # New runner jobs starting on one agent, at most, counting those not placed yet on every agent:
+    # registrations wait beyond it.
     max_starting: int = 10
     max_backoff: float = 30.0
 

@@ -2,8 +2,8 @@
 
 It carries out the pool's actions with a few workers, spaces the registrations of new runner jobs
 (each places an allocation, which an agent must start) to ``registrations_per_second``, holds them
-while ``max_starting`` of its new jobs wait for their allocation to run (a pace alone would pile
-starts onto an agent that starts tasks slowly: the field's reschedule storm), and retries
+while one agent may be starting ``max_starting`` of its new jobs (a pace alone would pile starts
+onto an agent that starts tasks slowly: the field's reschedule storm), and retries
 transient failures with exponential backoff for as long as the action still matters (a runner
 destroyed meanwhile is not created; a destroy is retried until Nomad confirms it, so no runner job
 is leaked).
@@ -80,10 +80,21 @@ class RunnerFactory:
 
     @property
     def starting(self) -> int:
-        """New runner jobs that hold back registrations: turned in the last ``START_PATIENCE``
-        seconds and not running yet (at most ``max_starting``)."""
+        """New runner jobs that hold back registrations (at most ``max_starting``): of those turned
+        in the last ``START_PATIENCE`` seconds and not running yet, the ones placed on the agent that
+        has the most of them, and those not placed yet, which Nomad may place on that agent too."""
         since = trio.current_time() - START_PATIENCE
-        return sum(1 for runner, at in self._starting.items() if at > since and self._is_starting(runner))
+        unplaced = 0
+        per_node: dict[str, int] = {}
+        for runner_id, at in self._starting.items():
+            runner = self._pool.runners.get(runner_id)
+            if at <= since or runner is None or runner.state is not RunnerState.STARTING:
+                continue
+            if runner.node_id:
+                per_node[runner.node_id] = per_node.get(runner.node_id, 0) + 1
+            else:
+                unplaced += 1
+        return unplaced + max(per_node.values(), default=0)
 
     def started(self, runner_id: str) -> None:
         """The runner's allocation runs: if this factory registered it, the time it took counts."""
@@ -183,8 +194,8 @@ class RunnerFactory:
                 return
 
     async def _room_to_start(self) -> None:
-        """Wait until fewer than ``max_starting`` of the runners this factory registered in the
-        last ``START_PATIENCE`` seconds are still without a running allocation."""
+        """Wait until no agent may be starting ``max_starting`` of the runners this factory
+        registered in the last ``START_PATIENCE`` seconds (see ``starting``)."""
         while True:
             self._forget_started()
             if self.starting < self._settings.max_starting:

@@ -365,6 +365,49 @@ async def test_registrations_wait_while_max_starting_allocations_have_not_starte
         nursery.cancel_scope.cancel("test over")
 
 
+async def test_max_starting_counts_per_agent_the_placed_and_on_each_the_not_yet_placed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The storm is one agent starting too many tasks at once: runners starting on different agents
+    do not hold each other back, but one not placed yet may still land on the busiest agent."""
+    nomad = _QuickNomad()
+
+    def registered() -> list[str]:
+        return [job_id for kind, job_id in nomad.calls if kind == "register"]
+
+    def placed(index: int, node: str, status: str = "pending") -> None:
+        job_id = registered()[index]
+        pool.apply_allocation(
+            Allocation(
+                id=f"a{index}",
+                job_id=job_id,
+                client_status=status,
+                node_id=node,
+                create_index=43 + index,
+                modify_index=50 + len(nomad.calls),
+            )
+        )
+
+    async with trio.open_nursery() as nursery:
+        pool, factory = await _two_creations(
+            nursery, nomad, registrations_per_second=100, pool_size=5, max_starting=2
+        )
+        await trio.sleep(1)
+        assert len(registered()) == 2, "neither is placed yet: both may land on one agent"
+        placed(0, "node-1")
+        placed(1, "node-2")
+        await trio.sleep(1)
+        assert len(registered()) == 3, "each agent starts one: room for one more"
+        assert factory.starting == 2, "one on the busiest agent, and one not placed yet"
+        placed(2, "node-1")
+        await trio.sleep(1)
+        assert len(registered()) == 3, "node-1 starts two"
+        placed(0, "node-1", "running")
+        await trio.sleep(1)
+        assert len(registered()) == 4, "one of node-1's runs"
+        nursery.cancel_scope.cancel("test over")
+
+
 async def test_a_runner_pending_past_the_patience_no_longer_holds_back_the_others(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
