@@ -17,7 +17,8 @@ runner every second.
 The daemon replaces the idle runners of each draining node. Its ``factory.registrations_per_second``
 (default 50) paces those registrations, but a pace alone would have 100 tasks starting at once on
 the agent that takes them (50 a second, each 2 s to start); ``factory.max_starting`` (default 10) holds
-new runner jobs while 10 of its earlier ones have no running allocation.
+new runner jobs while one agent may be starting 10 of its earlier ones (those placed there, and
+those not placed yet).
 
 The same roll then runs again with both lifted (``registrations_per_second`` and ``max_starting`` =
 1e6, the settings under test, to show they matter): the storm must appear there.

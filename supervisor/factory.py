@@ -87,11 +87,11 @@ class RunnerFactory:
         unplaced = 0
         per_node: dict[str, int] = {}
         for runner_id, at in self._starting.items():
-            runner = self._pool.runners.get(runner_id)
-            if at <= since or runner is None or runner.state is not RunnerState.STARTING:
+            if at <= since or not self._is_starting(runner_id):
                 continue
-            if runner.node_id:
-                per_node[runner.node_id] = per_node.get(runner.node_id, 0) + 1
+            node_id = self._pool.runners[runner_id].node_id
+            if node_id:
+                per_node[node_id] = per_node.get(node_id, 0) + 1
             else:
                 unplaced += 1
         return unplaced + max(per_node.values(), default=0)

@@ -244,7 +244,8 @@ def metrics_text(service: RunnerService) -> str:
         "supervisor_factory_starting",
         "gauge",
         "New runner jobs that hold back registrations (factory.max_starting): registered in the "
-        f"last {START_PATIENCE:g} s, allocation not running yet.",
+        f"last {START_PATIENCE:g} s, allocation not running yet, on the agent that starts the most "
+        "of them or not placed yet.",
         [(None, factory.starting)],
     )
     histogram = factory.start_seconds

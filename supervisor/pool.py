@@ -5,6 +5,8 @@ its state in place, and returns actions (create, destroy, mark used) for the tri
 Reconcile is level-based and idempotent: each runner remembers the ModifyIndex of the allocation
 state it last applied, so a replayed or duplicated event changes nothing, and a relist updates the
 existing runner objects (allocation, node, ports) instead of replacing them under running executions.
+One decision also weighs history and time: an idle runner whose task failed is replaced at once
+while its environment's budget lasts (``replacements.py``), and waits for its restart otherwise.
 
 A runner is handed out only when its allocation runs. A used runner whose container is lost or
 replaced (restart, reschedule, migration, lost node) is gone for its client (410) and its job is
@@ -30,7 +32,7 @@ from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_
 from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from .nodes import NodeChanges, NodeTracker
 from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
-from .replacements import ReplacementBudget
+from .replacements import SLOWER_THAN_A_START, ReplacementBudget
 from .runners import (
     FOUND_BY_EVENT,
     FOUND_BY_EXEC_REFUSAL,
@@ -85,6 +87,17 @@ def _live(alloc: Allocation | AllocListStub) -> bool:
 
 def _running(alloc: Allocation | AllocListStub) -> bool:
     return _live(alloc) and alloc.client_status == "running"
+
+
+def _restart_delay(alloc: Allocation | AllocListStub) -> float:
+    """Seconds its task waits before it starts again, when its latest event says it restarts (0
+    otherwise, or when the allocation comes without its task states, as in a lean listing)."""
+    delays = [
+        state.events[-1].start_delay_ns
+        for state in alloc.task_states.values()
+        if state.events and state.events[-1].type == "Restarting"
+    ]
+    return max(delays, default=0) / 1e9
 
 
 def _found_by_listing(runner: Runner | None) -> str:
@@ -379,7 +392,7 @@ class RunnerPool:
     def _apply_to_unused(self, runner: Runner, alloc: Allocation | AllocListStub, found: str) -> list[Action]:
         """An allocation's state, for an idle or starting runner."""
         if self._failed_while_idle(runner, alloc):
-            return self._remove(runner, REASON_FAILED_IDLE)
+            return self._remove(runner, REASON_FAILED_IDLE, found=found)
         if not _live(alloc):
             if alloc.next_allocation:
                 self._set_state(runner, RunnerState.STARTING)
@@ -395,11 +408,13 @@ class RunnerPool:
         return []
 
     def _failed_while_idle(self, runner: Runner, alloc: Allocation | AllocListStub) -> bool:
-        """Whether an idle runner's task failed and restarts in place (its allocation pending
-        again), and its environment may replace it at once rather than wait for the restart."""
+        """Whether an idle runner's task failed and waits to restart in place longer than a new
+        runner takes to start, and its environment may replace it at once rather than wait."""
         if runner.state is not RunnerState.IDLE or alloc.id != runner.alloc_id:
             return False
-        if not _live(alloc) or alloc.client_status != "pending":
+        if not _live(alloc) or alloc.client_status != "pending" or self.nodes.draining(alloc.node_id):
+            return False
+        if _restart_delay(alloc) < SLOWER_THAN_A_START:
             return False
         environment = self.environments.get(runner.environment_id)
         size = environment.prewarming_pool_size if environment is not None else 0

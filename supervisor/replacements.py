@@ -5,7 +5,8 @@ runner template), and serves nobody meanwhile. A new runner job starts in about 
 pool replaces such a runner at once. But a task that fails each time soon after it starts would
 then turn the pool over as fast as the factory registers jobs: the storm that restart delays exist
 to prevent. So each environment may replace a tenth of its prewarming pool size (at least one) at
-once per minute; past that, its failed runners wait for Nomad's restart policy.
+once, and as many again each minute after; past that, its failed runners wait for Nomad's restart
+policy.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ __all__ = ["ReplacementBudget"]
 
 # The budget refills in full over this many seconds.
 REFILL_SECONDS: Final = 60.0
+# A restart that waits less than this is sooner than a new runner (registration, placement, start).
+SLOWER_THAN_A_START: Final = 2.0
 
 
 @define

@@ -121,10 +121,10 @@ async def _stop_when_reached(
     _waiting += 1
     try:
         while True:
-            due = trio.current_time() + backoff.failed(trio.current_time())
             # A look each second: a runner's end sets no event, and the look is one dict lookup.
-            while needed() and trio.current_time() < due:  # noqa: ASYNC110
-                await trio.sleep(min(_NEEDED_EVERY, due - trio.current_time()))
+            with trio.move_on_after(backoff.failed(trio.current_time())):
+                while needed():  # noqa: ASYNC110
+                    await trio.sleep(_NEEDED_EVERY)
             if not needed():
                 return
             outcome = await stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from supervisor.environments import ExecutionEnvironment
+from supervisor.nomad import AllocListStub
 from supervisor.pool import RunnerPool
 from supervisor.replacements import REFILL_SECONDS, ReplacementBudget
 from supervisor.runners import REASON_FAILED_IDLE, CreateRunner, DestroyRunner, RunnerState
@@ -32,10 +33,17 @@ def idle_pool() -> tuple[RunnerPool, Clock, list[str]]:
     return pool, clock, ids
 
 
-def restarting(pool: RunnerPool, runner_id: str, index: int) -> list[object]:
-    """The runner's task failed: its allocation is pending again while the task restarts."""
+def restarting(pool: RunnerPool, runner_id: str, index: int, *, delay: float = 15.0) -> list[object]:
+    """The runner's task failed: its allocation is pending again while the task waits ``delay``
+    seconds to restart (the runner template's restart delay)."""
     runner = pool.runners[runner_id]
-    return list(pool.apply_allocation(alloc(runner_id, runner.alloc_id, "pending", index, created=5)))
+    events = [
+        {"Type": "Terminated", "ExitCode": 1},
+        {"Type": "Restarting", "StartDelay": round(delay * 1e9)},
+    ]
+    states = {"default-task": {"State": "pending", "Events": events}}
+    pending = alloc(runner_id, runner.alloc_id, "pending", index, created=0, raw={"TaskStates": states})
+    return list(pool.apply_allocation(pending))
 
 
 def test_a_failed_idle_runner_is_destroyed_and_replaced_at_once() -> None:
@@ -81,3 +89,14 @@ def test_each_environment_has_a_budget_of_its_own() -> None:
     assert budget.take(11, 5, now=0.0), "another environment's is whole"
     budget.forget(10)
     assert budget.take(10, 5, now=0.0), "a new environment of the same ID starts whole"
+
+
+def test_a_restart_sooner_than_a_new_runner_or_not_seen_is_waited_for() -> None:
+    pool, _clock, ids = idle_pool()
+    assert restarting(pool, ids[0], 100, delay=0) == [], "an agent that recreated its containers"
+    assert pool.runners[ids[0]].state is RunnerState.STARTING
+    stub = AllocListStub(
+        id=pool.runners[ids[1]].alloc_id, job_id=ids[1], client_status="pending", modify_index=101
+    )
+    assert pool.apply_allocation(stub) == [], "a lean listing does not say why it is pending"
+    assert restarting(pool, ids[2], 102), "the budget is whole: neither spent it"

@@ -149,6 +149,8 @@ class TaskEvent:
     kill_reason: str = ""
     driver_error: str = ""
     restart_reason: str = ""
+    # A Restarting event's wait before the task starts again.
+    start_delay_ns: int = 0
 
 
 @frozen(slots=False)
