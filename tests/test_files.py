@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor.errors import ExecConnectionLost, NomadUnavailableError
+from supervisor.errors import ExecAgentUnreachable, ExecConnectionLost, NomadUnavailableError
 from supervisor.files import FileService
 from supervisor.nomad import ExecExited, ExecOutput
 from supervisor.nomad.api import ExecOpener
+from supervisor.stopping import stops_waiting
 
 
 class _Session:
@@ -73,6 +74,42 @@ async def test_an_upload_whose_session_breaks_is_stopped_in_the_runner(nursery: 
     assert "tar" in extract
     assert f".supervisor-{note.group(1)}.pid" in stop, "the stop names the same command"
     assert "kill -TERM" in stop
+
+
+class _AgentAway(_Nomad):
+    """The first command's session breaks; every later exec finds the runner's agent away."""
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[_Session]:
+        self.commands.append(command[-1])
+        if len(self.commands) > 1:
+            raise ExecAgentUnreachable(1011, "failed to connect to client: no path to node")
+        yield _Session(breaks=True)
+
+
+async def test_a_file_command_s_stop_waits_only_while_its_runner_is_in_use(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    nomad = _AgentAway()
+    in_use = {"alloc-1"}
+    async with trio.open_nursery() as nursery:
+        files = FileService(
+            nomad,
+            task="default-task",
+            workspace="/workspace",
+            stop_grace=0.1,
+            execution_nursery=nursery,
+            allocation_in_use=in_use.__contains__,
+        )
+        with pytest.raises(ExecConnectionLost):
+            await files.update("alloc-1", [], [("a.txt", b"x")])
+        await trio.sleep(60)
+        attempts = len(nomad.commands) - 1
+        assert attempts > 1, "the stop is tried again while the agent is away"
+        in_use.clear()  # the runner is given back: its purge stops the allocation
+        await trio.sleep(2)
+        assert stops_waiting() == 0
+    assert len(nomad.commands) - 1 == attempts, "no attempt after the runner went"
 
 
 async def test_a_file_command_that_ends_is_not_stopped(nursery: trio.Nursery) -> None:
