@@ -5,8 +5,9 @@ its state in place, and returns actions (create, destroy, mark used) for the tri
 Reconcile is level-based and idempotent: each runner remembers the ModifyIndex of the allocation
 state it last applied, so a replayed or duplicated event changes nothing, and a relist updates the
 existing runner objects (allocation, node, ports) instead of replacing them under running executions.
-One decision also weighs history and time: an idle runner whose task failed is replaced at once
-while its environment's budget lasts (``replacements.py``), and waits for its restart otherwise.
+One decision also weighs history and time: an idle runner whose task failed and waits 2 s or more
+to restart (off a draining node) is replaced at once while its environment's budget lasts
+(``replacements.py``), and waits for its restart otherwise.
 
 A runner is handed out only when its allocation runs. A used runner whose container is lost or
 replaced (restart, reschedule, migration, lost node) is gone for its client (410) and its job is
@@ -92,11 +93,11 @@ def _running(alloc: Allocation | AllocListStub) -> bool:
 def _restart_delay(alloc: Allocation | AllocListStub) -> float:
     """Seconds its task waits before it starts again, when its latest event says it restarts (0
     otherwise, or when the allocation comes without its task states, as in a lean listing)."""
-    delays = [
-        state.events[-1].start_delay_ns
-        for state in alloc.task_states.values()
-        if state.events and state.events[-1].type == "Restarting"
-    ]
+    try:
+        states = alloc.task_states.values()
+    except ValueError:
+        return 0.0  # task states Nomad should not have sent: no evidence of a restart's delay
+    delays = [s.events[-1].start_delay_ns for s in states if s.events and s.events[-1].type == "Restarting"]
     return max(delays, default=0) / 1e9
 
 

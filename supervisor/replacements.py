@@ -1,12 +1,12 @@
 """How many failed idle runners an environment replaces at once instead of waiting for Nomad.
 
-An idle runner whose task fails restarts in place after its job's restart delay (15 s in the
-runner template), and serves nobody meanwhile. A new runner job starts in about a second, so the
-pool replaces such a runner at once. But a task that fails each time soon after it starts would
-then turn the pool over as fast as the factory registers jobs: the storm that restart delays exist
-to prevent. So each environment may replace a tenth of its prewarming pool size (at least one) at
-once, and as many again each minute after; past that, its failed runners wait for Nomad's restart
-policy.
+An idle runner whose task fails restarts in place after its job's restart delay (15 s in the runner
+template), and serves nobody meanwhile. A new runner job starts in about a second, so the pool
+replaces such a runner at once when its restart waits ``SLOWER_THAN_A_START`` or more. But a task
+that fails each time soon after it starts would then turn the pool over as fast as the factory
+registers jobs: the storm that restart delays exist to prevent. So each environment may replace a
+tenth of its prewarming pool size (at least one) at once, and as many again each minute after; past
+that, its failed runners wait for Nomad's restart policy.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from supervisor.pool import RunnerPool
 from supervisor.replacements import REFILL_SECONDS, ReplacementBudget
 from supervisor.runners import REASON_FAILED_IDLE, CreateRunner, DestroyRunner, RunnerState
 
-from .test_pool import alloc
+from .test_pool import alloc, node
 
 # A pool of 20: a budget of two replacements at once.
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 20, 100.0, 256, False, ())
@@ -100,3 +100,12 @@ def test_a_restart_sooner_than_a_new_runner_or_not_seen_is_waited_for() -> None:
     )
     assert pool.apply_allocation(stub) == [], "a lean listing does not say why it is pending"
     assert restarting(pool, ids[2], 102), "the budget is whole: neither spent it"
+
+
+def test_on_a_draining_node_it_goes_as_its_neighbours_do_without_spending_the_budget() -> None:
+    pool, _clock, ids = idle_pool()
+    pool.nodes.apply_event("NodeDrain", node(drain=True), 90)  # the tracker alone: the event's first
+    assert DestroyRunner(ids[0], "its node is draining") in restarting(pool, ids[0], 100)
+    pool.nodes.apply_event("NodeDrain", node(drain=False), 91)
+    assert DestroyRunner(ids[1], REASON_FAILED_IDLE) in restarting(pool, ids[1], 101)
+    assert DestroyRunner(ids[2], REASON_FAILED_IDLE) in restarting(pool, ids[2], 102), "both still there"
