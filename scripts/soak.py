@@ -64,12 +64,17 @@ FAULTS: Final = ("server", "leader", "agent", "all_agents", "drain", "streams", 
 AGENT_DOWNTIME: Final = 2.0
 DRAIN_DEADLINE: Final = 3.0
 HEARTBEAT_GRACE: Final = SimConfig().heartbeat_grace
+# A node down: its agent away past the heartbeat grace, so that Nomad marks it down.
+NODE_DOWNTIME: Final = HEARTBEAT_GRACE + 3
+# From a node down's start, the faults that Nomad's blindness to the away agent reaches: it places
+# new allocations there until the grace ends.
+BLIND_WINDOW: Final = NODE_DOWNTIME + 2
 # How long after it each fault can end an execution (a stream cut cannot): its own duration, then
 # 10 s for what follows (an election, an agent's registration, a task's restart).
 # Faults that reach every execution: a server's restart cuts each exec that goes through it.
 EVERYWHERE: Final = frozenset({"server", "leader", "all_agents"})
 # After the load: the last fault's reach and 10 s to refill, so that it is judged like the others.
-SETTLE: Final = HEARTBEAT_GRACE + 3 + 10 + 5
+SETTLE: Final = NODE_DOWNTIME + 10 + 5
 REACH: Final = {
     "server": 12.0,
     "leader": 12.0,
@@ -77,7 +82,7 @@ REACH: Final = {
     "all_agents": AGENT_DOWNTIME + 10,
     "drain": DRAIN_DEADLINE + 10,
     "allocation": 30.0,
-    "node_down": HEARTBEAT_GRACE + 3 + 10,
+    "node_down": NODE_DOWNTIME + 10,
 }
 
 
@@ -300,7 +305,7 @@ async def inject(
             target = alloc.job_id
     elif kind == "node_down":
         node = rng.choice(up)
-        downtime = HEARTBEAT_GRACE + 3
+        downtime = NODE_DOWNTIME
         await post(cluster, control, f"/sim/v1/nodes/{node.name}/restart", json={"downtime_s": downtime})
         target = node.name
     soak.faults.append({"t": at, "kind": kind, "target": target})
@@ -600,6 +605,38 @@ def refill(soak: Soak) -> None:
         print(f"  the factory at max_starting ({most}): {share:.0%} of the load's samples")
 
 
+def by_kind(faults: list[dict[str, Any]]) -> None:
+    """Each kind's recoveries (the slowest pool each fault hit), and how the faults that left a pool
+    short fall inside and outside the windows in which Nomad does not yet know a node is down."""
+    slowest: dict[str, list[float]] = {}
+    inside = [0, 0]
+    outside = [0, 0]
+    for fault in faults:
+        times = list(fault["recovery_s"].values())
+        worst = math.inf if None in times else max(times)
+        slowest.setdefault(fault["kind"], []).append(worst)
+        blind = any(
+            other["kind"] == "node_down" and 0 <= fault["t"] - other["t"] <= BLIND_WINDOW for other in faults
+        )
+        tally = inside if blind else outside
+        tally[0] += worst > RECOVERY_WITHIN
+        tally[1] += 1
+    kinds = sorted(slowest.items(), key=lambda item: sorted(item[1])[len(item[1]) // 2])
+    print(
+        "  by kind, the slowest pool hit (median; faults with a pool short after 10 s): "
+        + ", ".join(
+            f"{kind} {sorted(times)[len(times) // 2]:.1f} s ({sum(t > RECOVERY_WITHIN for t in times)} "
+            f"of {len(times)})"
+            for kind, times in kinds
+        )
+    )
+    print(
+        f"  faults with a pool short after 10 s: {inside[0]} of the {inside[1]} within "
+        f"{BLIND_WINDOW:g} s of a node down's start (Nomad still places work on its away agent), "
+        f"{outside[0]} of the {outside[1]} others"
+    )
+
+
 def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespace, logs: Path) -> bool:
     samples = soak.samples
     unrecovered = []
@@ -617,6 +654,7 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
             looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in soak.strength)
             unrecovered.append({**fault, "pools_short": short, "looks": looks})
     refill(soak)
+    by_kind(soak.faults)
     back = sorted(t for t in times if t is not None)
     if back:
         print(
