@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,14 +24,16 @@ def _service(
     nursery: trio.Nursery,
     *,
     alloc_id: str | None = "alloc-1",
+    alloc_of: Callable[[str], str | None] | None = None,
     replaced: list[tuple[str, str]] | None = None,
 ) -> ExecutionService:
-    """An ExecutionService on a fake client: every runner is in ``alloc_id``; replacements are noted."""
+    """An ExecutionService on a fake client: every runner is in ``alloc_id`` (or where ``alloc_of``
+    says); replacements are noted."""
     noted = replaced if replaced is not None else []
     return ExecutionService(
         client,
         settings,
-        alloc_of=lambda runner_id: alloc_id,
+        alloc_of=alloc_of or (lambda runner_id: alloc_id),
         activity=lambda runner_id, delta: None,
         replace_runner=lambda runner_id, reason: noted.append((runner_id, reason)),
         execution_nursery=nursery,
@@ -98,14 +100,7 @@ async def test_a_waiting_stop_ends_once_its_runner_is_gone(autojump_clock: trio.
     client = _Unreachable()
     runners = {"10-runner": "alloc-1"}
     async with trio.open_nursery() as nursery:
-        service = ExecutionService(
-            client,
-            ExecutionSettings(stop_grace=0.1),
-            alloc_of=runners.get,
-            activity=lambda runner_id, delta: None,
-            replace_runner=lambda runner_id, reason: None,
-            execution_nursery=nursery,
-        )
+        service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, alloc_of=runners.get)
         await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
         await trio.testing.wait_all_tasks_blocked()
         assert stops_waiting() == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -51,14 +51,20 @@ class _Nomad:
         yield _Session(breaks=len(self.commands) == 1)
 
 
-def file_service(nomad: ExecOpener, nursery: trio.Nursery, **options: str) -> FileService:
+def file_service(
+    nomad: ExecOpener,
+    nursery: trio.Nursery,
+    *,
+    allocation_in_use: Callable[[str], bool] = lambda _: True,
+    **options: str,
+) -> FileService:
     return FileService(
         nomad,
         task="default-task",
         workspace="/workspace",
         stop_grace=0.1,
         execution_nursery=nursery,
-        allocation_in_use=lambda _: True,
+        allocation_in_use=allocation_in_use,
         **options,
     )
 
@@ -93,14 +99,7 @@ async def test_a_file_command_s_stop_waits_only_while_its_runner_is_in_use(
     nomad = _AgentAway()
     in_use = {"alloc-1"}
     async with trio.open_nursery() as nursery:
-        files = FileService(
-            nomad,
-            task="default-task",
-            workspace="/workspace",
-            stop_grace=0.1,
-            execution_nursery=nursery,
-            allocation_in_use=in_use.__contains__,
-        )
+        files = file_service(nomad, nursery, allocation_in_use=in_use.__contains__)
         with pytest.raises(ExecConnectionLost):
             await files.update("alloc-1", [], [("a.txt", b"x")])
         await trio.sleep(60)
