@@ -3,8 +3,8 @@
 A plan is one ``PlanResult`` write: new allocations (pending/run), stopped ones (DesiredStatus stop
 with Nomad's description), replacements linked both ways in the same write (PreviousAllocation on the
 new one, NextAllocation on the old one), in-place updates. Placement picks ready, eligible,
-non-draining nodes and spreads a job over them; when nothing fits, the evaluation records
-FailedTGAllocs and a blocked evaluation waits for capacity.
+non-draining nodes that meet the job's constraints, and spreads a job over them; when nothing fits,
+the evaluation records FailedTGAllocs and a blocked evaluation waits for capacity.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 from typing import Any, Final
 
 from .config import ENVIRONMENT_JOB_PREFIX
+from .constraints import job_constraints, satisfies
 from .encode import job_full, rfc3339
 from .objects import SimAlloc, SimEval, SimJob, SimNode
 from .state import ClusterState, JobKey, Write
@@ -149,7 +150,7 @@ class Scheduler:
             previous = replace[i] if i < len(replace) else None
             index = self._free_index(used_indexes)
             used_indexes.add(index)
-            node = self._choose_node(key, previous)
+            node = self._choose_node(key, previous, job_constraints(job.spec, spec))
             if node is None:
                 unplaced += 1
                 continue
@@ -196,7 +197,11 @@ class Scheduler:
             elif alloc.job_version != job.version:
                 old_groups: list[dict[str, Any]] = alloc.job.get("TaskGroups") or []
                 old_group = next((g for g in old_groups if g.get("Name") == group), {})
-                if _task_signature(old_group) == _task_signature(spec):
+                node = state.nodes.get(alloc.node_id)
+                constraints = job_constraints(job.spec, spec)
+                # In place only where its own node still meets the job's constraints.
+                in_place = node is not None and satisfies(node, constraints)
+                if in_place and _task_signature(old_group) == _task_signature(spec):
                     alloc.job, alloc.job_version = job_full(job, state.config.region), job.version
                     alloc.alloc_modify_index = state.index + 1
                     state.alloc_changed(tx, alloc)
@@ -232,8 +237,10 @@ class Scheduler:
             and len(self.state.live_allocs_by_node.get(n.id, ())) < self.state.config.node_capacity
         ]
 
-    def _choose_node(self, key: JobKey, previous: SimAlloc | None) -> SimNode | None:
-        candidates = self.feasible_nodes()
+    def _choose_node(
+        self, key: JobKey, previous: SimAlloc | None, constraints: list[dict[str, Any]]
+    ) -> SimNode | None:
+        candidates = [n for n in self.feasible_nodes() if satisfies(n, constraints)]
         if previous is not None and len(candidates) > 1:
             candidates = [n for n in candidates if n.id != previous.node_id] or candidates
         if not candidates:
@@ -323,7 +330,7 @@ class Scheduler:
         followup = state.evals.get(alloc.followup_eval_id)
         if job is None or job.stop or alloc.next_allocation or alloc.server_terminal:
             return
-        node = self._choose_node(key, alloc)
+        node = self._choose_node(key, alloc, job_constraints(job.spec, job.group(alloc.task_group) or {}))
         evaluation = followup or SimEval(
             id="", namespace=job.namespace, job_id=job.id, type=job.type, triggered_by="alloc-failure"
         )
