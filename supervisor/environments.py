@@ -9,7 +9,7 @@ collected) and whose meta holds the environment's definition. Its runners are ba
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -212,10 +212,18 @@ def runner_environment_id(job_id: str) -> int | None:
 
 
 def runner_job(
-    environment: ExecutionEnvironment, runner_id: str, *, used: bool = False, timeout: int = 0
+    environment: ExecutionEnvironment,
+    runner_id: str,
+    *,
+    used: bool = False,
+    timeout: int = 0,
+    avoid: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A runner job; ``used`` and ``timeout`` in its meta let a restarted daemon know its claims."""
-    return {
+    """A runner job; ``used`` and ``timeout`` in its meta let a restarted daemon know its claims.
+    Nomad places it on none of the nodes in ``avoid`` (by node ID). A claim's update leaves them out
+    and stays in place: Nomad checks the updated job's constraints against the allocation's own node
+    only, and with none that node passes."""
+    job: dict[str, Any] = {
         "ID": runner_id,
         "Name": runner_id,
         "Type": "batch",
@@ -227,3 +235,8 @@ def runner_job(
         },
         "TaskGroups": [_group(environment, 1)],
     }
+    if avoid:
+        job["Constraints"] = [
+            {"LTarget": "${node.unique.id}", "RTarget": node_id, "Operand": "!="} for node_id in avoid
+        ]
+    return job

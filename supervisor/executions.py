@@ -126,6 +126,7 @@ class ExecutionService:
         execution_nursery: trio.Nursery,
         runner_lost: Callable[[str], None] = lambda runner_id: None,
         agent_away: Callable[[str], None] = lambda runner_id: None,
+        agent_unreachable: Callable[[str], None] = lambda runner_id: None,
         agent_wait: float = 5.0,
         agent_retry: float = 0.5,
     ) -> None:
@@ -136,6 +137,7 @@ class ExecutionService:
         self._replace_runner = replace_runner
         self._runner_lost = runner_lost
         self._agent_away = agent_away
+        self._agent_unreachable = agent_unreachable
         self._agent_wait = agent_wait
         self._agent_retry = agent_retry
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
@@ -338,6 +340,8 @@ class ExecutionService:
             attempt = running.attempt = _Attempt()
             await self._attempt(attempt, socket, running, alloc_id, request)
             unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
+            if unreachable:
+                self._agent_unreachable(running.runner_id)
             if not unreachable or not await wait_for_agent(give_up, self._agent_retry):
                 return
 

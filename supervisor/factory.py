@@ -235,7 +235,8 @@ class RunnerFactory:
             return
         runner = self._pool.runners[action.runner_id]
         environment = runner.environment or self._pool.environments[action.environment_id]
-        registered = await self._client.register_job(runner_job(environment, action.runner_id))
+        avoid = self._pool.nodes.avoided(self._pool.clock())
+        registered = await self._client.register_job(runner_job(environment, action.runner_id, avoid=avoid))
         self.created += 1
         if action.runner_id not in self._pool.runners:
             # Destroyed while its registration was under way: the destroy may have come first.

@@ -9,6 +9,12 @@ already known (every agent start registers again, event "Node re-registered"), a
 ``initializing``, or a ``down`` node that is ``ready`` again; a node that turns ``down`` (its agent
 missed its heartbeats) counts too. Until something newer than that proves them, the node's runners
 are suspect; once the node is ready again, a relist does.
+
+Nomad learns that an agent is away only when its heartbeats stop for their TTL and grace (20 s or
+more); until then it places new allocations there, and they wait. An exec that the server cannot
+route to the agent ("no path to node") tells the daemon sooner: the tracker then marks the node
+away for ``AWAY_SECONDS``, or until its agent registers again, and new runner jobs avoid it. It never
+marks the last usable node that is not marked already: new runners must have somewhere to go.
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ from attrs import define, field, frozen
 
 from .nomad import Node, NodeListStub
 
-__all__ = ["NodeChanges", "NodeTracker", "TrackedNode"]
+__all__ = ["AWAY_SECONDS", "NodeChanges", "NodeTracker", "TrackedNode"]
 
 _REREGISTERED: Final = "Node re-registered"
+# How long new runners avoid a node whose agent an exec could not reach: past Nomad's heartbeat
+# TTL and grace, after which Nomad itself places nothing on a node whose agent is still away.
+AWAY_SECONDS: Final = 30.0
 
 
 @define
@@ -44,11 +53,18 @@ class TrackedNode:
     awaiting_ready: bool = False
     # The node's ModifyIndex as last seen: an older event is a replay, and changes nothing.
     modify_index: int = 0
+    # Until when new runners avoid the node: an exec could not reach its agent (0: not away).
+    away_until: float = 0.0
 
     @property
     def usable(self) -> bool:
         """Runners here may take new work."""
         return self.status == "ready" and not self.draining
+
+    @property
+    def placeable(self) -> bool:
+        """Nomad may place new allocations here."""
+        return self.usable and self.eligible
 
 
 @frozen
@@ -88,6 +104,29 @@ class NodeTracker:
         prove or dismiss the runners its agent's restart made suspect."""
         node = self.nodes.get(node_id)
         return node is not None and node.status == "ready" and not node.awaiting_ready
+
+    def mark_away(self, node_id: str, now: float) -> bool:
+        """An exec could not reach the node's agent at ``now``: new runners avoid the node for
+        ``AWAY_SECONDS``. Returns whether it was not avoided before; False too, with no mark, for an
+        unknown node or the last usable one not avoided."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            return False
+        newly = node_id not in self.avoided(now)
+        if newly and not any(n.placeable for n in self._not_away(now) if n.id != node_id):
+            return False
+        node.away_until = now + AWAY_SECONDS
+        return newly
+
+    def avoided(self, now: float) -> tuple[str, ...]:
+        """The nodes new runners avoid at ``now``: none if that would leave no usable node."""
+        away = tuple(n.id for n in self.nodes.values() if n.away_until > now)
+        if not away or not any(n.placeable for n in self._not_away(now)):
+            return ()
+        return away
+
+    def _not_away(self, now: float) -> list[TrackedNode]:
+        return [n for n in self.nodes.values() if n.away_until <= now]
 
     def draining_nodes(self) -> list[TrackedNode]:
         """Every node that drains now."""
@@ -159,6 +198,7 @@ class NodeTracker:
         ready: tuple[str, ...] = ()
         if tracked.awaiting_ready and status == "ready":
             tracked.awaiting_ready = False
+            tracked.away_until = 0.0  # its agent is back
             ready = (tracked.id,)
         return NodeChanges(
             began_draining=(tracked.id,) if tracked.draining and not was_draining else (),

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 
 from attrs import define, field
 
+from .allocation_state import end_reason, is_live, is_running, restart_delay
 from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_id, runner_environment_id
 from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from .nodes import NodeChanges, NodeTracker
@@ -39,14 +40,12 @@ from .runners import (
     FOUND_BY_EXEC_REFUSAL,
     FOUND_BY_LISTING,
     FOUND_BY_NODE_RESTART,
+    REASON_AGENT_AWAY,
     REASON_ALLOCATION_STOPPED,
     REASON_DESTROYED,
-    REASON_DRAINED,
     REASON_ENVIRONMENT,
     REASON_FAILED_IDLE,
     REASON_JOB_GONE,
-    REASON_NODE_DOWN,
-    REASON_OOM,
     REASON_REPLACED,
     Action,
     CreateRunner,
@@ -63,42 +62,10 @@ from .runners import (
 __all__ = ["RunnerPool"]
 
 
-def _end_reason(alloc: Allocation | AllocListStub) -> str:
-    """Why a used runner's allocation ended, as precisely as its state tells."""
-    if "migrated" in alloc.desired_description:
-        return REASON_DRAINED
-    if alloc.client_status == "lost":
-        return REASON_NODE_DOWN
-    for state in alloc.task_states.values():
-        terminated = [e for e in state.events if e.type == "Terminated"]
-        if terminated and terminated[-1].details.get("oom_killed") == "true":
-            return REASON_OOM
-    return REASON_ALLOCATION_STOPPED
-
-
 def _own(text: str) -> str:
     """A copy of a string decoded from a listing, made now: kept for as long as its runner, it would
     otherwise hold the listing's freed memory (pages it shares with it) from going back."""
     return text.encode().decode()
-
-
-def _live(alloc: Allocation | AllocListStub) -> bool:
-    return not alloc.client_terminal and not alloc.server_terminal
-
-
-def _running(alloc: Allocation | AllocListStub) -> bool:
-    return _live(alloc) and alloc.client_status == "running"
-
-
-def _restart_delay(alloc: Allocation | AllocListStub) -> float:
-    """Seconds its task waits before it starts again, when its latest event says it restarts (0
-    otherwise, or when the allocation comes without its task states, as in a lean listing)."""
-    try:
-        states = alloc.task_states.values()
-    except ValueError:
-        return 0.0  # task states Nomad should not have sent: no evidence of a restart's delay
-    delays = [s.events[-1].start_delay_ns for s in states if s.events and s.events[-1].type == "Restarting"]
-    return max(delays, default=0) / 1e9
 
 
 def _found_by_listing(runner: Runner | None) -> str:
@@ -192,7 +159,7 @@ class RunnerPool:
         idle = self._idle.get(environment_id)
         if not idle:
             raise NoIdleRunner(environment_id)
-        runner = self.runners[next(iter(idle))]
+        runner = self.runners[self._pick(idle, now)]
         del idle[runner.id]
         runner.state = RunnerState.USED
         self._used[runner.id] = runner
@@ -202,6 +169,16 @@ class RunnerPool:
         spec = runner.environment or self.environments[environment_id]
         actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout)]
         return runner, actions + self.fill(environment_id)
+
+    def _pick(self, idle: dict[str, None], now: float) -> str:
+        """The oldest idle runner whose node new runners do not avoid, if there is one: an exec
+        could not reach the agents of the others lately."""
+        avoided = self.nodes.avoided(now)
+        if avoided:
+            for runner_id in idle:
+                if self.runners[runner_id].node_id not in avoided:
+                    return runner_id
+        return next(iter(idle))
 
     def orphans(self, jobs: Iterable[JobListStub]) -> list[Action]:
         """Runner jobs of environments that do not exist (their template job is gone): destroy
@@ -342,6 +319,21 @@ class RunnerPool:
         """The runners whose agent restarted and that nothing has proven since."""
         return [r.id for r in self.runners.values() if r.suspect_since]
 
+    def agent_unreachable(self, runner_id: str) -> list[Action]:
+        """An exec in the runner could not reach its agent: new runners avoid its node for a while
+        (``NodeTracker.mark_away``), and the runners waiting to start there are replaced, since they
+        would wait for that agent."""
+        runner = self.runners.get(runner_id)
+        if runner is None or not self.nodes.mark_away(runner.node_id, self.clock()):
+            return []
+        node_id, starting = runner.node_id, RunnerState.STARTING
+        waiting = [r for r in self.runners.values() if r.node_id == node_id and r.state is starting]
+        return [action for r in waiting for action in self._remove(r, REASON_AGENT_AWAY)]
+
+    def _waits_away(self, runner: Runner) -> bool:
+        """A runner not handed out, whose allocation waits to start on a node new runners avoid."""
+        return runner.state is RunnerState.STARTING and runner.node_id in self.nodes.avoided(self.clock())
+
     def set_moving(self, runner_id: str) -> None:
         """Its agent stayed unreachable: nothing new starts on it (410 for its client)."""
         runner = self.runners.get(runner_id)
@@ -371,17 +363,17 @@ class RunnerPool:
                 return []  # replayed or duplicated: that state was applied already
         elif alloc.create_index < runner.alloc_create_index:
             return []  # an older allocation of this job
-        elif runner.alloc_id and not _live(alloc):
+        elif runner.alloc_id and not is_live(alloc):
             return []  # a terminal allocation that is not the runner's current one
         replaced = bool(runner.alloc_id) and alloc.id != runner.alloc_id
         if runner.state is RunnerState.USED:
             if replaced:
                 return self._remove(runner, REASON_REPLACED, found=found)
-            if not _live(alloc):
-                return self._remove(runner, _end_reason(alloc), found=found)
+            if not is_live(alloc):
+                return self._remove(runner, end_reason(alloc), found=found)
             if alloc.client_status == "pending":
                 # Its task restarts in a fresh container.
-                reason = _end_reason(alloc)
+                reason = end_reason(alloc)
                 return self._remove(
                     runner, REASON_REPLACED if reason == REASON_ALLOCATION_STOPPED else reason, found=found
                 )
@@ -394,7 +386,7 @@ class RunnerPool:
         """An allocation's state, for an idle or starting runner."""
         if self._failed_while_idle(runner, alloc):
             return self._remove(runner, REASON_FAILED_IDLE, found=found)
-        if not _live(alloc):
+        if not is_live(alloc):
             if alloc.next_allocation:
                 self._set_state(runner, RunnerState.STARTING)
                 self._update(runner, alloc)
@@ -403,6 +395,8 @@ class RunnerPool:
         self._update(runner, alloc)
         if self.nodes.draining(alloc.node_id):
             return self._remove(runner, "its node is draining")
+        if alloc.client_status == "pending" and self._waits_away(runner):
+            return self._remove(runner, REASON_AGENT_AWAY)
         self._set_state(
             runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
         )
@@ -413,9 +407,9 @@ class RunnerPool:
         runner takes to start, and its environment may replace it at once rather than wait."""
         if runner.state is not RunnerState.IDLE or alloc.id != runner.alloc_id:
             return False
-        if not _live(alloc) or alloc.client_status != "pending" or self.nodes.draining(alloc.node_id):
+        if not is_live(alloc) or alloc.client_status != "pending" or self.nodes.draining(alloc.node_id):
             return False
-        if _restart_delay(alloc) < SLOWER_THAN_A_START:
+        if restart_delay(alloc) < SLOWER_THAN_A_START:
             return False
         environment = self.environments.get(runner.environment_id)
         size = environment.prewarming_pool_size if environment is not None else 0
@@ -447,7 +441,10 @@ class RunnerPool:
         latest: dict[str, AllocListStub] = {}
         for alloc in allocs:
             current = latest.get(alloc.job_id)
-            if current is None or (_live(alloc), alloc.create_index) > (_live(current), current.create_index):
+            if current is None or (is_live(alloc), alloc.create_index) > (
+                is_live(current),
+                current.create_index,
+            ):
                 latest[alloc.job_id] = alloc
         actions: list[Action] = []
         listed: set[str] = set()
@@ -476,7 +473,7 @@ class RunnerPool:
         """One listed runner job that is not tombstoned, with its latest listed allocation."""
         runner = self.runners.get(job.id)
         found = _found_by_listing(runner)
-        if job.stop or (job.status == "dead" and (job_alloc is None or not _live(job_alloc))):
+        if job.stop or (job.status == "dead" and (job_alloc is None or not is_live(job_alloc))):
             if runner is not None:
                 return self._remove(runner, REASON_JOB_GONE, found=found)
             self.tombstones[job.id] = Tombstone(index)
@@ -485,7 +482,7 @@ class RunnerPool:
             runner = self._adopt(job, environment_id, now)
         if job_alloc is not None:
             back = runner.suspect_since and self.nodes.back(runner.node_id)
-            if back and job_alloc.id == runner.alloc_id and _running(job_alloc):
+            if back and job_alloc.id == runner.alloc_id and is_running(job_alloc):
                 # Listed running by a listing that began after its node was ready again (the
                 # watcher applies events and listings in turn, never beside each other).
                 self.prove(runner.id)
@@ -519,7 +516,11 @@ class RunnerPool:
     # -- state changes --------------------------------------------------------------------------
 
     def _update(self, runner: Runner, alloc: Allocation | AllocListStub) -> None:
-        if alloc.modify_index > runner.suspect_since > 0 and _running(alloc) and alloc.id == runner.alloc_id:
+        if (
+            alloc.modify_index > runner.suspect_since > 0
+            and is_running(alloc)
+            and alloc.id == runner.alloc_id
+        ):
             runner.suspect_since = 0  # its client reported the allocation running since the restart
         if runner.alloc_id != alloc.id:
             self._by_alloc.pop(runner.alloc_id, None)

@@ -87,6 +87,7 @@ REASON_REPLACED: Final = (
 )
 REASON_JOB_GONE: Final = "the runner's Nomad job is gone"
 REASON_FAILED_IDLE: Final = "its task failed while idle: a new runner is faster than its restart"
+REASON_AGENT_AWAY: Final = "it waits to start on a node whose agent is out of reach"
 REASON_ENVIRONMENT: Final = "the execution environment was deleted"
 REASON_INACTIVITY: Final = "the runner was idle for longer than its inactivity timeout"
 # Poseidon's text, which the real client matches.

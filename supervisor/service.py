@@ -30,6 +30,7 @@ from .factory import RunnerFactory
 from .files import FileService
 from .leftovers import LeftoverSweep
 from .levels import Requests
+from .nodes import AWAY_SECONDS
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node
 from .nomad.agents import AgentRoute
 from .nomad.api import NomadApi
@@ -92,6 +93,7 @@ class RunnerService:
             execution_nursery=execution_nursery,
             runner_lost=self.runner_lost,
             agent_away=self.pool.set_moving,
+            agent_unreachable=self.agent_unreachable,
             agent_wait=settings.admission.wait_timeout,
             agent_retry=settings.admission.agent_retry_interval,
         )
@@ -146,6 +148,19 @@ class RunnerService:
         logger.debug("runner {} is gone: Nomad no longer knows its allocation", runner_id)
         self.apply(self.pool.lost(runner_id, REASON_ALLOCATION_UNKNOWN))
 
+    def agent_unreachable(self, runner_id: str) -> None:
+        """An exec in the runner could not reach its agent: new runners avoid its node a while."""
+        runner = self.pool.runners.get(runner_id)
+        node_id = runner.node_id if runner is not None else ""
+        avoided = self.pool.nodes.avoided(trio.current_time())
+        self.apply(self.pool.agent_unreachable(runner_id))
+        if node_id and node_id not in avoided and node_id in self.pool.nodes.avoided(trio.current_time()):
+            logger.warning(
+                "node {}: an exec could not reach its agent; new runners avoid it for up to {:.0f}s",
+                node_id,
+                AWAY_SECONDS,
+            )
+
     async def in_runner(self, runner_id: str, operation: Callable[[], Awaitable[T]]) -> T:
         """Carry out a file operation in the runner. If Nomad no longer knows its allocation, the
         runner is gone; if the server cannot reach its agent (nothing ran), the operation is tried
@@ -159,7 +174,7 @@ class RunnerService:
             except* ExecAllocationUnknown:
                 lost = True
             except* ExecAgentUnreachable:
-                pass  # nothing ran: try again below, while the agent may be restarting
+                self.agent_unreachable(runner_id)  # nothing ran: tried again below
             if lost:
                 self.runner_lost(runner_id)
                 raise RunnerGoneError(REASON_ALLOCATION_UNKNOWN)

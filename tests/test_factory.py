@@ -10,10 +10,10 @@ import trio
 import trio.testing
 
 from supervisor.config import FactorySettings
-from supervisor.environments import ExecutionEnvironment
+from supervisor.environments import ExecutionEnvironment, runner_job
 from supervisor.errors import NomadUnavailableError
 from supervisor.factory import START_PATIENCE, RunnerFactory
-from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse
+from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse, NodeListStub
 from supervisor.pool import RunnerPool
 from supervisor.runners import CreateRunner, DestroyRunner, MarkUsed
 
@@ -461,3 +461,38 @@ async def test_a_start_slower_than_the_patience_is_still_timed(
     assert starting == 0, "past the patience"
     assert factory.start_seconds.count == 1
     assert factory.start_seconds.total >= START_PATIENCE + 20
+
+
+class _JobKeepingNomad(_QuickNomad):
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: list[Mapping[str, Any]] = []
+
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+        self.jobs.append(job)
+        return await super().register_job(job)
+
+
+async def test_new_runner_jobs_avoid_the_nodes_whose_agent_an_exec_could_not_reach() -> None:
+    nomad = _JobKeepingNomad()
+    pool = RunnerPool(clock=trio.current_time)
+    nodes = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
+    pool.replace_nodes(nodes, 2)
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
+    first, second = (a.runner_id for a in actions if isinstance(a, CreateRunner))
+    pool.registered(first, 5)
+    pool.apply_allocation(
+        Allocation(
+            id="a1", job_id=first, node_id="n1", client_status="running", create_index=6, modify_index=6
+        )
+    )
+    assert pool.agent_unreachable(first) == [], "nothing waits to start on n1"
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        factory.submit(CreateRunner(second, 10))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel("test over")
+    (job,) = nomad.jobs
+    assert job["Constraints"] == [{"LTarget": "${node.unique.id}", "RTarget": "n1", "Operand": "!="}]
+    assert "Constraints" not in runner_job(ENVIRONMENT, first, used=True), "a claim's write drops them"

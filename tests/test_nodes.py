@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from supervisor.nodes import NodeChanges, NodeTracker
+from supervisor.nodes import AWAY_SECONDS, NodeChanges, NodeTracker
 from supervisor.nomad import DrainStrategy, Node, NodeEvent, NodeListStub
 
 
@@ -93,3 +93,49 @@ def test_a_replayed_first_registration_is_no_restart() -> None:
     replayed = tracker.apply_event("NodeRegistration", node("initializing", modify_index=5), 5)
     assert replayed == NodeChanges(), "a replay of an older state changes nothing"
     assert tracker.nodes["n1"].status == "ready"
+
+
+def ready(node_id: str, *, drain: bool = False) -> NodeListStub:
+    return NodeListStub(id=node_id, status="ready", scheduling_eligibility="eligible", drain=drain)
+
+
+def two_ready_nodes() -> NodeTracker:
+    tracker = NodeTracker()
+    tracker.replace([ready("n1"), ready("n2")], 3)
+    return tracker
+
+
+def test_a_node_whose_agent_is_out_of_reach_is_avoided_for_a_while() -> None:
+    tracker = two_ready_nodes()
+    assert tracker.mark_away("n1", 100.0), "newly avoided"
+    assert tracker.avoided(100.0) == ("n1",)
+    assert not tracker.mark_away("n1", 110.0), "already avoided: the mark is extended"
+    assert tracker.avoided(110.0 + AWAY_SECONDS - 1) == ("n1",)
+    assert tracker.avoided(110.0 + AWAY_SECONDS) == (), "the mark lapses"
+    assert not tracker.mark_away("n9", 100.0), "an unknown node"
+
+
+def test_the_last_node_new_runners_could_use_is_never_avoided() -> None:
+    tracker = two_ready_nodes()
+    assert tracker.mark_away("n1", 100.0)
+    assert not tracker.mark_away("n2", 100.0), "no node would be left"
+    assert tracker.avoided(100.0) == ("n1",)
+    tracker.replace([ready("n1"), ready("n2", drain=True)], 4)
+    assert tracker.avoided(100.0) == (), "n2 drains: avoiding n1 would leave nothing"
+
+
+def test_an_agent_that_registers_again_is_no_longer_avoided() -> None:
+    tracker = two_ready_nodes()
+    assert tracker.mark_away("n1", 100.0)
+    tracker.apply_event(
+        "NodeStreamEvent",
+        node("down", message="Node heartbeat missed", scheduling_eligibility="eligible"),
+        20,
+    )
+    assert tracker.avoided(101.0) == ("n1",), "down: Nomad places nothing there either"
+    tracker.apply_event(
+        "NodeStreamEvent",
+        node("ready", message="Node reregistered by heartbeat", scheduling_eligibility="eligible"),
+        30,
+    )
+    assert tracker.avoided(102.0) == (), "its agent is back"

@@ -15,7 +15,7 @@ import trio
 from supervisor.config import AdmissionSettings, ServerSettings, Settings
 from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
 from supervisor.nomad import Node, NodeEvent
-from supervisor.runners import REASON_ALLOCATION_UNKNOWN
+from supervisor.runners import REASON_ALLOCATION_UNKNOWN, RunnerState
 
 from .conftest import Harness
 
@@ -131,3 +131,29 @@ async def test_an_execution_cut_by_its_agent_restarting_says_so(harness: Harness
     assert harness.service.pool.used_runner(runner) is not None, "its allocation survived: the runner is kept"
     again = await harness.execute(runner, command="echo ok")
     assert again[-1] == {"type": "exit", "data": 0}
+
+
+async def test_new_runners_avoid_a_node_whose_agent_an_exec_could_not_reach(harness: Harness) -> None:
+    await harness.environment(10, prewarmingPoolSize=6)
+    runner = await harness.runner(10)
+    pool, state = harness.service.pool, harness.cluster.state
+    node = state.nodes[pool.runners[runner].node_id]
+    harness.cluster.agents.stop_agent(node)  # away, and Nomad will not know it for its heartbeat grace
+    for _ in range(3):
+        await harness.runner(10)  # refills, which Nomad may place on the node that is away
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(harness.http.get, f"/runners/{runner}/files")
+        await harness.wait_for(lambda: node.id in pool.nodes.avoided(trio.current_time()), within=2.0)
+        assert pool.serving_runner(runner) is not None, "marked at the first refusal, before the wait ends"
+        jobs_before = set(state.jobs)
+
+        def at_strength_elsewhere() -> bool:
+            unused = [r for r in pool.runners.values() if r.state is not RunnerState.USED]
+            return harness.idle(10) == 6 and all(r.node_id != node.id for r in unused)
+
+        await harness.wait_for(at_strength_elsewhere, within=10.0)
+    assert node.status == "ready", "all within the heartbeat grace: Nomad still counts the node ready"
+    new_jobs = [state.jobs[key] for key in set(state.jobs) - jobs_before]
+    assert new_jobs, "runners were replaced meanwhile"
+    excluded = {"LTarget": "${node.unique.id}", "RTarget": node.id, "Operand": "!="}
+    assert all(excluded in (job.spec.get("Constraints") or []) for job in new_jobs)

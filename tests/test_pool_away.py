@@ -1,0 +1,95 @@
+"""Agents an exec could not reach: new runners avoid their nodes, the runners waiting to start there
+are replaced, and claims take runners elsewhere first."""
+
+from __future__ import annotations
+
+from supervisor.environments import ExecutionEnvironment
+from supervisor.nodes import AWAY_SECONDS
+from supervisor.nomad import Allocation, NodeListStub
+from supervisor.pool import RunnerPool
+from supervisor.runners import REASON_AGENT_AWAY, CreateRunner, DestroyRunner, RunnerState
+
+ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 6, 100.0, 256, False, ())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def placed(runner_id: str, node_id: str, status: str, index: int) -> Allocation:
+    return Allocation(
+        id=f"alloc-{runner_id}",
+        job_id=runner_id,
+        node_id=node_id,
+        client_status=status,
+        desired_status="run",
+        create_index=index,
+        modify_index=index,
+    )
+
+
+def two_node_pool() -> tuple[RunnerPool, Clock, list[str]]:
+    """Six runners: two idle and one starting on each of two nodes."""
+    clock = Clock()
+    pool = RunnerPool(clock=clock)
+    nodes = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
+    pool.replace_nodes(nodes, 2)
+    _, actions = pool.set_environment(ENVIRONMENT)
+    ids = [a.runner_id for a in actions if isinstance(a, CreateRunner)]
+    for i, runner_id in enumerate(ids):
+        pool.registered(runner_id, 5)
+        node_id = ("n1", "n2")[i % 2]
+        pool.apply_allocation(placed(runner_id, node_id, "pending" if i >= 4 else "running", 10 + i))
+    return pool, clock, ids
+
+
+def test_an_unreachable_agent_has_the_runners_waiting_to_start_on_its_node_replaced() -> None:
+    pool, clock, ids = two_node_pool()
+    idle_on_n1, starting_on_n1 = ids[0], ids[4]
+    actions = pool.agent_unreachable(idle_on_n1)
+    assert pool.nodes.avoided(clock.now) == ("n1",)
+    assert DestroyRunner(starting_on_n1, REASON_AGENT_AWAY) in actions
+    assert sum(isinstance(a, CreateRunner) for a in actions) == 1, "its replacement, which avoids n1"
+    assert pool.runners[idle_on_n1].state is RunnerState.IDLE, (
+        "a running runner stays: its agent may be back soon"
+    )
+    assert pool.runners[ids[5]].state is RunnerState.STARTING, "runners waiting on other nodes stay"
+    assert pool.agent_unreachable(ids[2]) == [], "already avoided: nothing more to replace"
+
+
+def test_a_new_runner_placed_on_an_avoided_node_is_replaced_while_it_waits() -> None:
+    pool, clock, ids = two_node_pool()
+    pool.agent_unreachable(ids[0])
+    late = next(r for r in pool.runners if r not in ids)  # the replacement of the one waiting on n1
+    actions = pool.apply_allocation(placed(late, "n1", "pending", 50))
+    assert DestroyRunner(late, REASON_AGENT_AWAY) in actions, "placed on n1 all the same: replaced again"
+    clock.now += AWAY_SECONDS
+    other = next(r for r in pool.runners if r not in ids)
+    assert pool.apply_allocation(placed(other, "n1", "pending", 60)) == [], "the mark lapsed"
+    assert pool.runners[other].state is RunnerState.STARTING
+
+
+def test_claims_take_runners_on_nodes_that_are_not_avoided_first() -> None:
+    pool, clock, ids = two_node_pool()
+    pool.agent_unreachable(ids[0])
+    first, _ = pool.claim(10, 60, clock.now)
+    second, _ = pool.claim(10, 60, clock.now)
+    assert {first.node_id, second.node_id} == {"n2"}, "the two idle runners on n2"
+    third, _ = pool.claim(10, 60, clock.now)
+    assert third.node_id == "n1", "then those on the avoided node: better than none"
+
+
+def test_a_single_node_is_never_avoided() -> None:
+    clock = Clock()
+    pool = RunnerPool(clock=clock)
+    pool.replace_nodes([NodeListStub(id="n1", status="ready", scheduling_eligibility="eligible")], 2)
+    _, actions = pool.set_environment(ENVIRONMENT)
+    runner_id = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
+    pool.registered(runner_id, 5)
+    pool.apply_allocation(placed(runner_id, "n1", "running", 10))
+    assert pool.agent_unreachable(runner_id) == []
+    assert pool.nodes.avoided(clock.now) == ()
