@@ -21,7 +21,13 @@ from attrs import frozen
 from loguru import logger
 
 from .commands import noted_command, unprivileged_command
-from .errors import FileNotAvailable, FileOperationFailed, InvalidRequest, SupervisorError
+from .errors import (
+    ExecAgentUnreachable,
+    FileNotAvailable,
+    FileOperationFailed,
+    InvalidRequest,
+    SupervisorError,
+)
 from .nomad import ExecExited
 from .nomad.api import ExecChannel, ExecOpener
 from .stopping import stop_in_runner
@@ -138,15 +144,18 @@ class FileService:
     @contextlib.asynccontextmanager
     async def _session(self, alloc_id: str, argv: Sequence[str]) -> AsyncIterator[ExecChannel]:
         note_id = str(uuid.uuid4())
-        started = False
+        started = unreachable = False
         try:
             async with self._client.open_exec(
                 alloc_id, task=self._task, command=noted_command(argv, note_id)
             ) as session:
                 started = True
                 yield session
+        except ExecAgentUnreachable:
+            unreachable = True  # Nomad refused before the command started: nothing to stop
+            raise
         finally:
-            if started and session.exited is None:
+            if started and not unreachable and session.exited is None:
                 await stop_in_runner(
                     self._client,
                     task=self._task,

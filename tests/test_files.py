@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from supervisor.errors import ExecAgentUnreachable, ExecConnectionLost, NomadUnavailableError
 from supervisor.files import FileService
@@ -109,6 +110,30 @@ async def test_a_file_command_s_stop_waits_only_while_its_runner_is_in_use(
         await trio.sleep(2)
         assert stops_waiting() == 0
     assert len(nomad.commands) - 1 == attempts, "no attempt after the runner went"
+
+
+class _RefusedSession(_Session):
+    async def wait_exit(self, **_: Any) -> tuple[ExecExited, bytes, bytes]:
+        raise ExecAgentUnreachable(1011, "failed to connect to client: no path to node")
+
+
+class _RefusingNomad(_Nomad):
+    """Every exec opens, then Nomad closes it: the server cannot reach the runner's agent."""
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[_Session]:
+        self.commands.append(command[-1])
+        yield _RefusedSession(breaks=False)
+
+
+async def test_a_file_command_refused_before_it_started_is_not_stopped(nursery: trio.Nursery) -> None:
+    nomad = _RefusingNomad()
+    files = file_service(nomad, nursery)
+    with pytest.raises(ExecAgentUnreachable):
+        await files.update("alloc-1", [], [("a.txt", b"x")])
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(nomad.commands) == 1, "nothing ran: no stop follows"
+    assert stops_waiting() == 0
 
 
 async def test_a_file_command_that_ends_is_not_stopped(nursery: trio.Nursery) -> None:
