@@ -13,8 +13,8 @@ are suspect; once the node is ready again, a relist does.
 Nomad learns that an agent is away only when its heartbeats stop for their TTL and grace (20 s or
 more); until then it places new allocations there, and they wait. An exec that the server cannot
 route to the agent ("no path to node") tells the daemon sooner: the tracker then marks the node
-away for ``AWAY_SECONDS``, or until its agent registers again, and new runner jobs avoid it. It never
-marks the last usable node that is not marked already: new runners must have somewhere to go.
+away for ``AWAY_SECONDS``, or until its agent registers again, and new runner jobs avoid it. At
+most half the nodes Nomad could place on are avoided at once.
 """
 
 from __future__ import annotations
@@ -107,26 +107,28 @@ class NodeTracker:
 
     def mark_away(self, node_id: str, now: float) -> bool:
         """An exec could not reach the node's agent at ``now``: new runners avoid the node for
-        ``AWAY_SECONDS``. Returns whether it was not avoided before; False too, with no mark, for an
-        unknown node or the last usable one not avoided."""
+        ``AWAY_SECONDS`` (a mark already there is extended). Returns whether the node is newly
+        avoided. A node Nomad places nothing on is not marked, nor one past half the nodes it could
+        place on: most agents out of reach at once is trouble everywhere (all of them restarting),
+        and crowding new runners onto the few others would only slow their starts."""
         node = self.nodes.get(node_id)
-        if node is None:
+        if node is None or not node.placeable:
             return False
-        newly = node_id not in self.avoided(now)
-        if newly and not any(n.placeable for n in self._not_away(now) if n.id != node_id):
+        if node.away_until > now:
+            node.away_until = now + AWAY_SECONDS
+            return False
+        away = sum(1 for n in self.nodes.values() if n.away_until > now)
+        if 2 * (away + 1) > sum(1 for n in self.nodes.values() if n.placeable):
             return False
         node.away_until = now + AWAY_SECONDS
-        return newly
+        return True
 
     def avoided(self, now: float) -> tuple[str, ...]:
         """The nodes new runners avoid at ``now``: none if that would leave no usable node."""
         away = tuple(n.id for n in self.nodes.values() if n.away_until > now)
-        if not away or not any(n.placeable for n in self._not_away(now)):
+        if not away or not any(n.placeable and n.away_until <= now for n in self.nodes.values()):
             return ()
         return away
-
-    def _not_away(self, now: float) -> list[TrackedNode]:
-        return [n for n in self.nodes.values() if n.away_until <= now]
 
     def draining_nodes(self) -> list[TrackedNode]:
         """Every node that drains now."""

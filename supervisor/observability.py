@@ -60,6 +60,8 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
     checks["nomad"] = nomad
     draining = sorted(node.name or node.id for node in service.pool.nodes.draining_nodes())
     checks["draining_nodes"] = {"status": "warning" if draining else "ok", "nodes": draining}
+    away = [service.pool.nodes.nodes[n] for n in service.pool.nodes.avoided(now)]
+    checks["away_nodes"] = {"status": "ok", "nodes": sorted(node.name or node.id for node in away)}
     suspect = service.pool.suspect_runners()
     checks["runners"] = {
         "status": "ok",
@@ -180,6 +182,12 @@ def metrics_text(service: RunnerService) -> str:
         "gauge",
         "Runners whose agent restarted since they were last seen running, not handed out until proven.",
         [(None, len(service.pool.suspect_runners()))],
+    )
+    metric(
+        "supervisor_nodes_avoided",
+        "gauge",
+        "Nodes new runners avoid: an exec could not reach their agent lately.",
+        [(None, len(service.pool.nodes.avoided(trio.current_time())))],
     )
     metric(
         "supervisor_runners_found_gone_total",

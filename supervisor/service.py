@@ -157,7 +157,7 @@ class RunnerService:
         if node_id and node_id not in avoided and node_id in self.pool.nodes.avoided(trio.current_time()):
             logger.warning(
                 "node {}: an exec could not reach its agent; new runners avoid it for up to {:.0f}s",
-                node_id,
+                self.pool.nodes.nodes[node_id].name or node_id,
                 AWAY_SECONDS,
             )
 

@@ -115,6 +115,16 @@ def test_a_node_whose_agent_is_out_of_reach_is_avoided_for_a_while() -> None:
     assert not tracker.mark_away("n9", 100.0), "an unknown node"
 
 
+def test_at_most_half_the_nodes_new_runners_could_use_are_avoided() -> None:
+    tracker = NodeTracker()
+    tracker.replace([ready(f"n{i}") for i in range(1, 6)] + [ready("n6", drain=True)], 3)
+    assert tracker.mark_away("n1", 100.0)
+    assert tracker.mark_away("n2", 100.0)
+    assert not tracker.mark_away("n3", 100.0), "three of five agents out of reach: trouble everywhere"
+    assert not tracker.mark_away("n6", 100.0), "Nomad places nothing on a draining node anyway"
+    assert tracker.avoided(100.0) == ("n1", "n2")
+
+
 def test_the_last_node_new_runners_could_use_is_never_avoided() -> None:
     tracker = two_ready_nodes()
     assert tracker.mark_away("n1", 100.0)

@@ -20,12 +20,14 @@ async def test_details_name_every_check(harness: Harness) -> None:
         "event_stream",
         "nomad",
         "draining_nodes",
+        "away_nodes",
         "pools",
         "executions",
         "runners",
         "exec_paths",
     }
     assert checks["runners"] == {"status": "ok", "suspect": 0, "suspect_ids": [], "found_gone": {}}
+    assert checks["away_nodes"] == {"status": "ok", "nodes": []}
     assert checks["event_stream"]["state"] == "up"
     assert checks["event_stream"]["last_index"] > 0
     assert checks["nomad"]["status"] == "ok"
@@ -62,6 +64,7 @@ async def test_metrics_in_prometheus_text(harness: Harness) -> None:
     assert 'supervisor_runners{environment="10",state="idle"} 2' in lines
     assert "# TYPE supervisor_executions_total counter" in lines
     assert "supervisor_runners_suspect 0" in lines
+    assert "supervisor_nodes_avoided 0" in lines
     assert 'supervisor_runners_found_gone_total{path="exec refusal"} 0' in lines
     samples = [line for line in lines if not line.startswith("#")]
     assert all(len(line.rsplit(" ", 1)) == 2 for line in samples)

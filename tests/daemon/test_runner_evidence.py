@@ -145,6 +145,8 @@ async def test_new_runners_avoid_a_node_whose_agent_an_exec_could_not_reach(harn
         nursery.start_soon(harness.http.get, f"/runners/{runner}/files")
         await harness.wait_for(lambda: node.id in pool.nodes.avoided(trio.current_time()), within=2.0)
         assert pool.serving_runner(runner) is not None, "marked at the first refusal, before the wait ends"
+        details = (await harness.http.get("/health/details")).json()
+        assert details["checks"]["away_nodes"] == {"status": "ok", "nodes": [node.name]}
         jobs_before = set(state.jobs)
 
         def at_strength_elsewhere() -> bool:
