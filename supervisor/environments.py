@@ -18,9 +18,11 @@ from attrs import asdict, frozen
 from .errors import InvalidRequest
 
 __all__ = [
+    "CLAIM_GROUP",
     "RUNNER_GROUP",
     "TEMPLATE_PREFIX",
     "ExecutionEnvironment",
+    "claim_meta",
     "environment_from_dict",
     "environment_from_template",
     "new_runner_id",
@@ -32,6 +34,8 @@ __all__ = [
 
 TEMPLATE_PREFIX: Final = "template-"
 RUNNER_GROUP: Final = "default-group"
+# A runner job's group that runs nothing and holds its claim (Poseidon calls its own "config").
+CLAIM_GROUP: Final = "config"
 _META_KEY: Final = "supervisor.environment"
 # The largest environment ID: Go's int, as Poseidon's IDs are.
 MAX_ID: Final = 2**63 - 1
@@ -211,6 +215,32 @@ def runner_environment_id(job_id: str) -> int | None:
     return decimal(head)
 
 
+def _claim_group(used: bool, timeout: int) -> dict[str, Any]:
+    """A group that runs nothing, whose meta holds the claim. Nomad replaces an allocation whose
+    task's meta changes (its own, its group's or its job's: ``tasksUpdated``), so a claim written
+    to the job's meta would restart the runner's container; a group of its own keeps it in place."""
+    return {
+        "Name": CLAIM_GROUP,
+        "Count": 0,
+        "Meta": {"used": "true" if used else "false", "timeout": str(timeout)},
+        "Tasks": [
+            {
+                "Name": CLAIM_GROUP,
+                "Driver": "exec",
+                "Config": {"command": "true"},
+                "Resources": {"CPU": 1, "MemoryMB": 10},
+            }
+        ],
+    }
+
+
+def claim_meta(job: Mapping[str, Any]) -> dict[str, str]:
+    """The claim a runner job (as ``runner_job`` writes it) holds: ``used`` and ``timeout``."""
+    groups: list[dict[str, Any]] = job.get("TaskGroups") or []
+    group = next((g for g in groups if g.get("Name") == CLAIM_GROUP), {})
+    return dict(group.get("Meta") or {})
+
+
 def runner_job(
     environment: ExecutionEnvironment,
     runner_id: str,
@@ -219,7 +249,8 @@ def runner_job(
     timeout: int = 0,
     avoid: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A runner job; ``used`` and ``timeout`` in its meta let a restarted daemon know its claims.
+    """A runner job; ``used`` and ``timeout`` in its claim group's meta let a restarted daemon know
+    its claims (the job's own meta names its environment, and never changes).
     Nomad places it on none of the nodes in ``avoid`` (by node ID). A claim's update leaves them out
     and stays in place: Nomad checks the updated job's constraints against the allocation's own node
     only, and with none that node passes."""
@@ -228,12 +259,8 @@ def runner_job(
         "Name": runner_id,
         "Type": "batch",
         "Datacenters": ["dc1"],
-        "Meta": {
-            "environment": str(environment.id),
-            "used": "true" if used else "false",
-            "timeout": str(timeout),
-        },
-        "TaskGroups": [_group(environment, 1)],
+        "Meta": {"environment": str(environment.id)},
+        "TaskGroups": [_group(environment, 1), _claim_group(used, timeout)],
     }
     if avoid:
         job["Constraints"] = [

@@ -11,13 +11,14 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Final, TypeVar
 
+import attrs
 import trio
 from loguru import logger
 
 from .admission import AdmissionGate
 from .config import Settings
 from .environment_store import EnvironmentStore
-from .environments import TEMPLATE_PREFIX, runner_prefix
+from .environments import CLAIM_GROUP, TEMPLATE_PREFIX, runner_prefix
 from .errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
@@ -57,6 +58,8 @@ T = TypeVar("T")
 _ROUTINE_ENDS: Final = frozenset({REASON_DESTROYED, REASON_ENVIRONMENT})
 # Runners named in one such line; more are counted.
 _NAMED: Final = 5
+# GETs of claimed runner jobs under way at once while a relist adopts them.
+_CLAIM_READS: Final = 16
 # Allocations per page of a relist's listing: with lean stubs, its memory is one page's at a time.
 RELIST_PAGE: Final = 5000
 LIVE_ALLOCATIONS: Final = (
@@ -301,7 +304,7 @@ class RunnerService:
             runners = await self.client.list_jobs(
                 runner_prefix(environment_id), meta=True, per_page=RELIST_PAGE
             )
-            jobs += runners.value
+            jobs += await self._with_claims(runners.value)
             index = min(index, runners.index)
         allocs = await self.client.list_allocations(
             filter=LIVE_ALLOCATIONS, resources=True, task_states=False, per_page=RELIST_PAGE, lean=True
@@ -309,6 +312,31 @@ class RunnerService:
         index = max(seen, min(index, allocs.index))
         self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
         return index
+
+    async def _with_claims(self, jobs: list[JobListStub]) -> list[JobListStub]:
+        """The listed runner jobs, each one that the pool does not know and that was updated since
+        its registration (a claim's write is a runner job's only update) with its claim group's
+        meta, read by one GET of the job; one purged meanwhile is left out."""
+        claimed: dict[str, dict[str, str]] = {}
+        unknown = [j for j in jobs if j.id not in self.pool.runners and j.job_modify_index > j.create_index]
+
+        async def read(stub: JobListStub, limiter: trio.CapacityLimiter) -> None:
+            async with limiter:
+                try:
+                    job = (await self.client.get_job(stub.id)).value
+                except NomadNotFound:
+                    return
+            group = job.group(CLAIM_GROUP)
+            claimed[stub.id] = {**stub.meta, **(group.meta if group is not None else {})}
+
+        limiter = trio.CapacityLimiter(_CLAIM_READS)
+        async with trio.open_nursery() as nursery:
+            for stub in unknown:
+                nursery.start_soon(read, stub, limiter)
+        gone = {j.id for j in unknown} - set(claimed)
+        return [
+            attrs.evolve(j, meta=claimed[j.id]) if j.id in claimed else j for j in jobs if j.id not in gone
+        ]
 
     def apply_batch(self, batch: EventBatch) -> None:
         """Apply a batch of the stream. Of a batch that a listing already covered, only its Node

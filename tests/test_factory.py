@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from supervisor.config import FactorySettings
-from supervisor.environments import ExecutionEnvironment, runner_job
+from supervisor.environments import ExecutionEnvironment, claim_meta, runner_job
 from supervisor.errors import NomadUnavailableError
 from supervisor.factory import START_PATIENCE, RunnerFactory
 from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse, NodeListStub
@@ -205,7 +205,7 @@ class _LostAnswerNomad(_QuickNomad):
     """The first claim write lands in Nomad, but its answer is lost (a server restarted)."""
 
     async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
-        if job["Meta"].get("used") == "true" and not any(c[0] == "lost" for c in self.calls):
+        if claim_meta(job).get("used") == "true" and not any(c[0] == "lost" for c in self.calls):
             self.calls.append(("lost", job["ID"]))
             raise NomadUnavailableError("the server restarted before it answered")
         return await super().register_job(job)

@@ -19,12 +19,20 @@ from supervisor.config import Settings
 from supervisor.environments import (
     TEMPLATE_PREFIX,
     ExecutionEnvironment,
+    claim_meta,
     new_runner_id,
     runner_job,
     template_job,
 )
+from supervisor.errors import NomadNotFound
 from supervisor.nomad.client import Indexed
-from supervisor.nomad.models import AllocListStub, JobDeregisterResponse, JobListStub, JobRegisterResponse
+from supervisor.nomad.models import (
+    AllocListStub,
+    Job,
+    JobDeregisterResponse,
+    JobListStub,
+    JobRegisterResponse,
+)
 from supervisor.runners import CreateRunner, DestroyRunner
 from supervisor.service import RunnerService
 
@@ -32,6 +40,10 @@ from .nomad_double import NomadDouble
 
 ENVIRONMENT = ExecutionEnvironment(7, "python:3.12", 1, 100.0, 256, False, ())
 TEMPLATE = f"{TEMPLATE_PREFIX}7"
+
+
+def _claimed(job: Mapping[str, Any]) -> bool:
+    return claim_meta(job).get("used") == "true"
 
 
 class _GatedNomad(NomadDouble):
@@ -66,9 +78,20 @@ class _GatedNomad(NomadDouble):
     async def list_jobs(
         self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
     ) -> Indexed[list[JobListStub]]:
-        listing = [JobListStub(id=i, meta=j["Meta"]) for i, j in self.jobs.items() if i.startswith(prefix)]
+        listing = [
+            # A claimed runner's job was updated after its registration: the claim's write.
+            JobListStub(id=i, meta=j["Meta"], create_index=1, job_modify_index=1 + _claimed(j))
+            for i, j in self.jobs.items()
+            if i.startswith(prefix)
+        ]
         await self._gate("list")  # the listing was taken before the answer is held back
         return Indexed(listing, 10)
+
+    async def get_job(self, job_id: str) -> Indexed[Job]:
+        if job_id not in self.jobs:
+            raise NomadNotFound(f"job {job_id} not found", status_code=404)
+        job = self.jobs[job_id]
+        return Indexed(Job(id=job_id, meta=job["Meta"], raw_task_groups=job["TaskGroups"]), 10)
 
     async def list_nodes(self) -> Indexed[list[Any]]:
         return Indexed([], 10)
@@ -212,3 +235,32 @@ async def test_a_request_in_an_adopted_claim_waits_for_its_sweep_from_the_moment
             nomad.orphans_answer.set()
             nomad.sweep_answer.set()
     assert proven.is_set()
+
+
+class _PurgedAfterListingNomad(_GatedNomad):
+    """Lists every job, then forgets the claimed ones before their GET: released meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    async def get_job(self, job_id: str) -> Indexed[Job]:
+        self.reads.append(job_id)
+        if _claimed(self.jobs[job_id]):
+            raise NomadNotFound(f"job {job_id} not found", status_code=404)
+        return await super().get_job(job_id)
+
+
+async def test_a_relist_reads_only_the_claimed_jobs_and_adopts_none_purged_since_the_listing(
+    nursery: trio.Nursery,
+) -> None:
+    nomad = _PurgedAfterListingNomad()
+    nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
+    idle, released = new_runner_id(ENVIRONMENT.id), new_runner_id(ENVIRONMENT.id)
+    nomad.jobs[idle] = runner_job(ENVIRONMENT, idle)
+    nomad.jobs[released] = runner_job(ENVIRONMENT, released, used=True, timeout=60)
+    service = _service(nomad, nursery)
+    await service.relist()
+    assert nomad.reads == [released], "a job never updated since its registration holds no claim"
+    assert released not in service.pool.runners, "gone before it was read: never adopted as idle"
+    assert idle in service.pool.runners

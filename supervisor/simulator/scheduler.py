@@ -53,10 +53,20 @@ def reschedule_policy(job: dict[str, Any], group: dict[str, Any]) -> dict[str, A
     return {**defaults, **{k: v for k, v in (group.get("ReschedulePolicy") or {}).items() if v is not None}}
 
 
-def _task_signature(group: dict[str, Any]) -> Any:
-    """What an update must change to replace allocations instead of updating them in place."""
+def _task_signature(job: dict[str, Any], group: dict[str, Any]) -> Any:
+    """What an update must change to replace allocations instead of updating them in place (Nomad's
+    ``tasksUpdated``): a task's driver, config, env, resources, or its meta combined with its
+    group's and its job's; the group's networks."""
+    meta = {**(job.get("Meta") or {}), **(group.get("Meta") or {})}
     return [
-        (t.get("Name"), t.get("Driver"), t.get("Config"), t.get("Env"), t.get("Resources"))
+        (
+            t.get("Name"),
+            t.get("Driver"),
+            t.get("Config"),
+            t.get("Env"),
+            t.get("Resources"),
+            {**meta, **(t.get("Meta") or {})},
+        )
         for t in group.get("Tasks") or []
     ], group.get("Networks")
 
@@ -174,7 +184,7 @@ class Scheduler:
     def _sort_out(
         self, tx: Write, job: SimJob, group: str, spec: dict[str, Any], allocs: list[SimAlloc], batch: bool
     ) -> tuple[list[SimAlloc], list[SimAlloc]]:
-        """The group's allocations to keep (updated in place where only meta changed), and those
+        """The group's allocations to keep (updated in place where no task changed), and those
         to replace; the others are stopped."""
         state = self.state
         description = "alloc not needed due to job update"
@@ -201,7 +211,7 @@ class Scheduler:
                 constraints = job_constraints(job.spec, spec)
                 # In place only where its own node still meets the job's constraints.
                 in_place = node is not None and satisfies(node, constraints)
-                if in_place and _task_signature(old_group) == _task_signature(spec):
+                if in_place and _task_signature(alloc.job, old_group) == _task_signature(job.spec, spec):
                     alloc.job, alloc.job_version = job_full(job, state.config.region), job.version
                     alloc.alloc_modify_index = state.index + 1
                     state.alloc_changed(tx, alloc)

@@ -26,6 +26,7 @@ from loguru import logger
 
 from supervisor.config import ServerSettings, Settings
 from supervisor.daemon import Daemon
+from supervisor.environments import claim_meta
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
@@ -80,6 +81,10 @@ class Harness:
         assert response.status_code in (201, 204), response.text
         size = fields.get("prewarmingPoolSize", ENVIRONMENT["prewarmingPoolSize"])
         await self.wait_for(lambda: self.idle(environment_id) >= min(size, 1))
+
+    def claim_meta(self, runner: str) -> dict[str, str]:
+        """The claim Nomad holds for the runner: its job's claim group's meta."""
+        return claim_meta(self.cluster.state.jobs[("default", runner)].spec)
 
     def idle(self, environment_id: int) -> int:
         stats = self.service.pool.stats().get(environment_id)

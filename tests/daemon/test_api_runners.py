@@ -27,12 +27,13 @@ async def test_claim_hands_out_an_idle_runner_and_orders_a_replacement(harness: 
     assert harness.idle(10) == 1, "handed out at once"
     await harness.wait_for(lambda: harness.idle(10) == 2)
     job = (await harness.nomad.get_job(body["runnerId"])).value
-    await harness.wait_for(
-        lambda: harness.cluster.state.jobs[("default", body["runnerId"])].spec["Meta"]["used"] == "true"
-    )
+    await harness.wait_for(lambda: harness.claim_meta(body["runnerId"])["used"] == "true")
     assert job.id == body["runnerId"], "the runner ID is the Nomad job ID"
-    meta = harness.cluster.state.jobs[("default", body["runnerId"])].spec["Meta"]
+    meta = harness.claim_meta(body["runnerId"])
     assert meta["timeout"] == "60", "a restarted daemon knows the claim and its timeout"
+    assert job.meta == {"environment": "10"}, (
+        "the job's own meta never changes: a change would replace its task"
+    )
 
 
 @pytest.mark.parametrize(

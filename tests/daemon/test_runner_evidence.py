@@ -25,18 +25,14 @@ SHORT_WAIT = [Settings(server=ServerSettings(port=0), admission=AdmissionSetting
 def vanish(harness: Harness, runner: str) -> None:
     """The runner's job vanishes without any event, as when every agent restarts at once (long
     after its claim: the claim's write of the used flag has landed)."""
-    job = harness.cluster.state.jobs[("default", runner)]
-    assert (job.spec.get("Meta") or {}).get("used") == "true", "the claim's write landed"
+    assert harness.claim_meta(runner)["used"] == "true", "the claim's write landed"
     harness.cluster.state.forget_job_silently(("default", runner))
 
 
 async def claimed(harness: Harness) -> str:
     """A claimed runner whose used flag Nomad holds."""
     runner = await harness.runner(10)
-    key = ("default", runner)
-    await harness.wait_for(
-        lambda: (harness.cluster.state.jobs[key].spec.get("Meta") or {}).get("used") == "true"
-    )
+    await harness.wait_for(lambda: harness.claim_meta(runner)["used"] == "true")
     return runner
 
 

@@ -70,9 +70,7 @@ async def test_drained_node_ends_the_execution_with_an_error(harness: Harness) -
 async def test_a_restarted_daemon_knows_its_claims(harness: Harness, nursery: trio.Nursery) -> None:
     await harness.environment(10)
     runner = await harness.runner(10, inactivity_timeout=300)
-    await harness.wait_for(
-        lambda: harness.cluster.state.jobs[("default", runner)].spec["Meta"]["used"] == "true"
-    )
+    await harness.wait_for(lambda: harness.claim_meta(runner)["used"] == "true")
     harness.daemon.stop()
     environ = {"NOMAD_ADDR": ",".join(harness.cluster.addresses)}
     second = await nursery.start(Daemon(Settings(server=ServerSettings(port=0)), environ=environ).run)
@@ -101,9 +99,7 @@ async def test_an_environment_update_leaves_used_runners_running(harness: Harnes
         "exposedPorts": [],
     }
     assert (await harness.http.put("/execution-environments/10", json=changed)).status_code == 204
-    await harness.wait_for(
-        lambda: harness.cluster.state.jobs[("default", runner)].spec["Meta"]["used"] == "true"
-    )
+    await harness.wait_for(lambda: harness.claim_meta(runner)["used"] == "true")
     job = harness.cluster.state.jobs[("default", runner)]
     assert job.spec["TaskGroups"][0]["Tasks"][0]["Config"]["image"] == "python:3.12-slim", "its spec is kept"
     messages = await harness.execute(runner, command="echo still here")

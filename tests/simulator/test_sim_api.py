@@ -211,12 +211,26 @@ async def test_register_versions_and_identical_specs(cluster: SimulatedCluster, 
     assert same.eval_id != first.eval_id, "but a new evaluation"
     await settle(cluster, lambda: running(cluster, "versions"))
     alloc_id = next(iter(cluster.state.allocs))
-    await client.register_job(batch_job("versions", meta={"used": "true"}))
+    claimed = batch_job("versions")
+    config = {
+        "Name": "config",
+        "Count": 0,
+        "Meta": {"used": "true"},
+        "Tasks": [{"Name": "c", "Driver": "exec"}],
+    }
+    claimed["TaskGroups"].append(config)
+    await client.register_job(claimed)
     job = (await client.get_job("versions")).value
     assert job.version == 1
     await settle(cluster, lambda: cluster.state.allocs[alloc_id].job_version == 1)
-    assert cluster.state.allocs[alloc_id].client_status == "running", "a meta change updates in place"
+    assert cluster.state.allocs[alloc_id].client_status == "running", "another group's meta: in place"
     assert len(cluster.state.allocs) == 1
+
+    await client.register_job(batch_job("versions", meta={"used": "true"}))
+    await settle(cluster, lambda: len(cluster.state.allocs) == 2)
+    assert cluster.state.allocs[alloc_id].desired_status == "stop", (
+        "its task's meta (its own, its group's or its job's) changed: Nomad replaces the allocation"
+    )
 
 
 async def test_stop_purge_and_dead_status(cluster: SimulatedCluster, client: NomadClient) -> None:

@@ -68,21 +68,21 @@ async def test_an_update_that_drops_a_constraint_stays_in_place_and_one_its_node
     cluster: SimulatedCluster, client: NomadClient
 ) -> None:
     avoided, *_ = sorted(cluster.state.nodes)
-    job = batch_job("claimed", meta={"used": "false"})
+    job = batch_job("claimed")
     job["Constraints"] = [on_node(avoided, "!=")]
     await client.register_job(job)
     await settle(cluster, lambda: len(live(cluster, "claimed")) == 1)
     (first,) = live(cluster, "claimed")
 
-    unconstrained = batch_job("claimed", meta={"used": "true"})
-    await client.register_job(unconstrained)
+    await client.register_job(batch_job("claimed"))
     await settle(cluster, lambda: live(cluster, "claimed")[0].job_version == 1)
-    assert [a.id for a in live(cluster, "claimed")] == [first.id], "a meta change is an in-place update"
+    assert [a.id for a in live(cluster, "claimed")] == [first.id], "dropping a constraint: in place"
 
-    moved = batch_job("claimed", meta={"used": "true"})
+    moved = batch_job("claimed")
     moved["Constraints"] = [on_node(first.node_id, "!=")]
     await client.register_job(moved)
     await settle(cluster, lambda: first.id not in {a.id for a in live(cluster, "claimed")})
+    assert len(live(cluster, "claimed")) == 1, "replaced"
     assert first.node_id not in placed_on(cluster, "claimed"), "its node fails the new constraint"
 
 
