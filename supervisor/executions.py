@@ -127,6 +127,7 @@ class ExecutionService:
         runner_lost: Callable[[str], None] = lambda runner_id: None,
         agent_away: Callable[[str], None] = lambda runner_id: None,
         agent_unreachable: Callable[[str], None] = lambda runner_id: None,
+        agent_reached: Callable[[str], None] = lambda runner_id: None,
         agent_wait: float = 5.0,
         agent_retry: float = 0.5,
     ) -> None:
@@ -138,6 +139,7 @@ class ExecutionService:
         self._runner_lost = runner_lost
         self._agent_away = agent_away
         self._agent_unreachable = agent_unreachable
+        self._agent_reached = agent_reached
         self._agent_wait = agent_wait
         self._agent_retry = agent_retry
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
@@ -342,6 +344,8 @@ class ExecutionService:
             unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
             if unreachable:
                 self._agent_unreachable(running.runner_id)
+            elif attempt.output:
+                self._agent_reached(running.runner_id)
             if not unreachable or not await wait_for_agent(give_up, self._agent_retry):
                 return
 

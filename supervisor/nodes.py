@@ -30,8 +30,9 @@ from .nomad import Node, NodeListStub
 __all__ = ["AWAY_SECONDS", "NodeChanges", "NodeTracker", "TrackedNode"]
 
 _REREGISTERED: Final = "Node re-registered"
-# How long new runners avoid a node whose agent an exec could not reach: past Nomad's heartbeat
-# TTL and grace, after which Nomad itself places nothing on a node whose agent is still away.
+# How long new runners avoid a node whose agent an exec could not reach, unless its agent is seen
+# again first: Nomad's heartbeat TTL and grace on a small cluster (longer on a large one, where each
+# new refusal renews the mark), after which Nomad itself places nothing on a node still away.
 AWAY_SECONDS: Final = 30.0
 
 
@@ -93,6 +94,8 @@ class NodeTracker:
     nodes: dict[str, TrackedNode] = field(factory=dict)
     # The index of the newest listing applied: it showed every node that existed then.
     listed_index: int = 0
+    # No node is away after this time.
+    _away_until: float = field(default=0.0, init=False)
 
     def draining(self, node_id: str) -> bool:
         """Whether the node drains now."""
@@ -116,15 +119,25 @@ class NodeTracker:
             return False
         if node.away_until > now:
             node.away_until = now + AWAY_SECONDS
+            self._away_until = max(self._away_until, node.away_until)
             return False
         away = sum(1 for n in self.nodes.values() if n.away_until > now)
         if 2 * (away + 1) > sum(1 for n in self.nodes.values() if n.placeable):
             return False
         node.away_until = now + AWAY_SECONDS
+        self._away_until = max(self._away_until, node.away_until)
         return True
+
+    def agent_reached(self, node_id: str) -> None:
+        """Something its agent did since proves it reachable: new runners may go there again."""
+        node = self.nodes.get(node_id)
+        if node is not None:
+            node.away_until = 0.0
 
     def avoided(self, now: float) -> tuple[str, ...]:
         """The nodes new runners avoid at ``now``: none if that would leave no usable node."""
+        if self._away_until <= now:
+            return ()  # no mark holds: the common case, on every claim and registration
         away = tuple(n.id for n in self.nodes.values() if n.away_until > now)
         if not away or not any(n.placeable and n.away_until <= now for n in self.nodes.values()):
             return ()

@@ -319,16 +319,22 @@ class RunnerPool:
         """The runners whose agent restarted and that nothing has proven since."""
         return [r.id for r in self.runners.values() if r.suspect_since]
 
-    def agent_unreachable(self, runner_id: str) -> list[Action]:
+    def agent_unreachable(self, runner_id: str) -> tuple[bool, list[Action]]:
         """An exec in the runner could not reach its agent: new runners avoid its node for a while
-        (``NodeTracker.mark_away``), and the runners waiting to start there are replaced, since they
-        would wait for that agent."""
+        (``NodeTracker.mark_away``; returns whether the node is newly avoided), and the runners
+        waiting to start there are replaced, since they would wait for that agent."""
         runner = self.runners.get(runner_id)
         if runner is None or not self.nodes.mark_away(runner.node_id, self.clock()):
-            return []
+            return False, []
         node_id, starting = runner.node_id, RunnerState.STARTING
         waiting = [r for r in self.runners.values() if r.node_id == node_id and r.state is starting]
-        return [action for r in waiting for action in self._remove(r, REASON_AGENT_AWAY)]
+        return True, [action for r in waiting for action in self._remove(r, REASON_AGENT_AWAY)]
+
+    def agent_reached(self, runner_id: str) -> None:
+        """An exec in the runner ran: its agent is reachable, whatever an earlier one met."""
+        runner = self.runners.get(runner_id)
+        if runner is not None:
+            self.nodes.agent_reached(runner.node_id)
 
     def _waits_away(self, runner: Runner) -> bool:
         """A runner not handed out, whose allocation waits to start on a node new runners avoid."""
@@ -397,6 +403,8 @@ class RunnerPool:
             return self._remove(runner, "its node is draining")
         if alloc.client_status == "pending" and self._waits_away(runner):
             return self._remove(runner, REASON_AGENT_AWAY)
+        if found == FOUND_BY_EVENT and runner.state is RunnerState.STARTING and is_running(alloc):
+            self.nodes.agent_reached(alloc.node_id)  # its agent just started a task
         self._set_state(
             runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
         )

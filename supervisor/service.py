@@ -97,6 +97,7 @@ class RunnerService:
             runner_lost=self.runner_lost,
             agent_away=self.pool.set_moving,
             agent_unreachable=self.agent_unreachable,
+            agent_reached=self.pool.agent_reached,
             agent_wait=settings.admission.wait_timeout,
             agent_retry=settings.admission.agent_retry_interval,
         )
@@ -153,14 +154,13 @@ class RunnerService:
 
     def agent_unreachable(self, runner_id: str) -> None:
         """An exec in the runner could not reach its agent: new runners avoid its node a while."""
-        runner = self.pool.runners.get(runner_id)
-        node_id = runner.node_id if runner is not None else ""
-        avoided = self.pool.nodes.avoided(trio.current_time())
-        self.apply(self.pool.agent_unreachable(runner_id))
-        if node_id and node_id not in avoided and node_id in self.pool.nodes.avoided(trio.current_time()):
+        newly, actions = self.pool.agent_unreachable(runner_id)
+        self.apply(actions)
+        if newly:
+            node = self.pool.nodes.nodes[self.pool.runners[runner_id].node_id]
             logger.warning(
                 "node {}: an exec could not reach its agent; new runners avoid it for up to {:.0f}s",
-                self.pool.nodes.nodes[node_id].name or node_id,
+                node.name or node.id,
                 AWAY_SECONDS,
             )
 
@@ -173,7 +173,9 @@ class RunnerService:
         while True:
             lost = False
             try:
-                return await operation()
+                result = await operation()
+                self.pool.agent_reached(runner_id)
+                return result
             except* ExecAllocationUnknown:
                 lost = True
             except* ExecAgentUnreachable:

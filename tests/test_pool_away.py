@@ -50,7 +50,8 @@ def two_node_pool() -> tuple[RunnerPool, Clock, list[str]]:
 def test_an_unreachable_agent_has_the_runners_waiting_to_start_on_its_node_replaced() -> None:
     pool, clock, ids = two_node_pool()
     idle_on_n1, starting_on_n1 = ids[0], ids[4]
-    actions = pool.agent_unreachable(idle_on_n1)
+    newly, actions = pool.agent_unreachable(idle_on_n1)
+    assert newly
     assert pool.nodes.avoided(clock.now) == ("n1",)
     assert DestroyRunner(starting_on_n1, REASON_AGENT_AWAY) in actions
     assert sum(isinstance(a, CreateRunner) for a in actions) == 1, "its replacement, which avoids n1"
@@ -58,7 +59,7 @@ def test_an_unreachable_agent_has_the_runners_waiting_to_start_on_its_node_repla
         "a running runner stays: its agent may be back soon"
     )
     assert pool.runners[ids[5]].state is RunnerState.STARTING, "runners waiting on other nodes stay"
-    assert pool.agent_unreachable(ids[2]) == [], "already avoided: nothing more to replace"
+    assert pool.agent_unreachable(ids[2]) == (False, []), "already avoided: nothing more to replace"
 
 
 def test_a_new_runner_placed_on_an_avoided_node_is_replaced_while_it_waits() -> None:
@@ -91,5 +92,20 @@ def test_a_single_node_is_never_avoided() -> None:
     runner_id = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
     pool.registered(runner_id, 5)
     pool.apply_allocation(placed(runner_id, "n1", "running", 10))
-    assert pool.agent_unreachable(runner_id) == []
+    assert pool.agent_unreachable(runner_id) == (False, [])
     assert pool.nodes.avoided(clock.now) == ()
+
+
+def test_an_agent_seen_at_work_again_is_no_longer_avoided() -> None:
+    pool, clock, ids = two_node_pool()
+    pool.agent_unreachable(ids[0])
+    pool.agent_reached(ids[2])  # an exec in another runner on n1 ran
+    assert pool.nodes.avoided(clock.now) == ()
+
+    pool.agent_unreachable(ids[0])
+    unplaced = next(r for r in pool.runners if r not in ids)  # its registration went before the mark
+    pool.apply_allocation(placed(ids[5], "n2", "running", 70))
+    assert pool.nodes.avoided(clock.now) == ("n1",), "a start on another node proves nothing of n1"
+    pool.apply_allocation(placed(unplaced, "n1", "running", 71))
+    assert pool.nodes.avoided(clock.now) == (), "n1's agent started a task: it is back"
+    assert pool.runners[unplaced].state is RunnerState.IDLE

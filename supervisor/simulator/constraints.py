@@ -3,7 +3,8 @@
 The left side is a node's value (``${node.unique.id}``, ``${node.unique.name}``,
 ``${node.datacenter}``, ``${attr.<name>}``) or a literal; the right side a literal. Nomad knows more
 operands than this simulator checks; a job that uses another one is refused at registration, with
-the constraint named, rather than placed as if it were not there.
+the constraint named, rather than placed as if it were not there; so is one whose target names a
+node value the simulator does not hold (``${node.class}``, ``${meta.*}``, ...).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ __all__ = ["constraint_problems", "job_constraints", "satisfies"]
 _EQUAL: Final = frozenset({"=", "==", "is"})
 _NOT_EQUAL: Final = frozenset({"!=", "not"})
 _SET: Final = frozenset({"is_set", "is_not_set"})
+# The node's values a target may name, by the SimNode field that holds them.
+_NODE_TARGETS: Final = {"node.unique.id": "id", "node.unique.name": "name", "node.datacenter": "datacenter"}
 # Every operand Nomad's Constraint.Validate accepts (structs.go).
 _NOMAD_OPERANDS: Final = frozenset(
     {
@@ -48,18 +51,48 @@ def job_constraints(spec: dict[str, Any], group: dict[str, Any]) -> list[dict[st
     return constraints
 
 
-def constraint_problems(constraints: Iterable[Any]) -> list[str]:
-    """What registration refuses in these constraints (Nomad answers 500, like other validation)."""
+def constraint_problems(spec: dict[str, Any]) -> list[str]:
+    """What registration refuses in a job's constraints, at every level (Nomad answers 500, as for
+    its other validation errors)."""
+    lists = [spec.get("Constraints")]
+    groups = spec.get("TaskGroups")
+    for group in groups if isinstance(groups, list) else []:
+        if isinstance(group, dict):
+            lists.append(group.get("Constraints"))
+            tasks = group.get("Tasks")
+            lists += (
+                [t.get("Constraints") for t in tasks if isinstance(t, dict)]
+                if isinstance(tasks, list)
+                else []
+            )
     problems = []
-    for constraint in constraints:
-        operand = constraint.get("Operand", "=") if isinstance(constraint, dict) else None
-        if operand is None:
-            problems.append("Constraint must be an object")
-        elif operand not in _NOMAD_OPERANDS:
-            problems.append(f'Unknown constraint type "{operand}"')
-        elif operand not in _EQUAL | _NOT_EQUAL | _SET:
-            problems.append(f'Constraint operand "{operand}" is not simulated')
+    for constraints in lists:
+        if constraints is not None and not isinstance(constraints, list):
+            problems.append("Constraints must be a list")
+            continue
+        problems += [p for c in constraints or [] if (p := _problem(c))]
     return problems
+
+
+def _problem(constraint: Any) -> str:
+    if not isinstance(constraint, dict):
+        return "Constraint must be an object"
+    operand = constraint.get("Operand")
+    if not operand:
+        return "Missing constraint operand"
+    if operand not in _NOMAD_OPERANDS:
+        return f'Unknown constraint type "{operand}"'
+    if operand not in _EQUAL | _NOT_EQUAL | _SET:
+        return f'Constraint operand "{operand}" is not simulated'
+    for side in ("LTarget", "RTarget"):
+        target = str(constraint.get(side) or "")
+        if target.startswith("${") and not _simulated(target[2:-1]):
+            return f'Constraint target "{target}" is not simulated'
+    return ""
+
+
+def _simulated(name: str) -> bool:
+    return name in _NODE_TARGETS or name.startswith("attr.")
 
 
 def satisfies(node: SimNode, constraints: Iterable[dict[str, Any]]) -> bool:
@@ -68,7 +101,7 @@ def satisfies(node: SimNode, constraints: Iterable[dict[str, Any]]) -> bool:
 
 
 def _meets(node: SimNode, constraint: dict[str, Any]) -> bool:
-    operand = constraint.get("Operand") or "="
+    operand = str(constraint["Operand"])
     left = _resolve(node, str(constraint.get("LTarget") or ""))
     if operand in _SET:
         return (left is not None) == (operand == "is_set")
@@ -83,9 +116,8 @@ def _resolve(node: SimNode, target: str) -> str | None:
     if not (target.startswith("${") and target.endswith("}")):
         return target
     name = target[2:-1]
-    values = {"node.unique.id": node.id, "node.unique.name": node.name, "node.datacenter": node.datacenter}
-    if name in values:
-        return values[name]
+    if name in _NODE_TARGETS:
+        return str(getattr(node, _NODE_TARGETS[name]))
     if name.startswith("attr."):
         return node.attributes.get(name.removeprefix("attr."))
     return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Final
 
-from .constraints import constraint_problems, job_constraints
+from .constraints import constraint_problems
 from .objects import SimAlloc, SimJob
 from .scheduler import Scheduler
 from .state import ClusterState
@@ -62,11 +62,10 @@ def validate(spec: dict[str, Any]) -> list[str]:
         for task in group.get("Tasks") or []:
             if not isinstance(task, dict) or not task.get("Name") or not task.get("Driver"):
                 problems.append(f'Task group "{group["Name"]}": every task needs a Name and a Driver')
-        problems += constraint_problems(job_constraints(spec, group))
         count = group.get("Count", 1)
         if count is not None and (not isinstance(count, int) or count < 0):
             problems.append(f'Task group "{group["Name"]}": Count must be a non-negative integer')
-    return problems
+    return problems + constraint_problems(spec)
 
 
 def _deregister_response(eval_id: str, index: int, job_modify_index: int) -> dict[str, Any]:

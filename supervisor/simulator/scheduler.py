@@ -188,6 +188,7 @@ class Scheduler:
         to replace; the others are stopped."""
         state = self.state
         description = "alloc not needed due to job update"
+        constraints = job_constraints(job.spec, spec)
         kept: list[SimAlloc] = []
         replace: list[SimAlloc] = []
         for alloc in sorted(allocs, key=lambda a: a.create_index):
@@ -208,7 +209,6 @@ class Scheduler:
                 old_groups: list[dict[str, Any]] = alloc.job.get("TaskGroups") or []
                 old_group = next((g for g in old_groups if g.get("Name") == group), {})
                 node = state.nodes.get(alloc.node_id)
-                constraints = job_constraints(job.spec, spec)
                 # In place only where its own node still meets the job's constraints.
                 in_place = node is not None and satisfies(node, constraints)
                 if in_place and _task_signature(alloc.job, old_group) == _task_signature(job.spec, spec):

@@ -13,6 +13,8 @@ from supervisor.simulator import SimulatedCluster
 
 from .conftest import batch_job, settle
 
+KERNEL = "${attr.kernel.name}"
+
 
 def on_node(node_id: str, operand: str) -> dict[str, Any]:
     return {"LTarget": "${node.unique.id}", "RTarget": node_id, "Operand": operand}
@@ -87,14 +89,27 @@ async def test_an_update_that_drops_a_constraint_stays_in_place_and_one_its_node
 
 
 @pytest.mark.parametrize(
-    ("operand", "message"),
-    [("regexp", 'Constraint operand "regexp" is not simulated'), ("~=", 'Unknown constraint type "~="')],
+    ("constraints", "message"),
+    [
+        (
+            [{"LTarget": "${attr.kernel.name}", "Operand": "regexp"}],
+            'Constraint operand "regexp" is not simulated',
+        ),
+        ([{"LTarget": "${attr.kernel.name}", "Operand": "~="}], 'Unknown constraint type "~="'),
+        ([{"LTarget": "${attr.kernel.name}", "RTarget": "linux"}], "Missing constraint operand"),
+        (
+            [{"LTarget": "${node.class}", "Operand": "="}],
+            r'Constraint target "\$\{node.class\}" is not simulated',
+        ),
+        ([5], "Constraint must be an object"),
+        (5, "Constraints must be a list"),
+    ],
 )
 async def test_a_constraint_the_simulator_cannot_check_is_refused_at_registration(
-    client: NomadClient, operand: str, message: str
+    client: NomadClient, constraints: Any, message: str
 ) -> None:
     job = batch_job("refused")
-    job["Constraints"] = [{"LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": operand}]
+    job["TaskGroups"][0]["Tasks"][0]["Constraints"] = constraints
     with pytest.raises(NomadRequestError, match=message) as caught:
         await client.register_job(job)
     assert caught.value.status_code == 500
