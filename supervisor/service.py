@@ -316,11 +316,19 @@ class RunnerService:
         return index
 
     async def _with_claims(self, jobs: list[JobListStub]) -> list[JobListStub]:
-        """The listed runner jobs, each one that the pool does not know and that was updated since
-        its registration (a claim's write is a runner job's only update) with its claim group's
-        meta, read by one GET of the job; one purged meanwhile is left out."""
+        """The listed runner jobs, each one that may hold a claim with its claim group's meta, read
+        by one GET of the job; one purged meanwhile is left out. At the start, those updated since
+        their registration: a claim's write is a runner job's only update, and the others (most of a
+        previous run's) are idle. Later, every job the pool neither knows nor removed, which is rare:
+        a claim's write that landed after its runner's job was gone creates the job anew, claimed."""
         claimed: dict[str, dict[str, str]] = {}
-        unknown = [j for j in jobs if j.id not in self.pool.runners and j.job_modify_index > j.create_index]
+        unknown = [
+            j
+            for j in jobs
+            if j.id not in self.pool.runners
+            and j.id not in self.pool.tombstones
+            and (self.synced.is_set() or j.job_modify_index > j.create_index)
+        ]
 
         async def read(stub: JobListStub, limiter: trio.CapacityLimiter) -> None:
             async with limiter:

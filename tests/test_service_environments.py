@@ -52,6 +52,8 @@ class _GatedNomad(NomadDouble):
     def __init__(self) -> None:
         super().__init__()
         self.jobs: dict[str, dict[str, Any]] = {}
+        # Jobs a claim's write created (it landed after the job was gone): claimed, never updated.
+        self.created_claimed: set[str] = set()
         self.gates: dict[str, trio.Event] = {}
         self.reached: dict[str, trio.Event] = {}
 
@@ -80,12 +82,15 @@ class _GatedNomad(NomadDouble):
     ) -> Indexed[list[JobListStub]]:
         listing = [
             # A claimed runner's job was updated after its registration: the claim's write.
-            JobListStub(id=i, meta=j["Meta"], create_index=1, job_modify_index=1 + _claimed(j))
+            JobListStub(id=i, meta=j["Meta"], create_index=1, job_modify_index=1 + self._updated(i, j))
             for i, j in self.jobs.items()
             if i.startswith(prefix)
         ]
         await self._gate("list")  # the listing was taken before the answer is held back
         return Indexed(listing, 10)
+
+    def _updated(self, job_id: str, job: Mapping[str, Any]) -> bool:
+        return _claimed(job) and job_id not in self.created_claimed
 
     async def get_job(self, job_id: str) -> Indexed[Job]:
         if job_id not in self.jobs:
@@ -264,3 +269,20 @@ async def test_a_relist_reads_only_the_claimed_jobs_and_adopts_none_purged_since
     assert nomad.reads == [released], "a job never updated since its registration holds no claim"
     assert released not in service.pool.runners, "gone before it was read: never adopted as idle"
     assert idle in service.pool.runners
+
+
+async def test_a_job_a_late_claim_write_created_is_adopted_as_claimed_never_as_idle(
+    nursery: trio.Nursery,
+) -> None:
+    """A claim's write that lands after its runner's job vanished (and after the last listing that
+    remembered the runner) creates the job anew: claimed, though never updated. Handed out as idle,
+    its ID would reach a second client."""
+    nomad = _GatedNomad()
+    nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
+    service = _service(nomad, nursery)
+    await service.relist()
+    late = new_runner_id(ENVIRONMENT.id)
+    nomad.jobs[late] = runner_job(ENVIRONMENT, late, used=True, timeout=60)
+    nomad.created_claimed.add(late)
+    await service.relist()
+    assert service.pool.used_runner(late) is not None, "after the start, every unknown runner job is read"
