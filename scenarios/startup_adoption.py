@@ -5,9 +5,10 @@
 Before the daemon starts, the cluster holds: environment 11 (its template job a count-0 service job,
 "dead" as such jobs are, but existing) with idle runners and one claimed runner (``used`` and an
 inactivity timeout of 300 s in its job's claim group, written by an update of the job); and runner
-jobs of environment 12, whose template job is gone. Invariants: both environments with templates are there; the idle runners are adopted,
-not doubled; the claimed runner is adopted as claimed, keeps its timeout and runs a command; the
-runner jobs of the environment that no longer exists are purged; no runner job leaks.
+jobs of environment 12, whose template job is gone. Invariants: both environments with templates are
+there; the idle runners are adopted, not doubled; the claimed runner is adopted as claimed, keeps
+its timeout and runs a command; the runner jobs of the environment that no longer exists are
+purged; no runner job leaks.
 """
 
 from __future__ import annotations
