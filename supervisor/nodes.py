@@ -13,8 +13,9 @@ are suspect; once the node is ready again, a relist does.
 Nomad learns that an agent is away only when its heartbeats stop for their TTL and grace (20 s or
 more); until then it places new allocations there, and they wait. An exec that the server cannot
 route to the agent ("no path to node") tells the daemon sooner: the tracker then marks the node
-away for ``AWAY_SECONDS``, or until its agent registers again, and new runner jobs avoid it. At
-most half the nodes Nomad could place on are avoided at once.
+away for ``AWAY_SECONDS``, or until its agent is seen again (it registers again, an exec in one of
+its runners runs, or it starts a task), and new runner jobs avoid it. At most half the nodes Nomad
+could place on are avoided at once.
 """
 
 from __future__ import annotations

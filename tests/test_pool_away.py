@@ -9,15 +9,9 @@ from supervisor.nomad import Allocation, NodeListStub
 from supervisor.pool import RunnerPool
 from supervisor.runners import REASON_AGENT_AWAY, CreateRunner, DestroyRunner, RunnerState
 
+from .test_pool_replacements import Clock
+
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 6, 100.0, 256, False, ())
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def placed(runner_id: str, node_id: str, status: str, index: int) -> Allocation:
