@@ -154,10 +154,11 @@ class RunnerService:
 
     def agent_unreachable(self, runner_id: str) -> None:
         """An exec in the runner could not reach its agent: new runners avoid its node a while."""
+        runner = self.pool.runners.get(runner_id)
         newly, actions = self.pool.agent_unreachable(runner_id)
         self.apply(actions)
-        if newly:
-            node = self.pool.nodes.nodes[self.pool.runners[runner_id].node_id]
+        if newly and runner is not None:
+            node = self.pool.nodes.nodes[runner.node_id]
             logger.warning(
                 "node {}: an exec could not reach its agent; new runners avoid it for up to {:.0f}s",
                 node.name or node.id,

@@ -35,7 +35,7 @@ def alloc(job_id: str, alloc_id: str, status: str, index: int, **fields: Any) ->
         desired_status=fields.pop("desired", "run"),
         create_index=fields.pop("created", index),
         modify_index=index,
-        node_id="node-1",
+        node_id=fields.pop("node_id", "node-1"),
         **fields,
     )
 

@@ -9,21 +9,14 @@ from supervisor.nomad import Allocation, NodeListStub
 from supervisor.pool import RunnerPool
 from supervisor.runners import REASON_AGENT_AWAY, CreateRunner, DestroyRunner, RunnerState
 
+from .test_pool import alloc
 from .test_pool_replacements import Clock
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 6, 100.0, 256, False, ())
 
 
 def placed(runner_id: str, node_id: str, status: str, index: int) -> Allocation:
-    return Allocation(
-        id=f"alloc-{runner_id}",
-        job_id=runner_id,
-        node_id=node_id,
-        client_status=status,
-        desired_status="run",
-        create_index=index,
-        modify_index=index,
-    )
+    return alloc(runner_id, f"alloc-{runner_id}", status, index, node_id=node_id)
 
 
 def two_node_pool() -> tuple[RunnerPool, Clock, list[str]]:
