@@ -2,7 +2,8 @@
 
 Daemon.run
 ├── [embedded simulated Nomad cluster, when no Nomad address is configured]
-├── infrastructure: RunnerFactory.run, inactivity expiry, PrewarmingPoolAlerter.run
+├── infrastructure: RunnerFactory.run, inactivity expiry, node tracker (silent agents),
+│   PrewarmingPoolAlerter.run
 │   └── execution nursery: one task per execution (each in its own cancel scope) and per download
 │       └── intake: EventStreamWatcher.run, configured environments, the API server (hypercorn)
 └── shutdown unwinds intake first (stop accepting, let running requests finish within the
@@ -45,10 +46,12 @@ __all__ = ["CHILDREN", "Daemon"]
 
 # The long-lived children of the tree above, each with its restart policy (OTP's child specs),
 # restarted one for one, all counted against [supervision] intensity and period. The node tracker
-# has no task of its own: the watcher feeds it, and it is as pure as the pool.
+# is as pure as the pool, and the watcher feeds it; its task only looks, every second, for agents
+# that have said nothing about the runners placed on their nodes.
 CHILDREN: Final = {
     "factory": Restart.PERMANENT,
     "inactivity expiry": Restart.PERMANENT,
+    "node tracker": Restart.PERMANENT,
     "prewarming-pool alerter": Restart.PERMANENT,
     "event-stream watcher": Restart.PERMANENT,
     # One-shot: done once the configured environments are in Nomad; restarted only if it crashed.
@@ -164,6 +167,7 @@ class Daemon:
                 alerter = PrewarmingPoolAlerter(service, settings.alert)
                 await start(infrastructure, "factory", service.factory.run)
                 await start(infrastructure, "inactivity expiry", service.expiry.run)
+                await start(infrastructure, "node tracker", service.find_silent_agents)
                 await start(infrastructure, "prewarming-pool alerter", alerter.run)
                 infrastructure.start_soon(self._end_executions_in_time, service)
                 infrastructure.start_soon(self._tell_systemd, service)
@@ -347,6 +351,7 @@ class Daemon:
                     )
                     await start(acting, "factory", service.factory.run)
                     await start(acting, "inactivity expiry", service.expiry.run)
+                    await start(acting, "node tracker", service.find_silent_agents)
                     alerter = PrewarmingPoolAlerter(service, settings.alert)
                     await start(acting, "prewarming-pool alerter", alerter.run)
                     await start(acting, "event-stream watcher", watcher.run)

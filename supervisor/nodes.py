@@ -14,8 +14,10 @@ Nomad learns that an agent is away only when its heartbeats stop for their TTL a
 more); until then it places new allocations there, and they wait. An exec that the server cannot
 route to the agent ("no path to node") tells the daemon sooner: the tracker then marks the node
 away for ``AWAY_SECONDS``, or until its agent is seen again (it registers again, an exec in one of
-its runners runs, or it starts a task), and new runner jobs avoid it. At most half the nodes Nomad
-could place on are avoided at once.
+its runners runs, or it reports an allocation), and new runner jobs avoid it. An agent that has
+reported nothing for ``SILENT_SECONDS`` since a runner was placed on its node, while other agents
+reported, is marked the same way: it is not there to start it. At most half the nodes Nomad could
+place on are avoided at once.
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ from attrs import define, field, frozen
 
 from .nomad import Node, NodeListStub
 
-__all__ = ["AWAY_SECONDS", "NodeChanges", "NodeTracker", "TrackedNode"]
+__all__ = ["AWAY_SECONDS", "SILENT_SECONDS", "NodeChanges", "NodeTracker", "TrackedNode"]
 
 _REREGISTERED: Final = "Node re-registered"
 # How long new runners avoid a node whose agent an exec could not reach, unless its agent is seen
 # again first: Nomad's heartbeat TTL and grace on a small cluster (longer on a large one, where each
 # new refusal renews the mark), after which Nomad itself places nothing on a node still away.
 AWAY_SECONDS: Final = 30.0
+# How long an agent may say nothing about a runner placed on its node: an agent reports an
+# allocation it receives within a second or so ("Received", then each step of its start, an image's
+# download included), so silence this long, while other agents report, means it is not there.
+SILENT_SECONDS: Final = 5.0
 
 
 @define
@@ -57,6 +63,8 @@ class TrackedNode:
     modify_index: int = 0
     # Until when new runners avoid the node: an exec could not reach its agent (0: not away).
     away_until: float = 0.0
+    # When its agent last reported an allocation (an AllocationUpdated event), by the daemon's clock.
+    heard_at: float = 0.0
 
     @property
     def usable(self) -> bool:
@@ -97,6 +105,8 @@ class NodeTracker:
     listed_index: int = 0
     # No node is away after this time.
     _away_until: float = field(default=0.0, init=False)
+    # Runners placed on a node and waiting for its agent to start them: runner ID -> (node, since).
+    _waiting: dict[str, tuple[str, float]] = field(factory=dict, init=False)
 
     def draining(self, node_id: str) -> bool:
         """Whether the node drains now."""
@@ -134,6 +144,44 @@ class NodeTracker:
         node = self.nodes.get(node_id)
         if node is not None:
             node.away_until = 0.0
+
+    def heard(self, node_id: str, now: float) -> None:
+        """The node's agent reported one of its allocations at ``now``: it is there."""
+        node = self.nodes.get(node_id)
+        if node is not None:
+            node.heard_at = now
+            node.away_until = 0.0
+
+    def waiting(self, runner_id: str, node_id: str, now: float) -> None:
+        """The runner is placed on the node and waits for its agent to start it (since ``now``,
+        unless it waited there already)."""
+        known = self._waiting.get(runner_id)
+        if known is None or known[0] != node_id:
+            self._waiting[runner_id] = (node_id, now)
+
+    def done_waiting(self, runner_id: str) -> None:
+        """The runner runs, or is gone: its agent's silence no longer keeps it waiting."""
+        self._waiting.pop(runner_id, None)
+
+    def silent(self, now: float, since: float) -> list[str]:
+        """The nodes whose agent has reported nothing for ``SILENT_SECONDS`` since a runner was
+        placed there, while another agent reported since: that agent is not there to start it.
+        ``since``: when the event stream last came up; silence counts only from there, as what
+        came before may have been missed. Nodes already avoided, or where Nomad places nothing,
+        are left out."""
+        first: dict[str, float] = {}
+        for node_id, placed in self._waiting.values():
+            start = max(placed, since)
+            node = self.nodes.get(node_id)
+            if now - start < SILENT_SECONDS or node is None or node.heard_at > start:
+                continue
+            if node.placeable and node.away_until <= now:
+                first[node_id] = min(first.get(node_id, start), start)
+        return [
+            node_id
+            for node_id, start in first.items()
+            if any(n.heard_at > start for n in self.nodes.values() if n.id != node_id)
+        ]
 
     def avoided(self, now: float) -> tuple[str, ...]:
         """The nodes new runners avoid at ``now``: none if that would leave no usable node."""

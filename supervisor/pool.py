@@ -320,13 +320,17 @@ class RunnerPool:
         return [r.id for r in self.runners.values() if r.suspect_since]
 
     def agent_unreachable(self, runner_id: str) -> tuple[bool, list[Action]]:
-        """An exec in the runner could not reach its agent: new runners avoid its node for a while
+        """An exec in the runner could not reach its agent: see ``avoid``."""
+        runner = self.runners.get(runner_id)
+        return self.avoid(runner.node_id) if runner is not None else (False, [])
+
+    def avoid(self, node_id: str) -> tuple[bool, list[Action]]:
+        """The node's agent is away: new runners avoid the node for a while
         (``NodeTracker.mark_away``; returns whether the node is newly avoided), and the runners
         waiting to start there are replaced, since they would wait for that agent."""
-        runner = self.runners.get(runner_id)
-        if runner is None or not self.nodes.mark_away(runner.node_id, self.clock()):
+        if not self.nodes.mark_away(node_id, self.clock()):
             return False, []
-        node_id, starting = runner.node_id, RunnerState.STARTING
+        starting = RunnerState.STARTING
         waiting = [r for r in self.runners.values() if r.node_id == node_id and r.state is starting]
         return True, [action for r in waiting for action in self._remove(r, REASON_AGENT_AWAY)]
 
@@ -356,10 +360,12 @@ class RunnerPool:
         return []
 
     def apply_allocation(
-        self, alloc: Allocation | AllocListStub, *, found: str = FOUND_BY_EVENT
+        self, alloc: Allocation | AllocListStub, *, found: str = FOUND_BY_EVENT, by_agent: bool = False
     ) -> list[Action]:
         """An allocation's state, from an event or (``found``: how a runner found gone was found) a
-        listing."""
+        listing. ``by_agent``: its agent reported it (an AllocationUpdated event)."""
+        if by_agent:
+            self.nodes.heard(alloc.node_id, self.clock())
         runner = self.runners.get(alloc.job_id)
         if runner is None:
             return []
@@ -403,8 +409,6 @@ class RunnerPool:
             return self._remove(runner, "its node is draining")
         if alloc.client_status == "pending" and self._waits_away(runner):
             return self._remove(runner, REASON_AGENT_AWAY)
-        if found == FOUND_BY_EVENT and runner.state is RunnerState.STARTING and is_running(alloc):
-            self.nodes.agent_reached(alloc.node_id)  # its agent just started a task
         self._set_state(
             runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
         )
@@ -544,6 +548,10 @@ class RunnerPool:
         if state is RunnerState.IDLE and runner.state is RunnerState.STARTING and self.on_started:
             self.on_started(runner.id)
         runner.state = state
+        if state is RunnerState.STARTING and runner.node_id:
+            self.nodes.waiting(runner.id, runner.node_id, self.clock())
+        else:
+            self.nodes.done_waiting(runner.id)
         idle = self._idle.setdefault(runner.environment_id, {})
         if state is RunnerState.IDLE and not runner.retired and not runner.suspect_since:
             idle[runner.id] = None
@@ -583,6 +591,7 @@ class RunnerPool:
 
     def _forget(self, runner_id: str) -> Runner | None:
         runner = self.runners.pop(runner_id, None)
+        self.nodes.done_waiting(runner_id)
         if runner is not None:
             self._of_environment.get(runner.environment_id, {}).pop(runner_id, None)
             if runner.state is RunnerState.USED:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Final, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 import attrs
 import trio
@@ -30,8 +30,8 @@ from .expiry import InactivityExpiry
 from .factory import RunnerFactory
 from .files import FileService
 from .leftovers import LeftoverSweep
-from .levels import Requests
-from .nodes import AWAY_SECONDS
+from .levels import Requests, StreamState
+from .nodes import AWAY_SECONDS, SILENT_SECONDS
 from .nomad import Allocation, EventBatch, Job, JobListStub, Node
 from .nomad.agents import AgentRoute
 from .nomad.api import NomadApi
@@ -60,6 +60,8 @@ _ROUTINE_ENDS: Final = frozenset({REASON_DESTROYED, REASON_ENVIRONMENT})
 _NAMED: Final = 5
 # GETs of claimed runner jobs under way at once while a relist adopts them.
 _CLAIM_READS: Final = 16
+# How often to look for agents that have said nothing about the runners placed on their nodes.
+_SILENCE_CHECKS: Final = 1.0
 # Allocations per page of a relist's listing: with lean stubs, its memory is one page's at a time.
 RELIST_PAGE: Final = 5000
 LIVE_ALLOCATIONS: Final = (
@@ -155,15 +157,31 @@ class RunnerService:
     def agent_unreachable(self, runner_id: str) -> None:
         """An exec in the runner could not reach its agent: new runners avoid its node a while."""
         runner = self.pool.runners.get(runner_id)
-        newly, actions = self.pool.agent_unreachable(runner_id)
+        if runner is not None:
+            self._avoid(runner.node_id, "an exec could not reach its agent")
+
+    def _avoid(self, node_id: str, why: str) -> None:
+        newly, actions = self.pool.avoid(node_id)
         self.apply(actions)
-        if newly and runner is not None:
-            node = self.pool.nodes.nodes[runner.node_id]
+        if newly:
+            node = self.pool.nodes.nodes[node_id]
             logger.warning(
-                "node {}: an exec could not reach its agent; new runners avoid it for up to {:.0f}s",
-                node.name or node.id,
-                AWAY_SECONDS,
+                "node {}: {}; new runners avoid it for up to {:.0f}s", node.name or node.id, why, AWAY_SECONDS
             )
+
+    async def find_silent_agents(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Every second, while the event stream is up: new runners avoid the nodes whose agent has
+        reported nothing since a runner was placed there ``SILENT_SECONDS`` ago, while other agents
+        reported (``NodeTracker.silent``). Nomad keeps placing runners there until the agent's
+        heartbeats have been missed for their TTL and grace, 20 s or more."""
+        task_status.started()
+        while True:
+            await trio.sleep(_SILENCE_CHECKS)
+            if self.gate.state is StreamState.UP:
+                for node_id in self.pool.nodes.silent(trio.current_time(), self.gate.since):
+                    self._avoid(node_id, f"its agent reported nothing for {SILENT_SECONDS:.0f}s or more")
 
     async def in_runner(self, runner_id: str, operation: Callable[[], Awaitable[T]]) -> T:
         """Carry out a file operation in the runner. If Nomad no longer knows its allocation, the
@@ -358,7 +376,7 @@ class RunnerService:
             if covered and not isinstance(payload, Node):
                 continue
             if isinstance(payload, Allocation):
-                self.apply(self.pool.apply_allocation(payload))
+                self.apply(self.pool.apply_allocation(payload, by_agent=event.type == "AllocationUpdated"))
             elif isinstance(payload, Job):
                 self.apply(self.pool.apply_job(payload.id, deleted=event.deleted, stopped=payload.stop))
             elif isinstance(payload, Node):

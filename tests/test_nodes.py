@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from supervisor.nodes import AWAY_SECONDS, NodeChanges, NodeTracker
+from supervisor.nodes import AWAY_SECONDS, SILENT_SECONDS, NodeChanges, NodeTracker
 from supervisor.nomad import DrainStrategy, Node, NodeEvent, NodeListStub
 
 
@@ -149,3 +149,49 @@ def test_an_agent_that_registers_again_is_no_longer_avoided() -> None:
         30,
     )
     assert tracker.avoided(102.0) == (), "its agent is back"
+
+
+def test_an_agent_silent_about_a_runner_placed_on_its_node_while_others_report_is_found() -> None:
+    tracker = two_ready_nodes()
+    tracker.waiting("r1", "n1", 100.0)
+    tracker.heard("n2", 101.0)
+    assert tracker.silent(100.0 + SILENT_SECONDS - 0.1, since=0.0) == [], "not silent long enough yet"
+    assert tracker.silent(100.0 + SILENT_SECONDS, since=0.0) == ["n1"]
+    tracker.waiting("r1", "n1", 104.0)
+    assert tracker.silent(100.0 + SILENT_SECONDS, since=0.0) == ["n1"], "still waiting since 100"
+    tracker.done_waiting("r1")
+    assert tracker.silent(200.0, since=0.0) == [], "it runs, or is gone: nothing waits for n1"
+
+
+def test_an_agent_that_reported_since_the_placement_is_not_silent() -> None:
+    tracker = two_ready_nodes()
+    tracker.waiting("r1", "n1", 100.0)
+    tracker.heard("n2", 101.0)
+    tracker.heard("n1", 102.0)  # "Received", say: its image downloads
+    assert tracker.silent(120.0, since=0.0) == []
+
+
+def test_silence_everywhere_proves_nothing_of_one_agent() -> None:
+    tracker = two_ready_nodes()
+    tracker.heard("n2", 99.0)
+    tracker.waiting("r1", "n1", 100.0)
+    tracker.waiting("r2", "n2", 100.0)
+    assert tracker.silent(120.0, since=0.0) == [], "no agent reported since: no leader, say, to apply it"
+
+
+def test_silence_counts_from_the_stream_coming_up() -> None:
+    tracker = two_ready_nodes()
+    tracker.waiting("r1", "n1", 100.0)
+    tracker.heard("n2", 130.0)
+    assert tracker.silent(130.0, since=128.0) == [], "what came before the stream's return may be missed"
+    assert tracker.silent(128.0 + SILENT_SECONDS, since=128.0) == ["n1"]
+
+
+def test_a_silent_agent_already_avoided_or_on_a_node_nomad_places_nothing_on_is_not_found_again() -> None:
+    tracker = two_ready_nodes()
+    tracker.waiting("r1", "n1", 100.0)
+    tracker.heard("n2", 101.0)
+    assert tracker.mark_away("n1", 105.0)
+    assert tracker.silent(110.0, since=0.0) == []
+    tracker.replace([ready("n1", drain=True), ready("n2")], 4)
+    assert tracker.silent(105.0 + AWAY_SECONDS + 1, since=0.0) == [], "n1 drains"

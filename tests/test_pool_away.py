@@ -4,7 +4,7 @@ are replaced, and claims take runners elsewhere first."""
 from __future__ import annotations
 
 from supervisor.environments import ExecutionEnvironment
-from supervisor.nodes import AWAY_SECONDS
+from supervisor.nodes import AWAY_SECONDS, SILENT_SECONDS
 from supervisor.nomad import Allocation, NodeListStub
 from supervisor.pool import RunnerPool
 from supervisor.runners import REASON_AGENT_AWAY, CreateRunner, DestroyRunner, RunnerState
@@ -91,8 +91,22 @@ def test_an_agent_seen_at_work_again_is_no_longer_avoided() -> None:
 
     pool.agent_unreachable(ids[0])
     unplaced = next(r for r in pool.runners if r not in ids)  # its registration went before the mark
-    pool.apply_allocation(placed(ids[5], "n2", "running", 70))
-    assert pool.nodes.avoided(clock.now) == ("n1",), "a start on another node proves nothing of n1"
+    pool.apply_allocation(placed(ids[5], "n2", "running", 70), by_agent=True)
+    assert pool.nodes.avoided(clock.now) == ("n1",), "a report from another node proves nothing of n1"
     pool.apply_allocation(placed(unplaced, "n1", "running", 71))
-    assert pool.nodes.avoided(clock.now) == (), "n1's agent started a task: it is back"
+    assert pool.nodes.avoided(clock.now) == ("n1",), "a listing or a server's plan is not its agent"
+    pool.apply_allocation(placed(unplaced, "n1", "running", 72), by_agent=True)
+    assert pool.nodes.avoided(clock.now) == (), "n1's agent reported an allocation: it is back"
     assert pool.runners[unplaced].state is RunnerState.IDLE
+
+
+def test_a_node_whose_agent_says_nothing_of_the_runner_placed_there_has_it_replaced() -> None:
+    pool, clock, ids = two_node_pool()
+    starting_on_n1, starting_on_n2 = ids[4], ids[5]
+    clock.now += SILENT_SECONDS
+    pool.apply_allocation(placed(starting_on_n2, "n2", "running", 40), by_agent=True)
+    assert pool.nodes.silent(clock.now, since=0.0) == ["n1"], f"{starting_on_n1} still waits on n1"
+    newly, actions = pool.avoid("n1")
+    assert newly
+    assert DestroyRunner(starting_on_n1, REASON_AGENT_AWAY) in actions
+    assert pool.nodes.silent(clock.now + 60, since=0.0) == [], "nothing waits on n1 any more"

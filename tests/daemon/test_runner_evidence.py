@@ -14,6 +14,7 @@ import trio
 
 from supervisor.config import AdmissionSettings, ServerSettings, Settings
 from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
+from supervisor.nodes import SILENT_SECONDS
 from supervisor.nomad import Node, NodeEvent
 from supervisor.runners import REASON_ALLOCATION_UNKNOWN, RunnerState
 
@@ -161,3 +162,27 @@ async def test_new_runners_avoid_a_node_whose_agent_an_exec_could_not_reach(harn
         for key in set(state.jobs) - jobs_before
         for a in state.allocs_by_job.get(key, {}).values()
     )
+
+
+async def test_new_runners_avoid_a_node_whose_agent_says_nothing_of_the_runners_placed_there(
+    harness: Harness,
+) -> None:
+    await harness.environment(10, prewarmingPoolSize=4)
+    pool, state = harness.service.pool, harness.cluster.state
+    await harness.wait_for(lambda: harness.idle(10) == 4)
+    node = state.nodes[pool.runners[next(iter(pool.runners))].node_id]
+    harness.cluster.agents.stop_agent(node)  # no exec goes there; Nomad learns it after 20 s
+    stopped = trio.current_time()
+    for _ in range(4):
+        await harness.runner(10)  # refills: Nomad places some on the node, where nothing starts them
+    await harness.wait_for(
+        lambda: node.id in pool.nodes.avoided(trio.current_time()), within=SILENT_SECONDS + 3
+    )
+    await harness.wait_for(lambda: harness.idle(10) >= 2 and not _waiting_on(harness, node.id), within=5.0)
+    assert node.status == "ready", "all before Nomad missed the agent's heartbeats"
+    assert trio.current_time() - stopped < state.config.heartbeat_grace
+
+
+def _waiting_on(harness: Harness, node_id: str) -> bool:
+    pool = harness.service.pool
+    return any(r.node_id == node_id and r.state is RunnerState.STARTING for r in pool.runners.values())
