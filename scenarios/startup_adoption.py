@@ -4,11 +4,11 @@
 
 Before the daemon starts, the cluster holds: environment 11 (its template job a count-0 service job,
 "dead" as such jobs are, but existing) with idle runners and one claimed runner (``used`` and an
-inactivity timeout of 300 s in its job's claim group, written by an update of the job); and runner
-jobs of environment 12, whose template job is gone. Invariants: both environments with templates are
-there; the idle runners are adopted, not doubled; the claimed runner is adopted as claimed, keeps
-its timeout and runs a command; the runner jobs of the environment that no longer exists are
-purged; no runner job leaks.
+inactivity timeout of 300 s in its job's claim group, written by an update of the job once its
+allocation runs); and runner jobs of environment 12, whose template job is gone. Invariants: both
+environments with templates are there; the idle runners are adopted, not doubled; the claimed
+runner is adopted as claimed, keeps its timeout and runs a command; the runner jobs of the
+environment that no longer exists are purged; no runner job leaks.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import uuid
 
+import trio
 from harness import EXIT_0, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.environments import ExecutionEnvironment, runner_job, template_job
@@ -39,8 +40,12 @@ async def main(args: argparse.Namespace) -> bool:
         await nomad.register_job(template_job(environment))
         for runner in idle:
             await nomad.register_job(runner_job(environment, runner))
-        # Registered, then claimed: as a previous run's claim wrote it, an update of the job.
+        # Registered, then claimed once it runs: as a previous run's claim wrote it, an update of
+        # the job. A claimed runner whose allocation is pending has restarted, its files gone.
         await nomad.register_job(runner_job(environment, claimed))
+        with trio.fail_after(10):
+            while not any(a.client_status == "running" for a in (await nomad.job_allocations(claimed)).value):
+                await trio.sleep(0.05)
         await nomad.register_job(runner_job(environment, claimed, used=True, timeout=300))
         for runner in orphans:
             await nomad.register_job(runner_job(gone, runner))
