@@ -14,10 +14,10 @@ Nomad learns that an agent is away only when its heartbeats stop for their TTL a
 more); until then it places new allocations there, and they wait. An exec that the server cannot
 route to the agent ("no path to node") tells the daemon sooner: the tracker then marks the node
 away for ``AWAY_SECONDS``, or until its agent is seen again (it registers again, an exec in one of
-its runners runs, or it reports an allocation), and new runner jobs avoid it. An agent that has
-reported nothing for ``SILENT_SECONDS`` since a runner was placed on its node, while other agents
-reported, is marked the same way: it is not there to start it. At most half the nodes Nomad could
-place on are avoided at once.
+its runners runs, or it starts a task), and new runner jobs avoid it. An agent that has reported
+nothing for ``SILENT_SECONDS`` since a runner's allocation was placed on its node, while other
+agents reported, is marked the same way: it is not there to receive it. At most half the nodes
+Nomad could place on are avoided at once.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ _REREGISTERED: Final = "Node re-registered"
 # again first: Nomad's heartbeat TTL and grace on a small cluster (longer on a large one, where each
 # new refusal renews the mark), after which Nomad itself places nothing on a node still away.
 AWAY_SECONDS: Final = 30.0
-# How long an agent may say nothing about a runner placed on its node: an agent reports an
-# allocation it receives within a second or so ("Received", then each step of its start, an image's
-# download included), so silence this long, while other agents report, means it is not there.
+# How long an agent may say nothing after a runner's allocation was placed on its node: an agent
+# reports each allocation it receives (its task's "Received" event) within a second or so, however
+# long the task then takes to start, so silence this long, while others report, means it is not there.
 SILENT_SECONDS: Final = 5.0
 
 
@@ -105,8 +105,9 @@ class NodeTracker:
     listed_index: int = 0
     # No node is away after this time.
     _away_until: float = field(default=0.0, init=False)
-    # Runners placed on a node and waiting for its agent to start them: runner ID -> (node, since).
-    _waiting: dict[str, tuple[str, float]] = field(factory=dict, init=False)
+    # Runners whose allocation is placed on a node and not reported by its agent yet: runner ID ->
+    # (node, allocation, since when).
+    _waiting: dict[str, tuple[str, str, float]] = field(factory=dict, init=False)
 
     def draining(self, node_id: str) -> bool:
         """Whether the node drains now."""
@@ -150,37 +151,43 @@ class NodeTracker:
         node = self.nodes.get(node_id)
         if node is not None:
             node.heard_at = now
-            node.away_until = 0.0
 
-    def waiting(self, runner_id: str, node_id: str, now: float) -> None:
-        """The runner is placed on the node and waits for its agent to start it (since ``now``,
-        unless it waited there already)."""
+    def waiting(self, runner_id: str, node_id: str, alloc_id: str, now: float) -> None:
+        """The runner's allocation is placed on the node, and its agent has not reported it yet
+        (since ``now``, unless that allocation waited already)."""
         known = self._waiting.get(runner_id)
-        if known is None or known[0] != node_id:
-            self._waiting[runner_id] = (node_id, now)
+        if known is None or known[1] != alloc_id:
+            self._waiting[runner_id] = (node_id, alloc_id, now)
+
+    def reported(self, runner_id: str, alloc_id: str) -> None:
+        """The agent reported the runner's allocation: it no longer waits for that agent."""
+        known = self._waiting.get(runner_id)
+        if known is not None and known[1] == alloc_id:
+            del self._waiting[runner_id]
 
     def done_waiting(self, runner_id: str) -> None:
-        """The runner runs, or is gone: its agent's silence no longer keeps it waiting."""
+        """The runner runs, or is gone: nothing of it waits for an agent."""
         self._waiting.pop(runner_id, None)
 
     def silent(self, now: float, since: float) -> list[str]:
-        """The nodes whose agent has reported nothing for ``SILENT_SECONDS`` since a runner was
-        placed there, while another agent reported since: that agent is not there to start it.
-        ``since``: when the event stream last came up; silence counts only from there, as what
-        came before may have been missed. Nodes already avoided, or where Nomad places nothing,
-        are left out."""
+        """The nodes whose agent has reported nothing for ``SILENT_SECONDS`` since an allocation
+        of a runner was placed there, while another agent reported since: that agent is not
+        there to receive it. ``now``: when the daemon last applied a batch of the event stream
+        (silence is measured by the stream's progress: when nothing is written, a leader's
+        election say, no agent is silent). ``since``: when the stream last came up; a placement
+        before it is not judged, as the agent's report of it may have come in the gap. Nodes
+        already avoided, or where Nomad places nothing, are left out."""
         first: dict[str, float] = {}
-        for node_id, placed in self._waiting.values():
-            start = max(placed, since)
+        for node_id, _, placed in self._waiting.values():
             node = self.nodes.get(node_id)
-            if now - start < SILENT_SECONDS or node is None or node.heard_at > start:
+            if placed < since or now - placed < SILENT_SECONDS or node is None or node.heard_at > placed:
                 continue
             if node.placeable and node.away_until <= now:
-                first[node_id] = min(first.get(node_id, start), start)
+                first[node_id] = min(first.get(node_id, placed), placed)
         return [
             node_id
-            for node_id, start in first.items()
-            if any(n.heard_at > start for n in self.nodes.values() if n.id != node_id)
+            for node_id, placed in first.items()
+            if any(n.heard_at > placed for n in self.nodes.values() if n.id != node_id)
         ]
 
     def avoided(self, now: float) -> tuple[str, ...]:

@@ -319,11 +319,6 @@ class RunnerPool:
         """The runners whose agent restarted and that nothing has proven since."""
         return [r.id for r in self.runners.values() if r.suspect_since]
 
-    def agent_unreachable(self, runner_id: str) -> tuple[bool, list[Action]]:
-        """An exec in the runner could not reach its agent: see ``avoid``."""
-        runner = self.runners.get(runner_id)
-        return self.avoid(runner.node_id) if runner is not None else (False, [])
-
     def avoid(self, node_id: str) -> tuple[bool, list[Action]]:
         """The node's agent is away: new runners avoid the node for a while
         (``NodeTracker.mark_away``; returns whether the node is newly avoided), and the runners
@@ -359,13 +354,17 @@ class RunnerPool:
             self._idle.get(runner.environment_id, {}).pop(runner_id, None)
         return []
 
+    def agent_reported(self, alloc: Allocation) -> None:
+        """The allocation's agent reported it (an ``AllocationUpdated`` event): the agent is there,
+        and the allocation no longer waits for it."""
+        self.nodes.heard(alloc.node_id, self.clock())
+        self.nodes.reported(alloc.job_id, alloc.id)
+
     def apply_allocation(
-        self, alloc: Allocation | AllocListStub, *, found: str = FOUND_BY_EVENT, by_agent: bool = False
+        self, alloc: Allocation | AllocListStub, *, found: str = FOUND_BY_EVENT
     ) -> list[Action]:
         """An allocation's state, from an event or (``found``: how a runner found gone was found) a
-        listing. ``by_agent``: its agent reported it (an AllocationUpdated event)."""
-        if by_agent:
-            self.nodes.heard(alloc.node_id, self.clock())
+        listing."""
         runner = self.runners.get(alloc.job_id)
         if runner is None:
             return []
@@ -409,6 +408,10 @@ class RunnerPool:
             return self._remove(runner, "its node is draining")
         if alloc.client_status == "pending" and self._waits_away(runner):
             return self._remove(runner, REASON_AGENT_AWAY)
+        if found == FOUND_BY_EVENT and alloc.client_status == "pending" and not alloc.received:
+            self.nodes.waiting(runner.id, alloc.node_id, runner.alloc_id, self.clock())
+        if found == FOUND_BY_EVENT and runner.state is RunnerState.STARTING and is_running(alloc):
+            self.nodes.agent_reached(alloc.node_id)  # its agent just started a task
         self._set_state(
             runner, RunnerState.IDLE if alloc.client_status == "running" else RunnerState.STARTING
         )
@@ -548,9 +551,7 @@ class RunnerPool:
         if state is RunnerState.IDLE and runner.state is RunnerState.STARTING and self.on_started:
             self.on_started(runner.id)
         runner.state = state
-        if state is RunnerState.STARTING and runner.node_id:
-            self.nodes.waiting(runner.id, runner.node_id, self.clock())
-        else:
+        if state is not RunnerState.STARTING:
             self.nodes.done_waiting(runner.id)
         idle = self._idle.setdefault(runner.environment_id, {})
         if state is RunnerState.IDLE and not runner.retired and not runner.suspect_since:

@@ -115,6 +115,8 @@ class RunnerService:
         self.environments = EnvironmentStore(client, self.pool, self.apply)
         self.expiry = InactivityExpiry(self.pool, self.apply)
         self.last_index = 0
+        # When the last batch of the event stream was applied: how far the stream has come.
+        self.last_batch_at = 0.0
         self.relists = Requests()
         self.synced = trio.Event()
 
@@ -172,16 +174,20 @@ class RunnerService:
     async def find_silent_agents(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
-        """Every second, while the event stream is up: new runners avoid the nodes whose agent has
-        reported nothing since a runner was placed there ``SILENT_SECONDS`` ago, while other agents
-        reported (``NodeTracker.silent``). Nomad keeps placing runners there until the agent's
-        heartbeats have been missed for their TTL and grace, 20 s or more."""
+        """Every second, ``avoid_silent_agents``."""
         task_status.started()
         while True:
             await trio.sleep(_SILENCE_CHECKS)
-            if self.gate.state is StreamState.UP:
-                for node_id in self.pool.nodes.silent(trio.current_time(), self.gate.since):
-                    self._avoid(node_id, f"its agent reported nothing for {SILENT_SECONDS:.0f}s or more")
+            self.avoid_silent_agents()
+
+    def avoid_silent_agents(self) -> None:
+        """While the event stream is up: new runners avoid the nodes whose agent has reported
+        nothing since a runner's allocation was placed there ``SILENT_SECONDS`` ago, while other
+        agents reported (``NodeTracker.silent``). Nomad keeps placing runners there until the
+        agent's heartbeats have been missed for their TTL and grace, 20 s or more."""
+        if self.gate.state is StreamState.UP:
+            for node_id in self.pool.nodes.silent(self.last_batch_at, self.gate.since):
+                self._avoid(node_id, f"its agent reported nothing for {SILENT_SECONDS:.0f}s or more")
 
     async def in_runner(self, runner_id: str, operation: Callable[[], Awaitable[T]]) -> T:
         """Carry out a file operation in the runner. If Nomad no longer knows its allocation, the
@@ -371,12 +377,15 @@ class RunnerService:
         """Apply a batch of the stream. Of a batch that a listing already covered, only its Node
         events: no listing shows an agent's restart (its node was ready before and after)."""
         covered = batch.index <= self.last_index
+        self.last_batch_at = trio.current_time()
         for event in batch.events:
             payload = event.payload
+            if isinstance(payload, Allocation) and event.type == "AllocationUpdated":
+                self.pool.agent_reported(payload)  # a listing does not say what the agents reported
             if covered and not isinstance(payload, Node):
                 continue
             if isinstance(payload, Allocation):
-                self.apply(self.pool.apply_allocation(payload, by_agent=event.type == "AllocationUpdated"))
+                self.apply(self.pool.apply_allocation(payload))
             elif isinstance(payload, Job):
                 self.apply(self.pool.apply_job(payload.id, deleted=event.deleted, stopped=payload.stop))
             elif isinstance(payload, Node):

@@ -139,7 +139,9 @@ def test_every_noted_command_a_previous_run_left_is_stopped_and_nothing_else(tmp
     bystander = subprocess.Popen(["sleep", "60"])
     try:
         deadline = time.monotonic() + 10
-        while len(list(tmp_path.glob("child-*.pid"))) < 2 and time.monotonic() < deadline:
+        # A shell creates the file before it writes the PID into it.
+        while sum(p.read_text().strip() != "" for p in tmp_path.glob("child-*.pid")) < 2:
+            assert time.monotonic() < deadline, "the commands did not start"
             time.sleep(0.01)
         children = [int(p.read_text()) for p in tmp_path.glob("child-*.pid")]
         subprocess.run(stop_every_noted_command(grace=0.5), env=environ, check=True, timeout=10)

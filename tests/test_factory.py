@@ -486,7 +486,7 @@ async def test_new_runner_jobs_avoid_the_nodes_whose_agent_an_exec_could_not_rea
             id="a1", job_id=first, node_id="n1", client_status="running", create_index=6, modify_index=6
         )
     )
-    assert pool.agent_unreachable(first) == (True, []), "nothing waits to start on n1"
+    assert pool.avoid("n1") == (True, []), "nothing waits to start on n1"
     factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))
     async with trio.open_nursery() as nursery:
         await nursery.start(factory.run)

@@ -151,45 +151,55 @@ def test_an_agent_that_registers_again_is_no_longer_avoided() -> None:
     assert tracker.avoided(102.0) == (), "its agent is back"
 
 
-def test_an_agent_silent_about_a_runner_placed_on_its_node_while_others_report_is_found() -> None:
+def test_an_agent_silent_about_an_allocation_placed_on_its_node_while_others_report_is_found() -> None:
     tracker = two_ready_nodes()
-    tracker.waiting("r1", "n1", 100.0)
+    tracker.waiting("r1", "n1", "a1", 100.0)
     tracker.heard("n2", 101.0)
     assert tracker.silent(100.0 + SILENT_SECONDS - 0.1, since=0.0) == [], "not silent long enough yet"
     assert tracker.silent(100.0 + SILENT_SECONDS, since=0.0) == ["n1"]
-    tracker.waiting("r1", "n1", 104.0)
-    assert tracker.silent(100.0 + SILENT_SECONDS, since=0.0) == ["n1"], "still waiting since 100"
-    tracker.done_waiting("r1")
-    assert tracker.silent(200.0, since=0.0) == [], "it runs, or is gone: nothing waits for n1"
+    tracker.waiting("r1", "n1", "a1", 104.0)
+    assert tracker.silent(100.0 + SILENT_SECONDS, since=0.0) == ["n1"], "a1 still waits since 100"
+    tracker.reported("r1", "a0")
+    assert tracker.silent(100.0 + SILENT_SECONDS, since=0.0) == ["n1"], "an older allocation's report"
+    tracker.reported("r1", "a1")
+    assert tracker.silent(200.0, since=0.0) == [], "n1's agent reported it"
 
 
-def test_an_agent_that_reported_since_the_placement_is_not_silent() -> None:
+def test_an_agent_that_reported_anything_since_the_placement_is_not_silent() -> None:
     tracker = two_ready_nodes()
-    tracker.waiting("r1", "n1", 100.0)
+    tracker.waiting("r1", "n1", "a1", 100.0)
     tracker.heard("n2", 101.0)
-    tracker.heard("n1", 102.0)  # "Received", say: its image downloads
+    tracker.heard("n1", 102.0)  # another allocation's: its agent is there, a1 merely slow
     assert tracker.silent(120.0, since=0.0) == []
 
 
 def test_silence_everywhere_proves_nothing_of_one_agent() -> None:
     tracker = two_ready_nodes()
     tracker.heard("n2", 99.0)
-    tracker.waiting("r1", "n1", 100.0)
-    tracker.waiting("r2", "n2", 100.0)
+    tracker.waiting("r1", "n1", "a1", 100.0)
+    tracker.waiting("r2", "n2", "a2", 100.0)
     assert tracker.silent(120.0, since=0.0) == [], "no agent reported since: no leader, say, to apply it"
 
 
-def test_silence_counts_from_the_stream_coming_up() -> None:
+def test_silence_is_measured_by_the_stream_s_progress() -> None:
     tracker = two_ready_nodes()
-    tracker.waiting("r1", "n1", 100.0)
+    tracker.waiting("r1", "n1", "a1", 100.0)
+    tracker.heard("n2", 100.5)
+    assert tracker.silent(100.5, since=0.0) == [], "no batch since: the stream stalls, not the agent"
+
+
+def test_a_placement_before_the_stream_came_up_is_not_judged() -> None:
+    tracker = two_ready_nodes()
+    tracker.waiting("r1", "n1", "a1", 100.0)
     tracker.heard("n2", 130.0)
-    assert tracker.silent(130.0, since=128.0) == [], "what came before the stream's return may be missed"
-    assert tracker.silent(128.0 + SILENT_SECONDS, since=128.0) == ["n1"]
+    assert tracker.silent(140.0, since=101.0) == [], "its agent's report may have come in the gap"
+    tracker.waiting("r2", "n1", "a2", 102.0)
+    assert tracker.silent(140.0, since=101.0) == ["n1"]
 
 
 def test_a_silent_agent_already_avoided_or_on_a_node_nomad_places_nothing_on_is_not_found_again() -> None:
     tracker = two_ready_nodes()
-    tracker.waiting("r1", "n1", 100.0)
+    tracker.waiting("r1", "n1", "a1", 100.0)
     tracker.heard("n2", 101.0)
     assert tracker.mark_away("n1", 105.0)
     assert tracker.silent(110.0, since=0.0) == []

@@ -7,7 +7,14 @@ from supervisor.environments import ExecutionEnvironment
 from supervisor.nodes import AWAY_SECONDS, SILENT_SECONDS
 from supervisor.nomad import Allocation, NodeListStub
 from supervisor.pool import RunnerPool
-from supervisor.runners import REASON_AGENT_AWAY, CreateRunner, DestroyRunner, RunnerState
+from supervisor.runners import (
+    FOUND_BY_LISTING,
+    REASON_AGENT_AWAY,
+    Action,
+    CreateRunner,
+    DestroyRunner,
+    RunnerState,
+)
 
 from .test_pool import alloc
 from .test_pool_replacements import Clock
@@ -17,6 +24,11 @@ ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 6, 100.0, 256, False, ())
 
 def placed(runner_id: str, node_id: str, status: str, index: int) -> Allocation:
     return alloc(runner_id, f"alloc-{runner_id}", status, index, node_id=node_id)
+
+
+def unreachable(pool: RunnerPool, runner_id: str) -> tuple[bool, list[Action]]:
+    """An exec in the runner could not reach its agent."""
+    return pool.avoid(pool.runners[runner_id].node_id)
 
 
 def two_node_pool() -> tuple[RunnerPool, Clock, list[str]]:
@@ -37,7 +49,7 @@ def two_node_pool() -> tuple[RunnerPool, Clock, list[str]]:
 def test_an_unreachable_agent_has_the_runners_waiting_to_start_on_its_node_replaced() -> None:
     pool, clock, ids = two_node_pool()
     idle_on_n1, starting_on_n1 = ids[0], ids[4]
-    newly, actions = pool.agent_unreachable(idle_on_n1)
+    newly, actions = unreachable(pool, idle_on_n1)
     assert newly
     assert pool.nodes.avoided(clock.now) == ("n1",)
     assert DestroyRunner(starting_on_n1, REASON_AGENT_AWAY) in actions
@@ -46,12 +58,12 @@ def test_an_unreachable_agent_has_the_runners_waiting_to_start_on_its_node_repla
         "a running runner stays: its agent may be back soon"
     )
     assert pool.runners[ids[5]].state is RunnerState.STARTING, "runners waiting on other nodes stay"
-    assert pool.agent_unreachable(ids[2]) == (False, []), "already avoided: nothing more to replace"
+    assert unreachable(pool, ids[2]) == (False, []), "already avoided: nothing more to replace"
 
 
 def test_a_new_runner_placed_on_an_avoided_node_is_replaced_while_it_waits() -> None:
     pool, clock, ids = two_node_pool()
-    pool.agent_unreachable(ids[0])
+    unreachable(pool, ids[0])
     late = next(r for r in pool.runners if r not in ids)  # the replacement of the one waiting on n1
     actions = pool.apply_allocation(placed(late, "n1", "pending", 50))
     assert DestroyRunner(late, REASON_AGENT_AWAY) in actions, "placed on n1 all the same: replaced again"
@@ -63,7 +75,7 @@ def test_a_new_runner_placed_on_an_avoided_node_is_replaced_while_it_waits() -> 
 
 def test_claims_take_runners_on_nodes_that_are_not_avoided_first() -> None:
     pool, clock, ids = two_node_pool()
-    pool.agent_unreachable(ids[0])
+    unreachable(pool, ids[0])
     first, _ = pool.claim(10, 60, clock.now)
     second, _ = pool.claim(10, 60, clock.now)
     assert {first.node_id, second.node_id} == {"n2"}, "the two idle runners on n2"
@@ -79,34 +91,65 @@ def test_a_single_node_is_never_avoided() -> None:
     runner_id = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
     pool.registered(runner_id, 5)
     pool.apply_allocation(placed(runner_id, "n1", "running", 10))
-    assert pool.agent_unreachable(runner_id) == (False, [])
+    assert unreachable(pool, runner_id) == (False, [])
     assert pool.nodes.avoided(clock.now) == ()
 
 
 def test_an_agent_seen_at_work_again_is_no_longer_avoided() -> None:
     pool, clock, ids = two_node_pool()
-    pool.agent_unreachable(ids[0])
+    unreachable(pool, ids[0])
     pool.agent_reached(ids[2])  # an exec in another runner on n1 ran
     assert pool.nodes.avoided(clock.now) == ()
 
-    pool.agent_unreachable(ids[0])
+    unreachable(pool, ids[0])
     unplaced = next(r for r in pool.runners if r not in ids)  # its registration went before the mark
-    pool.apply_allocation(placed(ids[5], "n2", "running", 70), by_agent=True)
-    assert pool.nodes.avoided(clock.now) == ("n1",), "a report from another node proves nothing of n1"
+    pool.apply_allocation(placed(ids[5], "n2", "running", 70))
+    assert pool.nodes.avoided(clock.now) == ("n1",), "a start on another node proves nothing of n1"
     pool.apply_allocation(placed(unplaced, "n1", "running", 71))
-    assert pool.nodes.avoided(clock.now) == ("n1",), "a listing or a server's plan is not its agent"
-    pool.apply_allocation(placed(unplaced, "n1", "running", 72), by_agent=True)
-    assert pool.nodes.avoided(clock.now) == (), "n1's agent reported an allocation: it is back"
+    assert pool.nodes.avoided(clock.now) == (), "n1's agent started a task: it is back"
     assert pool.runners[unplaced].state is RunnerState.IDLE
 
 
-def test_a_node_whose_agent_says_nothing_of_the_runner_placed_there_has_it_replaced() -> None:
+def received(runner_id: str, node_id: str, status: str, index: int, event: str = "Received") -> Allocation:
+    """The allocation as its agent reports it, with a task state."""
+    reported = placed(runner_id, node_id, status, index)
+    reported.raw["TaskStates"] = {"runner": {"State": "pending", "Events": [{"Type": event}]}}
+    return reported
+
+
+def test_a_runner_placed_where_its_agent_has_not_reported_it_waits_for_that_agent() -> None:
     pool, clock, ids = two_node_pool()
     starting_on_n1, starting_on_n2 = ids[4], ids[5]
     clock.now += SILENT_SECONDS
-    pool.apply_allocation(placed(starting_on_n2, "n2", "running", 40), by_agent=True)
-    assert pool.nodes.silent(clock.now, since=0.0) == ["n1"], f"{starting_on_n1} still waits on n1"
+    pool.agent_reported(received(starting_on_n2, "n2", "pending", 40))
+    assert pool.nodes.silent(clock.now, since=0.0) == ["n1"], f"{starting_on_n1} waits on n1 since 0"
     newly, actions = pool.avoid("n1")
     assert newly
     assert DestroyRunner(starting_on_n1, REASON_AGENT_AWAY) in actions
-    assert pool.nodes.silent(clock.now + 60, since=0.0) == [], "nothing waits on n1 any more"
+    clock.now += 60
+    assert pool.nodes.silent(clock.now, since=0.0) == [], "n1's is gone; n2's was received"
+
+
+def test_an_idle_runner_restarting_in_place_does_not_wait_for_its_agent() -> None:
+    pool, clock, ids = two_node_pool()
+    pool.agent_reported(received(ids[4], "n1", "pending", 40))
+    clock.now += 1
+    restarting = received(ids[0], "n1", "pending", 41, event="Restarting")
+    pool.agent_reported(restarting)
+    pool.apply_allocation(restarting)
+    assert pool.runners[ids[0]].state is RunnerState.STARTING
+    clock.now += 60
+    pool.agent_reported(received(ids[5], "n2", "running", 42))
+    assert pool.nodes.silent(clock.now, since=0.0) == [], "its agent told of the restart itself"
+
+
+def test_a_runner_listed_pending_does_not_wait_for_its_agent() -> None:
+    pool, clock, ids = two_node_pool()
+    for runner_id, node_id in ((ids[4], "n1"), (ids[5], "n2")):
+        pool.agent_reported(received(runner_id, node_id, "pending", 40))
+    later = placed(ids[4], "n1", "pending", 41)
+    later.raw.clear()  # a lean listing's stub: it does not say what the agent reported
+    pool.apply_allocation(later, found=FOUND_BY_LISTING)
+    clock.now += 60
+    pool.agent_reported(received(ids[5], "n2", "running", 42))
+    assert pool.nodes.silent(clock.now, since=0.0) == []

@@ -233,6 +233,12 @@ class _AllocationFields:
         return cast(RescheduleTracker | None, tracker)
 
     @property
+    def received(self) -> bool:
+        """Its agent has reported the allocation: Nomad holds no task states for it until then
+        (a list stub asked without them never says)."""
+        return bool(self.raw.get("TaskStates"))
+
+    @property
     def client_terminal(self) -> bool:
         """The tasks have ended: complete, failed or lost."""
         return self.client_status in ("complete", "failed", "lost")
