@@ -37,10 +37,12 @@ _REREGISTERED: Final = "Node re-registered"
 # again first: Nomad's heartbeat TTL and grace on a small cluster (longer on a large one, where each
 # new refusal renews the mark), after which Nomad itself places nothing on a node still away.
 AWAY_SECONDS: Final = 30.0
-# How long an agent may say nothing after a runner's allocation was placed on its node: an agent
-# reports each allocation it receives (its task's "Received" event) within a second or so, however
-# long the task then takes to start, so silence this long, while others report, means it is not there.
-SILENT_SECONDS: Final = 5.0
+# How long an agent may say nothing after a runner's allocation was placed on its node. An agent
+# reports an allocation once it has prepared it (its network: a bridge's namespace, and on a node's
+# first such allocation the pause image) and its task begins ("Received"), usually within a second
+# or two; a report that fails (no leader) is sent again 5 to 10 s later. Silence longer than that,
+# while other agents report, means it is not there; Nomad itself takes 20 s or more to tell.
+SILENT_SECONDS: Final = 12.0
 
 
 @define
@@ -65,6 +67,8 @@ class TrackedNode:
     away_until: float = 0.0
     # When its agent last reported an allocation (an AllocationUpdated event), by the daemon's clock.
     heard_at: float = 0.0
+    # The mark (away_until) came from the agent's silence alone: any report of the agent lifts it.
+    silent: bool = False
 
     @property
     def usable(self) -> bool:
@@ -120,23 +124,26 @@ class NodeTracker:
         node = self.nodes.get(node_id)
         return node is not None and node.status == "ready" and not node.awaiting_ready
 
-    def mark_away(self, node_id: str, now: float) -> bool:
-        """An exec could not reach the node's agent at ``now``: new runners avoid the node for
-        ``AWAY_SECONDS`` (a mark already there is extended). Returns whether the node is newly
-        avoided. A node Nomad places nothing on is not marked, nor one past half the nodes it could
-        place on: most agents out of reach at once is trouble everywhere (all of them restarting),
-        and crowding new runners onto the few others would only slow their starts."""
+    def mark_away(self, node_id: str, now: float, *, silent: bool = False) -> bool:
+        """An exec could not reach the node's agent at ``now`` (or, ``silent``, the agent said
+        nothing of an allocation placed there): new runners avoid the node for ``AWAY_SECONDS`` (a
+        mark already there is extended). Returns whether the node is newly avoided. A node Nomad
+        places nothing on is not marked, nor one past half the nodes it could place on: most agents
+        out of reach at once is trouble everywhere (all of them restarting), and crowding new
+        runners onto the few others would only slow their starts."""
         node = self.nodes.get(node_id)
         if node is None or not node.placeable:
             return False
         if node.away_until > now:
             node.away_until = now + AWAY_SECONDS
+            node.silent = node.silent and silent
             self._away_until = max(self._away_until, node.away_until)
             return False
         away = sum(1 for n in self.nodes.values() if n.away_until > now)
         if 2 * (away + 1) > sum(1 for n in self.nodes.values() if n.placeable):
             return False
         node.away_until = now + AWAY_SECONDS
+        node.silent = silent
         self._away_until = max(self._away_until, node.away_until)
         return True
 
@@ -147,10 +154,14 @@ class NodeTracker:
             node.away_until = 0.0
 
     def heard(self, node_id: str, now: float) -> None:
-        """The node's agent reported one of its allocations at ``now``: it is there."""
+        """The node's agent reported one of its allocations at ``now``: it is there, and a mark
+        its silence earned is lifted (one an exec's refusal earned holds: a report the agent made
+        before that refusal may reach the daemon after it)."""
         node = self.nodes.get(node_id)
         if node is not None:
             node.heard_at = now
+            if node.silent:
+                node.away_until, node.silent = 0.0, False
 
     def waiting(self, runner_id: str, node_id: str, alloc_id: str, now: float) -> None:
         """The runner's allocation is placed on the node, and its agent has not reported it yet

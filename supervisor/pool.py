@@ -319,11 +319,11 @@ class RunnerPool:
         """The runners whose agent restarted and that nothing has proven since."""
         return [r.id for r in self.runners.values() if r.suspect_since]
 
-    def avoid(self, node_id: str) -> tuple[bool, list[Action]]:
+    def avoid(self, node_id: str, *, silent: bool = False) -> tuple[bool, list[Action]]:
         """The node's agent is away: new runners avoid the node for a while
         (``NodeTracker.mark_away``; returns whether the node is newly avoided), and the runners
         waiting to start there are replaced, since they would wait for that agent."""
-        if not self.nodes.mark_away(node_id, self.clock()):
+        if not self.nodes.mark_away(node_id, self.clock(), silent=silent):
             return False, []
         starting = RunnerState.STARTING
         waiting = [r for r in self.runners.values() if r.node_id == node_id and r.state is starting]
@@ -538,6 +538,7 @@ class RunnerPool:
         ):
             runner.suspect_since = 0  # its client reported the allocation running since the restart
         if runner.alloc_id != alloc.id:
+            self.nodes.done_waiting(runner.id)  # that allocation waits no more
             self._by_alloc.pop(runner.alloc_id, None)
             runner.alloc_id = _own(alloc.id)
             self._by_alloc[runner.alloc_id] = runner.id

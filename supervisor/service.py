@@ -62,6 +62,9 @@ _NAMED: Final = 5
 _CLAIM_READS: Final = 16
 # How often to look for agents that have said nothing about the runners placed on their nodes.
 _SILENCE_CHECKS: Final = 1.0
+# No batch of the event stream for this long is a pause (a leader's election, say), not the quiet of
+# an idle cluster: placements before it are not judged by their agents' silence.
+_STREAM_PAUSE: Final = 2.0
 # Allocations per page of a relist's listing: with lean stubs, its memory is one page's at a time.
 RELIST_PAGE: Final = 5000
 LIVE_ALLOCATIONS: Final = (
@@ -115,8 +118,10 @@ class RunnerService:
         self.environments = EnvironmentStore(client, self.pool, self.apply)
         self.expiry = InactivityExpiry(self.pool, self.apply)
         self.last_index = 0
-        # When the last batch of the event stream was applied: how far the stream has come.
+        # When the last batch of the event stream was applied (how far the stream has come), and the
+        # first since the stream paused: what came before a pause may come late, in any order.
         self.last_batch_at = 0.0
+        self.flowing_since = 0.0
         self.relists = Requests()
         self.synced = trio.Event()
 
@@ -162,8 +167,8 @@ class RunnerService:
         if runner is not None:
             self._avoid(runner.node_id, "an exec could not reach its agent")
 
-    def _avoid(self, node_id: str, why: str) -> None:
-        newly, actions = self.pool.avoid(node_id)
+    def _avoid(self, node_id: str, why: str, *, silent: bool = False) -> None:
+        newly, actions = self.pool.avoid(node_id, silent=silent)
         self.apply(actions)
         if newly:
             node = self.pool.nodes.nodes[node_id]
@@ -186,8 +191,11 @@ class RunnerService:
         agents reported (``NodeTracker.silent``). Nomad keeps placing runners there until the
         agent's heartbeats have been missed for their TTL and grace, 20 s or more."""
         if self.gate.state is StreamState.UP:
-            for node_id in self.pool.nodes.silent(self.last_batch_at, self.gate.since):
-                self._avoid(node_id, f"its agent reported nothing for {SILENT_SECONDS:.0f}s or more")
+            since = max(self.gate.since, self.flowing_since)
+            for node_id in self.pool.nodes.silent(self.last_batch_at, since):
+                self._avoid(
+                    node_id, f"its agent reported nothing for {SILENT_SECONDS:.0f}s or more", silent=True
+                )
 
     async def in_runner(self, runner_id: str, operation: Callable[[], Awaitable[T]]) -> T:
         """Carry out a file operation in the runner. If Nomad no longer knows its allocation, the
@@ -377,7 +385,10 @@ class RunnerService:
         """Apply a batch of the stream. Of a batch that a listing already covered, only its Node
         events: no listing shows an agent's restart (its node was ready before and after)."""
         covered = batch.index <= self.last_index
-        self.last_batch_at = trio.current_time()
+        now = trio.current_time()
+        if now - self.last_batch_at > _STREAM_PAUSE:
+            self.flowing_since = now
+        self.last_batch_at = now
         for event in batch.events:
             payload = event.payload
             if isinstance(payload, Allocation) and event.type == "AllocationUpdated":

@@ -181,11 +181,17 @@ def test_silence_everywhere_proves_nothing_of_one_agent() -> None:
     assert tracker.silent(120.0, since=0.0) == [], "no agent reported since: no leader, say, to apply it"
 
 
-def test_silence_is_measured_by_the_stream_s_progress() -> None:
+def test_a_mark_for_silence_is_lifted_by_any_report_of_the_agent_and_one_for_a_refusal_is_not() -> None:
     tracker = two_ready_nodes()
-    tracker.waiting("r1", "n1", "a1", 100.0)
-    tracker.heard("n2", 100.5)
-    assert tracker.silent(100.5, since=0.0) == [], "no batch since: the stream stalls, not the agent"
+    assert tracker.mark_away("n1", 100.0, silent=True)
+    tracker.heard("n1", 101.0)
+    assert tracker.avoided(101.0) == (), "it reported: its silence was not absence"
+    assert tracker.mark_away("n1", 102.0)
+    tracker.heard("n1", 103.0)
+    assert tracker.avoided(103.0) == ("n1",), "a report it made before the refusal may arrive after it"
+    assert not tracker.mark_away("n1", 104.0, silent=True)
+    tracker.heard("n1", 105.0)
+    assert tracker.avoided(105.0) == ("n1",), "the refusal's mark, extended, is still a refusal's"
 
 
 def test_a_placement_before_the_stream_came_up_is_not_judged() -> None:

@@ -6,7 +6,9 @@ import trio
 
 from supervisor.config import Settings
 from supervisor.environments import ExecutionEnvironment
-from supervisor.nomad import Allocation, Event, EventBatch, Node, NodeEvent
+from supervisor.levels import StreamState
+from supervisor.nodes import SILENT_SECONDS
+from supervisor.nomad import Allocation, Event, EventBatch, Node, NodeEvent, NodeListStub
 from supervisor.service import RunnerService
 
 from .nomad_double import NomadDouble
@@ -62,3 +64,103 @@ async def test_a_covered_batch_still_tells_of_drains_and_agent_restarts(nursery:
     assert service.pool.nodes.draining("n2"), "no listing can be trusted to show a node event"
     assert service.pool.runners[runner_id].suspect_since == 150, "its agent restarted"
     assert service.pool.runners[runner_id].alloc_modify_index == 6, "the listing covered the allocation"
+
+
+def two_nodes_two_runners(nursery: trio.Nursery) -> tuple[RunnerService, list[str]]:
+    """A service following the stream, with two runners placed, one on each node: n2's agent
+    reports its runner; n1's does not."""
+    service = RunnerService(NomadDouble(), Settings(), execution_nursery=nursery)
+    ready = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
+    service.pool.replace_nodes(ready, 2)
+    service.pool.set_environment(ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ()))
+    runners = list(service.pool.runners)
+    for runner_id in runners:
+        service.pool.registered(runner_id, 5)
+    service.gate.report(StreamState.UP)
+    service.apply_batch(
+        EventBatch(
+            6,
+            [
+                event(placed(runners[0], "n1", 6), "PlanResult", 6),
+                event(placed(runners[1], "n2", 6), "PlanResult", 6),
+            ],
+        )
+    )
+    return service, runners
+
+
+def placed(runner_id: str, node_id: str, index: int, *, received: bool = False) -> Allocation:
+    raw = (
+        {"TaskStates": {"runner": {"State": "pending", "Events": [{"Type": "Received"}]}}} if received else {}
+    )
+    return Allocation(
+        id=f"alloc-{runner_id}",
+        job_id=runner_id,
+        node_id=node_id,
+        client_status="pending",
+        desired_status="run",
+        create_index=6,
+        modify_index=index,
+        raw=raw,
+    )
+
+
+async def reports_of_n2(service: RunnerService, runner_id: str, seconds: float, index: int) -> int:
+    """n2's agent reports its runner's allocation again every second, for ``seconds``."""
+    for _ in range(int(seconds)):
+        await trio.sleep(1)
+        index += 1
+        service.apply_batch(
+            EventBatch(
+                index, [event(placed(runner_id, "n2", index, received=True), "AllocationUpdated", index)]
+            )
+        )
+    return index
+
+
+async def test_an_agent_silent_while_the_stream_goes_on_is_avoided(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    service, runners = two_nodes_two_runners(nursery)
+    await reports_of_n2(service, runners[1], SILENT_SECONDS + 1, 10)
+    service.avoid_silent_agents()
+    assert service.pool.nodes.avoided(trio.current_time()) == ("n1",)
+    assert runners[0] not in service.pool.runners, "replaced: it waited for an agent that is not there"
+
+
+async def test_a_stalled_stream_makes_no_agent_silent(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    service, runners = two_nodes_two_runners(nursery)
+    index = await reports_of_n2(service, runners[1], 1, 10)
+    await trio.sleep(SILENT_SECONDS + 5)  # nothing written: a leader's election, say
+    service.avoid_silent_agents()
+    assert service.pool.nodes.avoided(trio.current_time()) == ()
+    await reports_of_n2(service, runners[1], SILENT_SECONDS + 1, index)
+    service.avoid_silent_agents()
+    assert service.pool.nodes.avoided(trio.current_time()) == (), (
+        "placed before the pause: n1's report may come late"
+    )
+
+
+async def test_an_agent_s_report_in_a_covered_batch_ends_the_wait(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    service, runners = two_nodes_two_runners(nursery)
+    service.last_index = 100  # a listing covered what follows
+    service.apply_batch(
+        EventBatch(50, [event(placed(runners[0], "n1", 50, received=True), "AllocationUpdated", 50)])
+    )
+    await reports_of_n2(service, runners[1], SILENT_SECONDS + 1, 100)
+    service.avoid_silent_agents()
+    assert service.pool.nodes.avoided(trio.current_time()) == ()
+
+
+async def test_no_agent_is_judged_while_the_stream_is_not_up(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    service, runners = two_nodes_two_runners(nursery)
+    await reports_of_n2(service, runners[1], SILENT_SECONDS + 1, 10)
+    service.gate.report(StreamState.RECOVERING)
+    service.avoid_silent_agents()
+    assert service.pool.nodes.avoided(trio.current_time()) == ()
