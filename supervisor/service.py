@@ -383,7 +383,8 @@ class RunnerService:
 
     def apply_batch(self, batch: EventBatch) -> None:
         """Apply a batch of the stream. Of a batch that a listing already covered, only its Node
-        events: no listing shows an agent's restart (its node was ready before and after)."""
+        events and its agents' reports: no listing shows an agent's restart (its node was ready
+        before and after), nor what an agent reported of an allocation."""
         covered = batch.index <= self.last_index
         now = trio.current_time()
         if now - self.last_batch_at > _STREAM_PAUSE:
