@@ -68,7 +68,7 @@ class TrackedNode:
     # When its agent last reported an allocation (an AllocationUpdated event), by the daemon's clock.
     heard_at: float = 0.0
     # The mark (away_until) came from the agent's silence alone: any report of the agent lifts it.
-    silent: bool = False
+    silence_mark: bool = False
 
     @property
     def usable(self) -> bool:
@@ -136,14 +136,14 @@ class NodeTracker:
             return False
         if node.away_until > now:
             node.away_until = now + AWAY_SECONDS
-            node.silent = node.silent and silent
+            node.silence_mark = node.silence_mark and silent
             self._away_until = max(self._away_until, node.away_until)
             return False
         away = sum(1 for n in self.nodes.values() if n.away_until > now)
         if 2 * (away + 1) > sum(1 for n in self.nodes.values() if n.placeable):
             return False
         node.away_until = now + AWAY_SECONDS
-        node.silent = silent
+        node.silence_mark = silent
         self._away_until = max(self._away_until, node.away_until)
         return True
 
@@ -160,8 +160,8 @@ class NodeTracker:
         node = self.nodes.get(node_id)
         if node is not None:
             node.heard_at = now
-            if node.silent:
-                node.away_until, node.silent = 0.0, False
+            if node.silence_mark:
+                node.away_until, node.silence_mark = 0.0, False
 
     def waiting(self, runner_id: str, node_id: str, alloc_id: str, now: float) -> None:
         """The runner's allocation is placed on the node, and its agent has not reported it yet
