@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--token", default="", help="ACL token every request must carry (required off loopback)"
     )
     simulate.add_argument(
+        "--scheduler-algorithm",
+        default="spread",
+        metavar="NAME",
+        help="the operator's scheduler_algorithm: spread, as Poseidon requires, or Nomad's default "
+        "binpack [%(default)s]",
+    )
+    simulate.add_argument(
         "--history-allocations",
         type=int,
         default=0,
@@ -138,7 +145,10 @@ async def _serve_until_signalled(cluster: object) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from .simulator import SimConfig, SimulatedCluster
+    from .simulator.config import SCHEDULER_ALGORITHMS
 
+    if args.scheduler_algorithm not in SCHEDULER_ALGORITHMS:
+        raise UsageError(f"--scheduler-algorithm must be one of {', '.join(SCHEDULER_ALGORITHMS)}")
     host, port = parse_listen(args.listen, default_port=4646)
     if args.nodes < 1 or args.servers < 1:
         raise UsageError("--nodes and --servers must be at least 1")
@@ -157,6 +167,7 @@ def _simulate(args: argparse.Namespace) -> int:
         nomad_version=args.nomad_version,
         acl_token=args.token,
         history_allocations=args.history_allocations,
+        scheduler_algorithm=args.scheduler_algorithm,
     )
     return _run_trio(
         _serve_until_signalled,

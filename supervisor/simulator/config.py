@@ -8,11 +8,13 @@ from __future__ import annotations
 from typing import Final
 
 from attrs import field, frozen
+from attrs.validators import in_
 
-__all__ = ["ENVIRONMENT_JOB_PREFIX", "SimConfig", "parse_version"]
+__all__ = ["ENVIRONMENT_JOB_PREFIX", "SCHEDULER_ALGORITHMS", "SimConfig", "parse_version"]
 
 # The field's failure modes tell environment (template) jobs from runner jobs by this prefix.
 ENVIRONMENT_JOB_PREFIX: Final = "template-"
+SCHEDULER_ALGORITHMS: Final = ("spread", "binpack")
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
@@ -72,6 +74,9 @@ class SimConfig:
 
     # Placement capacity of one node (allocations that are not client-terminal).
     node_capacity: int = 100_000
+    # The operator's scheduler_algorithm: "spread", as Poseidon requires of its cluster, or Nomad's
+    # own default "binpack", which ranks the fuller of the nodes it looks at first.
+    scheduler_algorithm: str = field(default="spread", validator=in_(SCHEDULER_ALGORITHMS))
     dynamic_port_range: tuple[int, int] = field(default=(20000, 32000))
 
     @property

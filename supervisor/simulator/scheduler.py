@@ -3,12 +3,14 @@
 A plan is one ``PlanResult`` write: new allocations (pending/run), stopped ones (DesiredStatus stop
 with Nomad's description), replacements linked both ways in the same write (PreviousAllocation on the
 new one, NextAllocation on the old one), in-place updates. Placement picks ready, eligible,
-non-draining nodes that meet the job's constraints, and spreads a job over them; when nothing fits,
+non-draining nodes that meet the job's constraints, ranks a few of them as Nomad does (see
+``_choose_node``); when nothing fits,
 the evaluation records FailedTGAllocs and a blocked evaluation waits for capacity.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Final
 
@@ -160,7 +162,7 @@ class Scheduler:
             previous = replace[i] if i < len(replace) else None
             index = self._free_index(used_indexes)
             used_indexes.add(index)
-            node = self._choose_node(key, previous, job_constraints(job.spec, spec))
+            node = self._choose_node(job, previous, job_constraints(job.spec, spec))
             if node is None:
                 unplaced += 1
                 continue
@@ -248,25 +250,34 @@ class Scheduler:
         ]
 
     def _choose_node(
-        self, key: JobKey, previous: SimAlloc | None, constraints: list[dict[str, Any]]
+        self, job: SimJob, previous: SimAlloc | None, constraints: list[dict[str, Any]]
     ) -> SimNode | None:
+        """Nomad's GenericStack: rank a few shuffled feasible nodes and take the best.
+
+        A batch job looks at 2 (the power of two choices), a service job at log2 of the nodes, at
+        least 2. The job's own allocations on a node count against it first, then the node's load:
+        the lighter wins under ``spread``, the heavier under ``binpack``.
+        """
         candidates = [n for n in self.feasible_nodes() if satisfies(n, constraints)]
         if previous is not None and len(candidates) > 1:
             candidates = [n for n in candidates if n.id != previous.node_id] or candidates
         if not candidates:
             return None
-        job_allocs = self.state.allocs_by_job.get(key, {})
+        limit = 2
+        if job.type != "batch":
+            limit = max(limit, math.ceil(math.log2(len(self.state.nodes))))
+        looked_at = self.state.rng.sample(candidates, min(limit, len(candidates)))
+        job_allocs = self.state.allocs_by_job.get((job.namespace, job.id), {})
         per_node: dict[str, int] = {}
         for alloc in job_allocs.values():
             if not alloc.terminal:
                 per_node[alloc.node_id] = per_node.get(alloc.node_id, 0) + 1
-        rng = self.state.rng
+        lighter_first = 1 if self.state.config.scheduler_algorithm == "spread" else -1
         return min(
-            candidates,
+            looked_at,
             key=lambda n: (
                 per_node.get(n.id, 0),
-                len(self.state.live_allocs_by_node.get(n.id, ())),
-                rng.random(),
+                lighter_first * len(self.state.live_allocs_by_node.get(n.id, ())),
             ),
         )
 
@@ -340,7 +351,7 @@ class Scheduler:
         followup = state.evals.get(alloc.followup_eval_id)
         if job is None or job.stop or alloc.next_allocation or alloc.server_terminal:
             return
-        node = self._choose_node(key, alloc, job_constraints(job.spec, job.group(alloc.task_group) or {}))
+        node = self._choose_node(job, alloc, job_constraints(job.spec, job.group(alloc.task_group) or {}))
         evaluation = followup or SimEval(
             id="", namespace=job.namespace, job_id=job.id, type=job.type, triggered_by="alloc-failure"
         )
