@@ -6,6 +6,7 @@ most specific class here, with the original chained as ``__cause__``.
     SupervisorError
     ├── TransientError                 retry with backoff; the same request may succeed later
     │   ├── NomadUnavailableError      connection refused/reset, timeout, 5xx ("No cluster leader")
+    │   │   └── NomadAddressUnreachable no TCP connection to the address in time: nothing was sent
     │   ├── NomadUnreachable           the event stream stayed down for the whole admission wait
     │   ├── EventStreamError           the event stream ended; reconnect at last index + 1
     │   │   ├── StreamConnectionLost   the connection dropped (mid-line or between lines)
@@ -52,6 +53,7 @@ __all__ = [
     "FileOperationFailed",
     "InvalidRequest",
     "NoIdleRunner",
+    "NomadAddressUnreachable",
     "NomadNotFound",
     "NomadPermissionDenied",
     "NomadRequestError",
@@ -104,6 +106,11 @@ class NomadUnavailableError(_NomadHTTPMixin, TransientError):
 
     def __init__(self, message: str, *, status_code: int | None = None, body: str = "") -> None:
         super().__init__(self._init_http(message, status_code=status_code, body=body))
+
+
+class NomadAddressUnreachable(NomadUnavailableError):
+    """No TCP connection to a Nomad address (refused, unreachable, or not within its timeout):
+    nothing was sent there."""
 
 
 class NomadRequestError(_NomadHTTPMixin, TerminalError):

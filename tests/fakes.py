@@ -133,10 +133,19 @@ class WsPeer:
 ExecHandler = Callable[[WsPeer], Awaitable[None]]
 
 
-async def start_exec_server(nursery: trio.Nursery, handler: ExecHandler, *, reject_status: int = 0) -> str:
-    """A WebSocket server for exec sessions; ``reject_status`` answers the upgrade with that HTTP status."""
+async def start_exec_server(
+    nursery: trio.Nursery,
+    handler: ExecHandler,
+    *,
+    reject_status: int = 0,
+    connections: list[trio.SocketStream] | None = None,
+) -> str:
+    """A WebSocket server for exec sessions; ``reject_status`` answers the upgrade with that HTTP
+    status; ``connections`` gets every connection accepted."""
 
     async def serve_one(stream: trio.SocketStream) -> None:
+        if connections is not None:
+            connections.append(stream)
         connection = WSConnection(ConnectionType.SERVER)
         while True:
             data = await stream.receive_some(65536)

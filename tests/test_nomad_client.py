@@ -6,13 +6,12 @@ import gc
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import orjson
 import pytest
 import trio
-import trio_websocket
 
 from supervisor.errors import (
     ConfigError,
@@ -24,6 +23,7 @@ from supervisor.errors import (
     TransientError,
 )
 from supervisor.nomad import NomadClient, NomadSettings, RetryPolicy
+from supervisor.nomad import exec as exec_module
 
 from .conftest import load_fixture
 
@@ -287,18 +287,21 @@ def test_tls_context_loads_the_ca_and_checks_its_files(tmp_path: Path) -> None:
 async def test_exec_sessions_share_the_clients_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
     given: list[object] = []
 
-    def refuse(url: str, **kwargs: object) -> object:
-        given.append(kwargs["ssl_context"])
-        raise OSError("connection refused")
+    async def refuse(stream: object, context: ssl.SSLContext, *_: object) -> NoReturn:
+        given.append(context)
+        raise NomadUnavailableError("the TLS handshake failed")
 
-    monkeypatch.setattr(trio_websocket, "open_websocket_url", refuse)
-    async with NomadClient(NomadSettings(addresses=("https://127.0.0.1:1",))) as client:
+    monkeypatch.setattr(exec_module, "_over_tls", refuse)
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with NomadClient(NomadSettings(addresses=(f"https://127.0.0.1:{port}",))) as client:
         for _ in range(3):
             with pytest.raises(NomadUnavailableError):
                 async with client.open_exec("a1", task="t", command=["true"]):
                     pass
     assert isinstance(given[0], ssl.SSLContext)
     assert given == [given[0]] * 3, "one TLS context per client, not one per exec session"
+    await listener.aclose()
 
 
 def checked(context: ssl.SSLContext) -> str | None:

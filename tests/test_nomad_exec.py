@@ -22,6 +22,7 @@ from supervisor.errors import (
     TransientError,
 )
 from supervisor.nomad import ExecExited, ExecOutput, NomadClient, NomadSettings
+from supervisor.nomad import exec as exec_module
 from supervisor.nomad.agents import AgentRoute
 
 from .fakes import WsPeer, start_exec_server
@@ -291,6 +292,57 @@ async def test_an_agent_whose_upgrade_never_comes_is_never_retried_on_a_server(
     assert client.agents.sessions["fallback"] == 0
 
 
+async def test_an_exec_on_an_agent_is_its_only_connection_there() -> None:
+    """The exec's own connect tells whether the agent is there: no probe connection before it."""
+    accepted: list[trio.SocketStream] = []
+
+    async def agent(peer: WsPeer) -> None:
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        agent_url = await start_exec_server(nursery, agent, connections=accepted)
+        async with client_for("http://127.0.0.1:1") as client:
+            _located(client, agent_url.removeprefix("http://"))
+            for _ in range(3):
+                async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                    assert (await session.wait_exit())[0] == ExecExited(0)
+                    assert session.path == "agent"
+        nursery.cancel_scope.cancel("test over")
+    assert len(accepted) == 3
+
+
+async def test_an_agent_not_connected_within_its_timeout_is_passed_over_for_the_servers(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connect that never completes (a host that drops packets) sent nothing: the servers run it."""
+    real_open_tcp = exec_module._open_tcp
+
+    async def open_tcp(host: str, port: int) -> trio.SocketStream:
+        if port == 9:
+            await trio.sleep_forever()
+        return await real_open_tcp(host, port)
+
+    monkeypatch.setattr(exec_module, "_open_tcp", open_tcp)
+
+    async def server(peer: WsPeer) -> None:
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        server_url = await start_exec_server(nursery, server)
+        async with client_for(server_url, agent_connect_timeout=1) as client:
+            _located(client, "127.0.0.1:9")
+            started = trio.current_time()
+            async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                assert session.path == "server"
+                assert (await session.wait_exit())[0] == ExecExited(0)
+            assert trio.current_time() - started == pytest.approx(1, abs=0.1)
+            assert client.agents.sessions["fallback"] == 1
+            async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                assert session.path == "server", "the agent is passed over until it registers again"
+                await session.wait_exit()
+        nursery.cancel_scope.cancel("test over")
+
+
 async def test_an_agent_that_answers_with_an_error_status_sends_exec_to_the_servers() -> None:
     async def server(peer: WsPeer) -> None:
         await peer.send_exit(0)
@@ -356,10 +408,10 @@ async def test_a_close_handshake_the_peer_never_answers_does_not_turn_a_finished
 
     async with trio.open_nursery() as nursery:
         url = await start_exec_server(nursery, exits_then_hangs)
-        async with (
-            client_for(url, close_timeout=1) as client,
-            client.open_exec(ALLOC, task="t", command=["true"]) as session,
-        ):
-            exited, _, _ = await session.wait_exit()
-            assert exited.exit_code == 0
+        async with client_for(url, close_timeout=1) as client:
+            async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                exited, _, _ = await session.wait_exit()
+                assert exited.exit_code == 0
+                ended = trio.current_time()
+            assert trio.current_time() - ended == pytest.approx(1, abs=0.1)
         nursery.cancel_scope.cancel("test over")

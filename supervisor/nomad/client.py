@@ -23,7 +23,13 @@ import trio
 from attrs import frozen
 from loguru import logger
 
-from ..errors import NomadUnavailableError, SupervisorError, TerminalError, TransientError
+from ..errors import (
+    NomadAddressUnreachable,
+    NomadUnavailableError,
+    SupervisorError,
+    TerminalError,
+    TransientError,
+)
 from .agents import AgentDirectory, AgentRoute
 from .boundary import release_response, translate_status, translate_transport_errors
 from .decode import structure, structure_lean_alloc_stubs, structure_list
@@ -401,13 +407,6 @@ class NomadClient:
         nothing ran) is passed over; a session that started is never retried."""
         mode = self.settings.direct_exec
         route = await self._agent_route(alloc_id) if mode != "never" else None
-        tried = route is not None
-        if route is not None and not await self._agent_answers(route):
-            if mode == "always":
-                raise NomadUnavailableError(
-                    f"exec in allocation {alloc_id}: its client agent cannot be reached"
-                )
-            route = None
         if route is not None:
             started = False
             try:
@@ -419,12 +418,21 @@ class NomadClient:
                     tty=tty,
                     address=self.agents.url(route),
                     ssl_context=self._agent_ssl_context() if route.tls else None,
+                    tcp_timeout=self.settings.agent_connect_timeout,
                 ) as session:
                     started = True
                     session.path = "agent"
                     self.agents.sessions["agent"] += 1
                     yield session
                 return
+            except NomadAddressUnreachable as exc:
+                if started:
+                    raise
+                self._agent_unreachable(route, exc)
+                if mode == "always":
+                    raise NomadUnavailableError(
+                        f"exec in allocation {alloc_id}: its client agent cannot be reached"
+                    ) from exc
             except (NomadUnavailableError, TerminalError) as exc:
                 # Refused before the upgrade, or answered with an error status: nothing ran there.
                 # The servers give the authoritative answer (a stale address may name another node).
@@ -437,30 +445,20 @@ class NomadClient:
             )
         async with self._exec_via_servers(alloc_id, task=task, command=command, tty=tty) as session:
             self.agents.sessions["server"] += 1
-            self.agents.sessions["fallback"] += tried
+            self.agents.sessions["fallback"] += route is not None
             yield session
 
-    async def _agent_answers(self, route: AgentRoute) -> bool:
-        """Whether the agent accepts a TCP connection within ``agent_connect_timeout``. Probed apart
-        from the exec itself, so that no exec request is ever sent where no answer may come: a
-        timeout after the request left would leave its outcome unknown. An agent that does not
-        answer is passed over until its node registers again."""
-        host, _, port = route.http_addr.rpartition(":")
-        try:
-            with trio.fail_after(self.settings.agent_connect_timeout):
-                probe = await trio.open_tcp_stream(host.strip("[]"), int(port))
-            await probe.aclose()
-            return True
-        except (OSError, ValueError, trio.TooSlowError) as exc:
-            self.agents.mark_unreachable(route)
-            logger.warning(
-                "the client agent of node {} ({}) could not be reached ({!r}); exec goes through the "
-                "servers until it registers again",
-                route.node_id,
-                route.http_addr,
-                exc,
-            )
-            return False
+    def _agent_unreachable(self, route: AgentRoute, error: NomadAddressUnreachable) -> None:
+        """The agent did not take the exec's connection within ``agent_connect_timeout``, so nothing
+        was sent: it is passed over until its node registers again."""
+        self.agents.mark_unreachable(route)
+        logger.warning(
+            "the client agent of node {} ({}) could not be reached ({!r}); exec goes through the "
+            "servers until it registers again",
+            route.node_id,
+            route.http_addr,
+            error.__cause__ or error,
+        )
 
     async def _agent_route(self, alloc_id: str) -> AgentRoute | None:
         """The allocation's agent, with its address read from Nomad (once, in one try bounded by

@@ -18,12 +18,14 @@ that is the normal end. Failures:
 from __future__ import annotations
 
 import base64
+import ipaddress
 import math
+import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Literal
-from urllib.parse import urlencode
+from typing import Any, Final, Literal, NoReturn
+from urllib.parse import urlencode, urlsplit
 
 import orjson
 import trio
@@ -36,7 +38,9 @@ from ..errors import (
     ExecAllocationUnknown,
     ExecConnectionLost,
     ExecRejected,
+    NomadAddressUnreachable,
     NomadUnavailableError,
+    leaves,
 )
 from .boundary import translate_status
 from .connection import NomadConnection
@@ -175,17 +179,6 @@ class ExecSession:
         )
 
 
-def _never_sent(exc: BaseException) -> bool:
-    """Whether a failed connect ended before the request could reach Nomad: the TCP connect failed
-    (trio-websocket's HandshakeError from an OSError), or the TLS handshake did (trio's
-    BrokenResourceError from an SSLError)."""
-    if isinstance(exc, trio_websocket.HandshakeError):
-        return isinstance(exc.__cause__, OSError)
-    if isinstance(exc, trio.BrokenResourceError):
-        return isinstance(exc.__cause__, ssl.SSLError)
-    return isinstance(exc, OSError)
-
-
 def _integer(result: dict[str, Any], key: str) -> int:
     value = result.get(key, 0)  # Nomad omits zero fields
     if type(value) is not int:
@@ -229,74 +222,148 @@ async def open_exec(
     address: str = "",
     ssl_context: ssl.SSLContext | None = None,
     connect_timeout: float | None = None,
+    tcp_timeout: float | None = None,
 ) -> AsyncIterator[ExecSession]:
     """Start ``command`` in ``task`` of allocation ``alloc_id``, on ``address`` (an agent's, with its
     ``ssl_context``) or the client's current server, upgraded within ``connect_timeout`` (default:
-    the client's).
+    the client's), of which the TCP connect may take ``tcp_timeout``.
 
-    Only a connection that failed before the request could reach Nomad (refused, unreachable, a TLS
-    handshake that failed) is NomadUnavailableError, safe to try elsewhere. Once the request may have
-    arrived, no answer in time is ExecConnectionLost: the command may be running, and nobody may run
-    it a second time."""
+    Only a connection that failed before the request could reach Nomad is NomadUnavailableError, safe
+    to try elsewhere: NomadAddressUnreachable when the TCP connect failed or took too long, the base
+    class when the TLS handshake failed. Once the request may have arrived, no answer in time is
+    ExecConnectionLost: the command may be running, and nobody may run it a second time."""
     url = exec_url(client, alloc_id, task=task, command=command, tty=tty, address=address)
     what = f"exec in allocation {alloc_id} task {task}"
-    headers = [(b"X-Nomad-Token", client.settings.token.encode())] if client.settings.token else []
     timeout = client.settings.exec_connect_timeout if connect_timeout is None else connect_timeout
-    connected = False
-    opened: trio_websocket.WebSocketConnection | None = None
+    target = urlsplit(url)
+    host, port = target.hostname or "", target.port or (443 if target.scheme == "wss" else 80)
+    context = (ssl_context if address else client.ssl_context) if target.scheme == "wss" else None
+    deadline = trio.current_time() + timeout
     try:
-        # trio-websocket's own connect timeout leaves its reader task waiting on a peer that accepted
-        # the connection and never answers; this deadline, lifted once connected, ends it too.
-        with trio.CancelScope(deadline=trio.current_time() + timeout) as connecting:
-            async with trio_websocket.open_websocket_url(
-                url,
-                ssl_context=ssl_context if address else client.ssl_context,
-                extra_headers=headers,
-                message_queue_size=_MESSAGE_QUEUE_SIZE,
-                max_message_size=_MAX_MESSAGE_SIZE,
-                connect_timeout=timeout,
-                disconnect_timeout=client.settings.close_timeout,
-            ) as connection:
-                opened = connection
-                if connecting.cancel_called:  # upgraded in the very tick the deadline passed
-                    raise ExecConnectionLost(f"{what}: upgraded at the deadline; the outcome is unknown")
-                connected = True
-                connecting.deadline = math.inf
-                yield ExecSession(connection, what)
-        if not connected:
-            raise ExecConnectionLost(
-                f"{what}: {address or client.address} accepted the connection and did not answer within "
-                f"{timeout:g}s; the outcome is unknown"
-            )
+        # The connect itself is the check that the peer is there: no probe before it.
+        with trio.fail_after(min(tcp_timeout or timeout, timeout)):
+            tcp = await _open_tcp(host, port)
+    except (OSError, trio.TooSlowError) as exc:
+        raise NomadAddressUnreachable(f"{what}: could not connect to {host}:{port}: {exc!r}") from exc
+    stream = tcp if context is None else await _over_tls(tcp, context, host, what)
+    headers = [(b"X-Nomad-Token", client.settings.token.encode())] if client.settings.token else []
+    try:
+        async with _upgraded(
+            stream,
+            host=target.netloc,
+            resource=f"{target.path}?{target.query}",
+            headers=headers,
+            deadline=deadline,
+            close_timeout=client.settings.close_timeout,
+            what=what,
+        ) as session:
+            yield session
     except trio_websocket.ConnectionRejected as exc:
         body = (exc.body or b"").decode("utf-8", errors="replace")
         if exc.status_code == 404:
             raise ExecAllocationUnknown(1008, body.strip() or "alloc not found") from exc
         error = translate_status(exc.status_code, body, what)
         raise (error or ExecConnectionLost(f"{what}: unexpected handshake status {exc.status_code}")) from exc
-    except trio_websocket.ConnectionTimeout as exc:
-        raise ExecConnectionLost(f"{what}: no upgrade within {timeout:g}s; the outcome is unknown") from exc
-    except trio_websocket.DisconnectionTimeout as exc:
-        # The session was used and is over; only its close handshake did not finish within
-        # close_timeout (a loaded peer). The transport is closed below all the same.
-        if not connected:
-            raise ExecConnectionLost(f"{what}: closed before the upgrade; the outcome is unknown") from exc
-    except (trio_websocket.HandshakeError, OSError, trio.BrokenResourceError) as exc:
-        if connected:
-            raise
-        if not _never_sent(exc):
-            raise ExecConnectionLost(f"{what}: the upgrade failed: {exc!r}; the outcome is unknown") from exc
-        # The request never reached Nomad: as safe to send elsewhere as any request that got no answer.
-        raise NomadUnavailableError(f"{what}: could not connect: {exc.__cause__ or exc!r}") from exc
     finally:
-        if opened is not None:
-            await _close_transport(opened)
-
-
-async def _close_transport(connection: trio_websocket.WebSocketConnection) -> None:
-    """Close the connection's TCP (or TLS) stream. After a close without a close frame (1006), which
-    is how Nomad ends every exec session, trio-websocket 0.12 marks the connection closed but leaves
-    its socket open (CLOSE-WAIT) for the garbage collector: under load, hundreds of descriptors."""
-    stream = getattr(connection, "_stream", None)
-    if isinstance(stream, trio.abc.AsyncResource):
+        # trio-websocket leaves the socket of a connection that ended without a close frame (1006),
+        # which is how Nomad ends every exec session, open (CLOSE-WAIT) for the garbage collector:
+        # under load, hundreds of descriptors.
         await trio.aclose_forcefully(stream)
+
+
+async def _over_tls(
+    stream: trio.SocketStream, context: ssl.SSLContext, host: str, what: str
+) -> trio.SSLStream[trio.SocketStream]:
+    """``stream`` after its TLS handshake: nothing was sent before it, so a failure is safe to try
+    elsewhere."""
+    tls = trio.SSLStream(stream, context, server_hostname=host, https_compatible=True)
+    try:
+        await tls.do_handshake()
+    except BaseException as exc:
+        await trio.aclose_forcefully(stream)
+        if isinstance(exc, trio.BrokenResourceError):
+            cause = exc.__cause__ or exc
+            raise NomadUnavailableError(f"{what}: the TLS handshake failed: {cause!r}") from exc
+        raise
+    return tls
+
+
+async def _open_tcp(host: str, port: int) -> trio.SocketStream:
+    """A TCP connection; to an IP address (Nomad's HTTPAddr, a configured server) without trio's
+    name resolution and happy eyeballs, which cost as much as the connect itself."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return await trio.open_tcp_stream(host, port)
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
+
+
+@asynccontextmanager
+async def _upgraded(
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
+    *,
+    host: str,
+    resource: str,
+    headers: list[tuple[bytes, bytes]],
+    deadline: float,
+    close_timeout: float,
+    what: str,
+) -> AsyncIterator[ExecSession]:
+    """The exec WebSocket over ``stream``, upgraded by ``deadline``. Its reader task's failures (a
+    rejected upgrade) and the caller's come out alone, not in an exception group."""
+    connected = False
+    try:
+        # The deadline covers the reader task too, which would otherwise wait on a peer that
+        # accepted the connection and never answers; it is lifted once the upgrade came.
+        with trio.CancelScope(deadline=deadline) as connecting:
+            async with trio.open_nursery() as nursery:
+                connection = await trio_websocket.wrap_client_stream(
+                    nursery,
+                    stream,
+                    host,
+                    resource,
+                    extra_headers=headers,
+                    message_queue_size=_MESSAGE_QUEUE_SIZE,
+                    max_message_size=_MAX_MESSAGE_SIZE,
+                )
+                if connecting.cancel_called:  # upgraded in the very tick the deadline passed
+                    raise ExecConnectionLost(f"{what}: upgraded at the deadline; the outcome is unknown")
+                connected = True
+                connecting.deadline = math.inf
+                session = ExecSession(connection, what)
+                try:
+                    yield session
+                finally:
+                    # Past close_timeout (a loaded peer) the transport is closed all the same, and
+                    # the reader with it; the session's outcome stands.
+                    with trio.move_on_after(close_timeout):
+                        await connection.aclose()
+                    nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        _raise_alone(group)
+    if not connected:
+        raise ExecConnectionLost(
+            f"{what}: {host} accepted the connection and did not answer by the connect timeout; "
+            "the outcome is unknown"
+        )
+
+
+def _raise_alone(group: BaseExceptionGroup[BaseException]) -> NoReturn:
+    """Raise the group's one exception by itself, with its own context (trio's cancellations are
+    left out when another exception is there); the group as it is when it holds several."""
+    found = leaves(group)
+    errors = [leaf for leaf in found if not isinstance(leaf, trio.Cancelled)]
+    if len(errors) > 1:
+        raise group
+    alone = errors[0] if errors else found[0]
+    context = alone.__context__
+    try:
+        raise alone
+    finally:
+        alone.__context__ = context
