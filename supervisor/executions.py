@@ -97,6 +97,8 @@ class _Attempt:
     exited: ExecExited | None = None
     # Nomad sent something: the command started.
     output: bool = False
+    # The client has its exit message already: sent as soon as Nomad said, before the session's end.
+    exit_sent: bool = False
     failure: SupervisorError | None = None
 
 
@@ -263,7 +265,7 @@ class ExecutionService:
             trio.current_time() - started,
             _describe_end(terminal),
         )
-        if terminal is not None:
+        if terminal is not None and not (terminal["type"] == "exit" and running.attempt.exit_sent):
             await _send(socket, terminal)
         return CLOSE_GOING_AWAY if running.shutting_down else CLOSE_NORMAL
 
@@ -277,7 +279,7 @@ class ExecutionService:
             await self._attempts(socket, running, alloc_id, request)
         attempt = running.attempt
         if attempt.exited is not None:  # the outcome is known, whatever ended the session after it
-            return {"type": "exit", "data": max(0, min(255, attempt.exited.exit_code))}
+            return _exit_message(attempt.exited)
         failure = attempt.failure
         if running.scope.cancelled_caught:
             if running.gone_reason:
@@ -444,12 +446,20 @@ async def _forward_output(socket: ClientSocket, session: ExecChannel, attempt: _
             for name, decoder in decoders.items():
                 if rest := decoder.decode(b"", final=True):
                     await _send(socket, {"type": name, "data": rest})
+            # Sent before the exec session is torn down, which waits for Nomad to drop it.
+            attempt.exited = frame
+            await _send(socket, _exit_message(frame))
+            attempt.exit_sent = True  # not before: a send cancelled before it began sent nothing
             return frame
         assert isinstance(frame, ExecOutput)
         text = decoders[frame.stream].decode(frame.data)
         if text:
             await _send(socket, {"type": frame.stream, "data": text})
     raise ExecConnectionLost("the exec session ended without an exit")  # pragma: no cover
+
+
+def _exit_message(exited: ExecExited) -> dict[str, Any]:
+    return {"type": "exit", "data": max(0, min(255, exited.exit_code))}
 
 
 def _describe_end(terminal: dict[str, Any] | None) -> str:

@@ -195,6 +195,21 @@ async def test_a_runner_gone_after_the_command_exited_still_reports_the_exit() -
     assert client.sent == [{"type": "start"}, {"type": "exit", "data": 0}], "the outcome is known"
 
 
+async def test_the_exit_reaches_the_client_before_the_exec_session_has_closed() -> None:
+    """Nomad drops an exec connection after ``exited``: the client does not wait for that."""
+    nomad = _SlowToClose()
+    client = _Client()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            service = _service(nomad, ExecutionSettings(), nursery)
+            request = ExecutionRequest("10-runner", "true", {}, 0, False)
+            nursery.start_soon(service.serve, client, "exec-1", request)
+            await nomad.closing.wait()
+            assert client.sent == [{"type": "start"}, {"type": "exit", "data": 0}]
+            nursery.cancel_scope.cancel("test over")
+    assert client.sent.count({"type": "exit", "data": 0}) == 1, "one terminal message"
+
+
 class _Listing(_SlowToClose):
     """Exec sessions that exit at once; counts the listings of the task's NOMAD_* variables."""
 
