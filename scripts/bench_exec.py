@@ -11,6 +11,8 @@ a trivial command, ``--concurrency`` at a time, three ways in one run:
 - through our API: ``POST /runners/{id}/execute``, the WebSocket, up to the ``exit`` message;
 - through the bare stack: the same two requests to hypercorn + starlette configured as the daemon
   configures them, answering at once with no Nomad behind: what the API stack costs by itself;
+- through the daemon's own exec client (``NomadClient.open_exec``, trio-websocket) from this process,
+  up to ``exited``: with the bare stack, the two parts every execution through the daemon needs;
 - through our API with every client agent firewalled off (the simulator's control), so that exec
   takes the fallback path through the servers instead of going straight to the agent.
 
@@ -148,6 +150,24 @@ def direct_execution(client: NomadClient, allocations: list[str]) -> Callable[[]
     return execute
 
 
+def client_execution(client: NomadClient, allocations: list[str]) -> Callable[[], Awaitable[None]]:
+    """One execution through the daemon's own exec client (trio-websocket), up to ``exited``: what
+    the daemon's side of an exec session costs by itself."""
+    counter = 0
+
+    async def execute() -> None:
+        nonlocal counter
+        counter += 1
+        alloc_id = allocations[counter % len(allocations)]
+        async with client.open_exec(
+            alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND]
+        ) as session:
+            exited, _, _ = await session.wait_exit()
+        assert exited.exit_code == 0, exited
+
+    return execute
+
+
 def http_client(base_url: str, concurrency: int) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=concurrency * 2)
     return httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits)
@@ -179,18 +199,21 @@ async def measure(
         direct = direct_execution(client, allocations)
         through_api = api_execution(api_pool, "/api/v1", runners)
         bare_stack = api_execution(floor_pool, "", runners)
-        for work in (direct, through_api, bare_stack):  # warm every path up
+        exec_client = client_execution(client, allocations)
+        for work in (direct, through_api, bare_stack, exec_client):  # warm every path up
             await timed(work, args.concurrency, args.concurrency)
         daemon_pids = {"daemon": pids["daemon"], "simulator": pids["simulator"], **client_pid}
         results["direct"] = await phase("direct", direct, args.executions, args.concurrency, daemon_pids)
         results["api"] = await phase("api", through_api, args.executions, args.concurrency, daemon_pids)
         floor_pids = {"hypercorn + starlette": pids["floor"], **client_pid}
         results["floor"] = await phase("floor", bare_stack, args.executions, args.concurrency, floor_pids)
+        results["client"] = await phase("client", exec_client, args.executions, args.concurrency, daemon_pids)
         # One at a time: the latency the daemon adds when nothing waits for a CPU.
         unloaded = max(50, args.executions // 5)
         results["direct 1"] = await timed(direct, unloaded, 1)
         results["api 1"] = await timed(through_api, unloaded, 1)
         results["floor 1"] = await timed(bare_stack, unloaded, 1)
+        results["client 1"] = await timed(exec_client, unloaded, 1)
         # The fallback path: every agent firewalled off, exec through the servers.
         state = (await http.get(f"{nomad}/sim/v1/state")).json()
         for node in state["nodes"]:
@@ -317,9 +340,11 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         "direct": "simulator exec directly (baseline)",
         "api": "through the daemon's API",
         "floor": "hypercorn + starlette, no Nomad",
+        "client": "the daemon's exec client alone",
         "direct 1": "one at a time: directly",
         "api 1": "one at a time: through the API",
         "floor 1": "one at a time: bare stack",
+        "client 1": "one at a time: exec client alone",
         "fallback": "through the API, agents firewalled",
         "fallback 1": "one at a time: agents firewalled",
     }
@@ -329,7 +354,7 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
     for name, row in rows.items():
         print(f"{labels[name]:<36}{row['throughput']:>14.1f}{row['p50']:>8.1f}ms{row['p99']:>8.1f}ms")
     print("CPU per execution:")
-    for path in ("direct", "api", "fallback", "floor"):
+    for path in ("direct", "api", "fallback", "floor", "client"):
         spent = ", ".join(f"{who} {CPU[(p, who)] * 1000:.2f} ms" for p, who in CPU if p == path)
         print(f"  {labels[path]}: {spent}")
 
@@ -347,6 +372,13 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
     print(
         f"added latency one at a time: p50 {unloaded_p50:+.1f} ms, p99 {unloaded_p99:+.1f} ms; "
         f"a POST and a WebSocket round through the bare stack take {rows['floor 1']['p50']:.1f} ms at p50"
+    )
+    # The daemon's own exec session costs what this process's exec client costs over the lean one.
+    client_extra = rows["client 1"]["p50"] - rows["direct 1"]["p50"]
+    print(
+        f"the added p50 its two parts alone would give: the bare stack's round trip plus its exec client's "
+        f"{client_extra:+.1f} ms over the lean one, {rows['floor 1']['p50'] + client_extra:.1f} ms, "
+        f"{(rows['floor 1']['p50'] + client_extra) / rows['floor 1']['p50']:.2f}x the round trip"
     )
 
     print(
@@ -367,6 +399,13 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         f"hypercorn + starlette stack costs {CPU[('floor', 'hypercorn + starlette')] * 1000:.2f} ms"
     )
     daemon_cpu, stack_cpu = CPU[("api", "daemon")], CPU[("floor", "hypercorn + starlette")]
+    client_cpu = CPU[("client", "this client")]
+    parts = stack_cpu + client_cpu
+    print(
+        f"the daemon's two parts by themselves: the bare stack {stack_cpu * 1000:.2f} ms and its exec "
+        f"client (trio-websocket, run from this process) {client_cpu * 1000:.2f} ms, {parts * 1000:.2f} ms "
+        f"together; the daemon {daemon_cpu * 1000:.2f} ms, {daemon_cpu / parts:.2f}x their sum"
+    )
     cpu_ratio = daemon_cpu / stack_cpu
     added_ratio = unloaded_p50 / rows["floor 1"]["p50"]
     tail_ratio = rows["api 1"]["p99"] / rows["api 1"]["p50"]
