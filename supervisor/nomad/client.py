@@ -197,6 +197,8 @@ class NomadClient:
                 extensions=self.request_extensions(),
             )
         release_response(response)
+        if response.is_success:
+            return response  # its body is not decoded as text: a listing's is tens of MB
         error = translate_status(response.status_code, response.text, what)
         if error is not None:
             raise error
