@@ -33,6 +33,7 @@ from supervisor.nomad import (
     ExecExited,
     ExecOutput,
     Job,
+    JobListStub,
     Node,
     decode_batch,
 )
@@ -152,6 +153,7 @@ HAND_WRITTEN = [
     (Allocation, "allocation_running_replacement.json"),
     (AllocListStub, "allocations_list_resources.json"),
     (Job, "job_runner.json"),
+    (JobListStub, "jobs_list.json"),
     (Node, "node_draining.json"),
 ]
 

@@ -7,11 +7,11 @@ its key, so that a bad event is skipped, not applied. Keys are derived from attr
 (``eval_id`` -> ``EvalID``, ``modify_time_ns`` -> ``ModifyTime``); a model's ``raw`` field is the
 whole object, from which its other parts are decoded on first read.
 
-A cattrs converter, built once, decodes every model. The models of the event stream's hot path
-(Allocation and its list stub, Job, Node, an allocation's resources) have hand-written functions
-instead, registered on that converter: the same keys by the same rules, in straight-line code, which
-is what keeps decoding a 2.5 KB allocation within a small factor of parsing it. The tests hold them
-to the generated ones (``_make_converter(hand_written=False)``).
+A cattrs converter, built once, decodes every model. The models of the event stream's hot path and
+of a relist (Allocation and Job with their list stubs, Node, an allocation's resources) have
+hand-written functions instead, registered on that converter: the same keys by the same rules, in
+straight-line code, which is what keeps decoding a 2.5 KB allocation within a small factor of
+parsing it. The tests hold them to the generated ones (``_make_converter(hand_written=False)``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .models import (
     EventBatch,
     EventPayload,
     Job,
+    JobListStub,
     Node,
     NodeEvent,
     PortMapping,
@@ -285,6 +286,29 @@ def _structure_job(data: Any, _: Any = None) -> Job:
     )
 
 
+def _structure_job_stub(data: Any, _: Any = None) -> JobListStub:
+    if type(data) is not dict:
+        data = _zero(data, dict, "JobListStub")
+    get = data.get
+    return JobListStub(
+        _text(data, "ID"),
+        _text(data, "ParentID"),
+        _text(data, "Name"),
+        _text(data, "Namespace"),
+        _text(data, "Type"),
+        _number(data, "Priority"),
+        _flag(data, "Stop"),
+        _text(data, "Status"),
+        _text(data, "StatusDescription"),
+        _DATACENTERS(get("Datacenters")),
+        _META(get("Meta")),
+        _number(data, "CreateIndex"),
+        _number(data, "ModifyIndex"),
+        _number(data, "JobModifyIndex"),
+        _number(data, "SubmitTime"),
+    )
+
+
 def _structure_node(data: Any, _: Any = None) -> Node:
     if type(data) is not dict:
         data = _zero(data, dict, "Node")
@@ -338,6 +362,7 @@ _HAND_WRITTEN: Final[dict[type[Any], Hook]] = {
     Allocation: _structure_allocation,
     AllocListStub: _structure_allocation,
     Job: _structure_job,
+    JobListStub: _structure_job_stub,
     Node: _structure_node,
     AllocatedResources: _structure_allocated_resources,
 }
