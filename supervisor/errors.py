@@ -42,6 +42,10 @@ blindly.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
+import trio
+
 __all__ = [
     "ConfigError",
     "EventStreamError",
@@ -72,6 +76,7 @@ __all__ = [
     "TransientError",
     "UnknownEnvironment",
     "leaves",
+    "raise_alone",
 ]
 
 
@@ -230,3 +235,19 @@ def leaves(error: BaseException) -> list[BaseException]:
     if isinstance(error, BaseExceptionGroup):
         return [leaf for inner in error.exceptions for leaf in leaves(inner)]
     return [error]
+
+
+def raise_alone(group: BaseExceptionGroup[BaseException]) -> NoReturn:
+    """Raise the group's one exception by itself, its cause and context as they were (trio's
+    cancellations are left out when another exception is there); the group as it is when it holds
+    several."""
+    found = leaves(group)
+    errors = [leaf for leaf in found if not isinstance(leaf, trio.Cancelled)]
+    if len(errors) > 1:
+        raise group
+    alone = errors[0] if errors else found[0]
+    context = alone.__context__
+    try:
+        raise alone
+    finally:
+        alone.__context__ = context

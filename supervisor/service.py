@@ -24,6 +24,7 @@ from .errors import (
     ExecAllocationUnknown,
     NomadNotFound,
     RunnerGoneError,
+    raise_alone,
 )
 from .executions import MESSAGE_AGENT_AWAY, ExecutionService, wait_for_agent
 from .expiry import InactivityExpiry
@@ -32,7 +33,7 @@ from .files import FileService
 from .leftovers import LeftoverSweep
 from .levels import Requests, StreamState
 from .nodes import AWAY_SECONDS, SILENT_SECONDS
-from .nomad import Allocation, EventBatch, Job, JobListStub, Node
+from .nomad import Allocation, AllocListStub, EventBatch, Indexed, Job, JobListStub, Node
 from .nomad.agents import AgentRoute
 from .nomad.api import NomadApi
 from .pool import RunnerPool
@@ -60,6 +61,8 @@ _ROUTINE_ENDS: Final = frozenset({REASON_DESTROYED, REASON_ENVIRONMENT})
 _NAMED: Final = 5
 # GETs of claimed runner jobs under way at once while a relist adopts them.
 _CLAIM_READS: Final = 16
+# Runner job listings read at once in a relist: enough that Nomad answers one while another is decoded.
+_LISTINGS_AT_ONCE: Final = 4
 # How often to look for agents that have said nothing about the runners placed on their nodes.
 _SILENCE_CHECKS: Final = 1.0
 # No batch of the event stream for this long is a pause (a leader's election, say), not the quiet of
@@ -335,15 +338,43 @@ class RunnerService:
         self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
         jobs: list[JobListStub] = []
         index = min(nodes.index, templates.index)
-        for environment_id in sorted(self.pool.environments):
-            runners = await self.client.list_jobs(
-                runner_prefix(environment_id), meta=True, per_page=RELIST_PAGE
+        listed: list[Indexed[list[AllocListStub]]] = []
+
+        async def list_allocations() -> None:
+            listed.append(
+                await self.client.list_allocations(
+                    filter=LIVE_ALLOCATIONS,
+                    resources=True,
+                    task_states=False,
+                    per_page=RELIST_PAGE,
+                    lean=True,
+                )
             )
-            jobs += await self._with_claims(runners.value)
-            index = min(index, runners.index)
-        allocs = await self.client.list_allocations(
-            filter=LIVE_ALLOCATIONS, resources=True, task_states=False, per_page=RELIST_PAGE, lean=True
-        )
+
+        by_environment: dict[int, Indexed[list[JobListStub]]] = {}
+        limiter = trio.CapacityLimiter(_LISTINGS_AT_ONCE)
+
+        async def list_runners(environment_id: int) -> None:
+            async with limiter:
+                runners = await self.client.list_jobs(
+                    runner_prefix(environment_id), meta=True, per_page=RELIST_PAGE
+                )
+                value = await self._with_claims(runners.value)
+            by_environment[environment_id] = Indexed(value, runners.index)
+
+        try:
+            # Nomad answers one read while the daemon decodes another: their work overlaps
+            # instead of adding up.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(list_allocations)
+                for environment_id in sorted(self.pool.environments):
+                    nursery.start_soon(list_runners, environment_id)
+        except BaseExceptionGroup as group:
+            raise_alone(group)  # the first read that failed ended the others
+        for environment_id in sorted(by_environment):
+            jobs += by_environment[environment_id].value
+            index = min(index, by_environment[environment_id].index)
+        allocs = listed[0]
         index = max(seen, min(index, allocs.index))
         self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
         return index

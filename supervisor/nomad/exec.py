@@ -24,7 +24,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, Literal
 from urllib.parse import urlencode, urlsplit
 
 import orjson
@@ -40,7 +40,7 @@ from ..errors import (
     ExecRejected,
     NomadAddressUnreachable,
     NomadUnavailableError,
-    leaves,
+    raise_alone,
 )
 from .boundary import translate_status
 from .connection import NomadConnection
@@ -346,24 +346,9 @@ async def _upgraded(
                         await connection.aclose()
                     nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        _raise_alone(group)
+        raise_alone(group)
     if not connected:
         raise ExecConnectionLost(
             f"{what}: {host} accepted the connection and did not answer by the connect timeout; "
             "the outcome is unknown"
         )
-
-
-def _raise_alone(group: BaseExceptionGroup[BaseException]) -> NoReturn:
-    """Raise the group's one exception by itself, with its own context (trio's cancellations are
-    left out when another exception is there); the group as it is when it holds several."""
-    found = leaves(group)
-    errors = [leaf for leaf in found if not isinstance(leaf, trio.Cancelled)]
-    if len(errors) > 1:
-        raise group
-    alone = errors[0] if errors else found[0]
-    context = alone.__context__
-    try:
-        raise alone
-    finally:
-        alone.__context__ = context
