@@ -24,7 +24,7 @@ from supervisor.environments import (
     runner_job,
     template_job,
 )
-from supervisor.errors import NomadNotFound
+from supervisor.errors import NomadNotFound, NomadUnavailableError
 from supervisor.nomad.client import Indexed
 from supervisor.nomad.models import (
     AllocListStub,
@@ -286,3 +286,45 @@ async def test_a_job_a_late_claim_write_created_is_adopted_as_claimed_never_as_i
     nomad.created_claimed.add(late)
     await service.relist()
     assert service.pool.used_runner(late) is not None, "after the start, every unknown runner job is read"
+
+
+class _OverlappingNomad(_GatedNomad):
+    """Answers a runner job listing only once the allocation listing is under way; ``failure``, if
+    set, is what the allocation listing raises."""
+
+    def __init__(self, failure: Exception | None = None) -> None:
+        super().__init__()
+        self.allocations_asked = trio.Event()
+        self.failure = failure
+
+    async def list_jobs(
+        self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
+    ) -> Indexed[list[JobListStub]]:
+        if prefix != TEMPLATE_PREFIX:
+            await self.allocations_asked.wait()
+        return await super().list_jobs(prefix, meta=meta, per_page=per_page)
+
+    async def list_allocations(self, **_options: object) -> Indexed[list[Any]]:
+        self.allocations_asked.set()
+        if self.failure is not None:
+            raise self.failure
+        return Indexed([], 10)
+
+
+async def test_a_relist_reads_the_allocations_while_it_reads_the_runner_jobs(nursery: trio.Nursery) -> None:
+    nomad = _OverlappingNomad()
+    nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
+    idle = new_runner_id(ENVIRONMENT.id)
+    nomad.jobs[idle] = runner_job(ENVIRONMENT, idle)
+    service = _service(nomad, nursery)
+    with trio.fail_after(5):  # read one after the other, the runner jobs would wait forever
+        await service.relist()
+    assert idle in service.pool.runners
+
+
+async def test_a_relist_whose_read_fails_raises_that_error_alone(nursery: trio.Nursery) -> None:
+    nomad = _OverlappingNomad(NomadUnavailableError("GET /v1/allocations: no cluster leader"))
+    nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
+    service = _service(nomad, nursery)
+    with trio.fail_after(5), pytest.raises(NomadUnavailableError, match="no cluster leader"):
+        await service.relist()
