@@ -238,14 +238,14 @@ def leaves(error: BaseException) -> list[BaseException]:
 
 
 def raise_alone(group: BaseExceptionGroup[BaseException]) -> NoReturn:
-    """Raise the group's one exception by itself, its cause and context as they were (trio's
-    cancellations are left out when another exception is there); the group as it is when it holds
-    several."""
-    found = leaves(group)
-    errors = [leaf for leaf in found if not isinstance(leaf, trio.Cancelled)]
+    """Raise the one exception of a nursery's group by itself, as it was raised (an exception group
+    of its own stays whole), with its cause and context; trio's cancellations are left out when
+    another exception is there. The group as it is when it holds several."""
+    members = list(group.exceptions)
+    errors = [member for member in members if not isinstance(member, trio.Cancelled)]
     if len(errors) > 1:
         raise group
-    alone = errors[0] if errors else found[0]
+    alone = errors[0] if errors else members[0]
     context = alone.__context__
     try:
         raise alone

@@ -343,6 +343,40 @@ async def test_an_agent_not_connected_within_its_timeout_is_passed_over_for_the_
         nursery.cancel_scope.cancel("test over")
 
 
+async def test_a_tls_peer_that_never_shakes_hands_is_unavailable_at_the_connect_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The TLS handshake comes before the request: a peer stuck in it ran nothing."""
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
+        url = f"https://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        async with client_for(url, exec_connect_timeout=3) as client:
+            started = trio.current_time()
+            with pytest.raises(NomadUnavailableError, match="no TLS handshake"):
+                async with client.open_exec(ALLOC, task="t", command=["true"]):
+                    pass  # pragma: no cover
+            assert trio.current_time() - started == pytest.approx(3, abs=0.1)
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_an_agent_address_that_is_not_one_sends_exec_to_the_servers() -> None:
+    async def server(peer: WsPeer) -> None:
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        server_url = await start_exec_server(nursery, server)
+        async with client_for(server_url) as client:
+            _located(client, "127.0.0.1:not-a-port")
+            async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
+                assert session.path == "server"
+                assert (await session.wait_exit())[0] == ExecExited(0)
+        nursery.cancel_scope.cancel("test over")
+
+
 async def test_an_agent_that_answers_with_an_error_status_sends_exec_to_the_servers() -> None:
     async def server(peer: WsPeer) -> None:
         await peer.send_exit(0)
@@ -414,4 +448,25 @@ async def test_a_close_handshake_the_peer_never_answers_does_not_turn_a_finished
                 assert exited.exit_code == 0
                 ended = trio.current_time()
             assert trio.current_time() - ended == pytest.approx(1, abs=0.1)
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_what_the_sessions_body_raises_comes_out_as_it_was_raised() -> None:
+    async def handler(peer: WsPeer) -> None:
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, handler)
+        async with client_for(url) as client:
+            mine = ExceptionGroup("mine", [ValueError("one"), KeyError("two")])
+            with pytest.raises(ExceptionGroup) as raised:
+                async with client.open_exec(ALLOC, task="t", command=["true"]):
+                    raise mine
+            # Not flattened, nor wrapped in the session's own nursery group (trio's cancellation
+            # of that nursery splits it, which rebuilds it).
+            assert raised.value.message == "mine"
+            assert [type(e) for e in raised.value.exceptions] == [ValueError, KeyError]
+            with pytest.raises(ValueError, match="alone"):
+                async with client.open_exec(ALLOC, task="t", command=["true"]):
+                    raise ValueError("alone")
         nursery.cancel_scope.cancel("test over")

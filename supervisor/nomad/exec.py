@@ -236,16 +236,21 @@ async def open_exec(
     what = f"exec in allocation {alloc_id} task {task}"
     timeout = client.settings.exec_connect_timeout if connect_timeout is None else connect_timeout
     target = urlsplit(url)
-    host, port = target.hostname or "", target.port or (443 if target.scheme == "wss" else 80)
     context = (ssl_context if address else client.ssl_context) if target.scheme == "wss" else None
     deadline = trio.current_time() + timeout
     try:
+        host, port = target.hostname or "", target.port or (443 if target.scheme == "wss" else 80)
         # The connect itself is the check that the peer is there: no probe before it.
         with trio.fail_after(min(tcp_timeout or timeout, timeout)):
             tcp = await _open_tcp(host, port)
-    except (OSError, trio.TooSlowError) as exc:
-        raise NomadAddressUnreachable(f"{what}: could not connect to {host}:{port}: {exc!r}") from exc
-    stream = tcp if context is None else await _over_tls(tcp, context, host, what)
+    except (OSError, ValueError, trio.TooSlowError) as exc:  # ValueError: a malformed address
+        raise NomadAddressUnreachable(f"{what}: could not connect to {target.netloc}: {exc!r}") from exc
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
+    if context is not None:
+        with trio.move_on_at(deadline) as handshake:
+            stream = await _over_tls(tcp, context, host, what)
+        if handshake.cancelled_caught:  # _over_tls closed the connection; nothing was sent
+            raise NomadUnavailableError(f"{what}: no TLS handshake with {target.netloc} within {timeout:g}s")
     headers = [(b"X-Nomad-Token", client.settings.token.encode())] if client.settings.token else []
     try:
         async with _upgraded(
@@ -342,9 +347,11 @@ async def _upgraded(
                 finally:
                     # Past close_timeout (a loaded peer) the transport is closed all the same, and
                     # the reader with it; the session's outcome stands.
-                    with trio.move_on_after(close_timeout):
-                        await connection.aclose()
-                    nursery.cancel_scope.cancel()
+                    try:
+                        with trio.move_on_after(close_timeout):
+                            await connection.aclose()
+                    finally:
+                        nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         raise_alone(group)
     if not connected:
