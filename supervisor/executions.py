@@ -217,15 +217,17 @@ class ExecutionService:
         close code: 1000, or 1001 (going away) when the daemon's stop ended it."""
         done = trio.Event()
         code = CLOSE_NORMAL
+        running = _Running(execution_id, request.runner_id)
 
         async def execution() -> None:
             nonlocal code
             try:
-                code = await self._run(socket, execution_id, request)
+                code = await self._run(socket, running, request)
             except* Exception:
                 # A bug in one execution must not end the others in the nursery.
                 logger.exception("execution {} on {} failed", execution_id, request.runner_id)
-                await _send(socket, {"type": "error", "data": "internal error of the supervisor"})
+                if not running.attempt.exit_sent:  # the client has its one terminal message
+                    await _send(socket, {"type": "error", "data": "internal error of the supervisor"})
             finally:
                 done.set()
 
@@ -233,8 +235,8 @@ class ExecutionService:
         await done.wait()
         return code
 
-    async def _run(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> int:
-        running = _Running(execution_id, request.runner_id)
+    async def _run(self, socket: ClientSocket, running: _Running, request: ExecutionRequest) -> int:
+        execution_id = running.execution_id
         if self.stopping:
             await _send(socket, {"type": "error", "data": MESSAGE_SHUTTING_DOWN})
             return CLOSE_GOING_AWAY

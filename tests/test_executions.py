@@ -210,6 +210,25 @@ async def test_the_exit_reaches_the_client_before_the_exec_session_has_closed() 
     assert client.sent.count({"type": "exit", "data": 0}) == 1, "one terminal message"
 
 
+class _FailingClose(_SlowToClose):
+    """Exec sessions that exit at once with 0, then fail as they close (a bug below us)."""
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+        yield _ExitedSession()
+        if command is not NOMAD_VARIABLES_COMMAND:
+            raise RuntimeError("closing went wrong")
+
+
+async def test_a_failure_after_the_exit_was_sent_adds_no_second_terminal_message() -> None:
+    client = _Client()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            service = _service(_FailingClose(), ExecutionSettings(), nursery)
+            await service.serve(client, "exec-1", ExecutionRequest("10-runner", "true", {}, 0, False))
+    assert client.sent == [{"type": "start"}, {"type": "exit", "data": 0}]
+
+
 class _Listing(_SlowToClose):
     """Exec sessions that exit at once; counts the listings of the task's NOMAD_* variables."""
 
