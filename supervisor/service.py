@@ -352,14 +352,14 @@ class RunnerService:
             )
 
         by_environment: dict[int, Indexed[list[JobListStub]]] = {}
-        limiter = trio.CapacityLimiter(_LISTINGS_AT_ONCE)
+        listings, claim_reads = trio.CapacityLimiter(_LISTINGS_AT_ONCE), trio.CapacityLimiter(_CLAIM_READS)
 
         async def list_runners(environment_id: int) -> None:
-            async with limiter:
+            async with listings:
                 runners = await self.client.list_jobs(
                     runner_prefix(environment_id), meta=True, per_page=RELIST_PAGE
                 )
-                value = await self._with_claims(runners.value)
+                value = await self._with_claims(runners.value, claim_reads)
             by_environment[environment_id] = Indexed(value, runners.index)
 
         try:
@@ -379,7 +379,7 @@ class RunnerService:
         self.apply(self.pool.reconcile(jobs, allocs.value, trio.current_time(), index=index))
         return index
 
-    async def _with_claims(self, jobs: list[JobListStub]) -> list[JobListStub]:
+    async def _with_claims(self, jobs: list[JobListStub], limiter: trio.CapacityLimiter) -> list[JobListStub]:
         """The listed runner jobs, each one that may hold a claim with its claim group's meta, read
         by one GET of the job; one purged meanwhile is left out. At the start, those updated since
         their registration: a claim's write is a runner job's only update, and the others (most of a
@@ -403,7 +403,6 @@ class RunnerService:
             group = job.group(CLAIM_GROUP)
             claimed[stub.id] = {**stub.meta, **(group.meta if group is not None else {})}
 
-        limiter = trio.CapacityLimiter(_CLAIM_READS)
         async with trio.open_nursery() as nursery:
             for stub in unknown:
                 nursery.start_soon(read, stub, limiter)
