@@ -21,6 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \| ")
+WARNING_LINE = re.compile(r"\| (WARNING|ERROR|CRITICAL) +\|")
 # The longest first (a failover mostly waits out a lock's lapse, twice), so that --jobs overlaps
 # them; the storm next, beside them rather than beside busier ones: it times task starts to the
 # tenth of a second, and a machine too loaded to keep that time blurs the storm it must show.
@@ -67,6 +68,22 @@ def print_tail(log: Path, lines: int = 40) -> None:
         print(f"    {line}")
 
 
+def print_report(run: Path, warnings: int = 30) -> None:
+    """What a failed scenario's report says happened, and the daemon's and the cluster's last
+    warnings and errors: the run's scratch directory is gone once the table is printed."""
+    report = run.with_suffix(".json")
+    if report.exists():
+        print(f"--- {run.name}: its timeline")
+        for event in json.loads(report.read_text()).get("timeline", []):
+            print(f"    {json.dumps(event)}")
+    log = run.with_suffix(".log")
+    flagged = [line for line in log.read_text(errors="replace").splitlines() if WARNING_LINE.search(line)]
+    if flagged:
+        print(f"--- {run.name}: its last {warnings} logged warnings and errors")
+    for line in flagged[-warnings:]:
+        print(f"    {line[:300]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -87,6 +104,7 @@ def main() -> int:
             for seed, cell in zip(seeds, row, strict=True):
                 if cell != "ok":
                     print_tail(Path(scratch) / f"{name}-{seed}.log")
+                    print_report(Path(scratch) / f"{name}-{seed}")
     width = max(len(name) for name in chosen)
     cells = [max(6, *(len(r[i]) for r in results.values())) for i in range(len(seeds))]
     print(
