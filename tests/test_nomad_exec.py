@@ -156,6 +156,25 @@ async def test_upgrade_refused_with_http_status_is_translated() -> None:
         nursery.cancel_scope.cancel("test over")
 
 
+async def test_a_server_address_with_a_path_keeps_it_in_the_exec_request() -> None:
+    """A Nomad behind a reverse proxy at a path prefix."""
+    targets: list[str] = []
+
+    async def handler(peer: WsPeer) -> None:
+        targets.append(urlsplit(peer.target).path)
+        await peer.send_exit(0)
+
+    async with trio.open_nursery() as nursery:
+        url = await start_exec_server(nursery, handler)
+        async with (
+            client_for(f"{url}/nomad") as client,
+            client.open_exec(ALLOC, task="t", command=["true"]) as session,
+        ):
+            await session.wait_exit()
+        nursery.cancel_scope.cancel("test over")
+    assert targets == [f"/nomad/v1/client/allocation/{ALLOC}/exec"]
+
+
 async def test_nothing_listening_is_unavailable_and_the_next_server_is_tried() -> None:
     listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
     port = listener.socket.getsockname()[1]

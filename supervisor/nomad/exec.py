@@ -202,13 +202,20 @@ def exec_url(
 ) -> str:
     """The exec WebSocket's URL on ``address`` (a server's or an agent's), or the client's server."""
     base = (address or client.address).replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    return base + _exec_resource(client, alloc_id, task=task, command=command, tty=tty)
+
+
+def _exec_resource(
+    client: NomadConnection, alloc_id: str, *, task: str, command: Sequence[str], tty: bool
+) -> str:
+    """The exec WebSocket's path and query."""
     query = {
         **client.common_params(),
         "task": task,
         "command": orjson.dumps(list(command)).decode(),
         "tty": "true" if tty else "false",
     }
-    return f"{base}/v1/client/allocation/{alloc_id}/exec?{urlencode(query)}"
+    return f"/v1/client/allocation/{alloc_id}/exec?{urlencode(query)}"
 
 
 @asynccontextmanager
@@ -232,14 +239,14 @@ async def open_exec(
     to try elsewhere: NomadAddressUnreachable when the TCP connect failed or took too long, the base
     class when the TLS handshake failed. Once the request may have arrived, no answer in time is
     ExecConnectionLost: the command may be running, and nobody may run it a second time."""
-    url = exec_url(client, alloc_id, task=task, command=command, tty=tty, address=address)
     what = f"exec in allocation {alloc_id} task {task}"
     timeout = client.settings.exec_connect_timeout if connect_timeout is None else connect_timeout
-    target = urlsplit(url)
-    context = (ssl_context if address else client.ssl_context) if target.scheme == "wss" else None
+    target = urlsplit(address or client.address)
+    tls = target.scheme == "https"
+    context = (ssl_context if address else client.ssl_context) if tls else None
     deadline = trio.current_time() + timeout
     try:
-        host, port = target.hostname or "", target.port or (443 if target.scheme == "wss" else 80)
+        host, port = target.hostname or "", target.port or (443 if tls else 80)
         # The connect itself is the check that the peer is there: no probe before it.
         with trio.fail_after(min(tcp_timeout or timeout, timeout)):
             tcp = await _open_tcp(host, port)
@@ -256,7 +263,7 @@ async def open_exec(
         async with _upgraded(
             stream,
             host=target.netloc,
-            resource=f"{target.path}?{target.query}",
+            resource=target.path + _exec_resource(client, alloc_id, task=task, command=command, tty=tty),
             headers=headers,
             deadline=deadline,
             close_timeout=client.settings.close_timeout,
