@@ -207,6 +207,16 @@ async def _refused_port() -> str:
     return f"127.0.0.1:{port}"
 
 
+async def _start_silent_peer(nursery: trio.Nursery) -> str:
+    """A peer at 127.0.0.1 that accepts connections and never says a word; its ``host:port``."""
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
+    return f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
 def _located(client: NomadClient, http_addr: str) -> None:
     client.agents.locate = lambda alloc_id: AgentRoute("node-1", 7, http_addr)
 
@@ -270,12 +280,8 @@ async def test_a_peer_that_accepts_and_never_answers_is_an_unknown_outcome_at_th
 ) -> None:
     """The request may have arrived: the command may run. Never sent again, to this server or another."""
 
-    async def silent(stream: trio.SocketStream) -> None:
-        await trio.sleep_forever()
-
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
-        url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        url = f"http://{await _start_silent_peer(nursery)}"
         async with client_for(url, exec_connect_timeout=3) as client:
             started = trio.current_time()
             with pytest.raises(ExecConnectionLost, match="outcome is unknown"):
@@ -288,21 +294,18 @@ async def test_a_peer_that_accepts_and_never_answers_is_an_unknown_outcome_at_th
 async def test_an_agent_whose_upgrade_never_comes_is_never_retried_on_a_server(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    """The agent accepted the connection (the probe passed) and the request: it may be running the
-    command, so the servers are not asked to run it again."""
+    """The agent accepted the connection and the request: it may be running the command, so the
+    servers are not asked to run it again."""
     asked: list[str] = []
-
-    async def silent_agent(stream: trio.SocketStream) -> None:
-        await trio.sleep_forever()
 
     async def server(peer: WsPeer) -> None:
         asked.append("server")  # pragma: no cover
 
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, silent_agent, 0, host="127.0.0.1"))
+        agent = await _start_silent_peer(nursery)
         server_url = await start_exec_server(nursery, server)
         async with client_for(server_url) as client:
-            _located(client, f"127.0.0.1:{listeners[0].socket.getsockname()[1]}")
+            _located(client, agent)
             with pytest.raises(ExecConnectionLost):
                 async with client.open_exec(ALLOC, task="t", command=["true"]):
                     pass  # pragma: no cover
@@ -367,12 +370,8 @@ async def test_a_tls_peer_that_never_shakes_hands_is_unavailable_at_the_connect_
 ) -> None:
     """The TLS handshake comes before the request: a peer stuck in it ran nothing."""
 
-    async def silent(stream: trio.SocketStream) -> None:
-        await trio.sleep_forever()
-
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
-        url = f"https://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        url = f"https://{await _start_silent_peer(nursery)}"
         async with client_for(url, exec_connect_timeout=3) as client:
             started = trio.current_time()
             with pytest.raises(NomadUnavailableError, match="no TLS handshake"):
