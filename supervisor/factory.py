@@ -1,9 +1,10 @@
 """The runner factory: the only code that creates, updates and destroys runner jobs in Nomad.
 
 It carries out the pool's actions with a few workers, spaces the registrations of new runner jobs
-(each places an allocation, which an agent must start) to ``registrations_per_second``, holds them
-while one agent may be starting ``max_starting`` of its new jobs (a pace alone would pile starts
-onto an agent that starts tasks slowly: the field's reschedule storm), and retries
+(each places an allocation, which an agent must start) to ``registrations_per_second``, places them
+away from an agent that may be starting ``max_starting`` of its new jobs and holds them while every
+agent may be (a pace alone would pile starts onto an agent that starts tasks slowly: the field's
+reschedule storm; and an agent that is gone, not yet known so, starts nothing), and retries
 transient failures with exponential backoff for as long as the action still matters (a runner
 destroyed meanwhile is not created; a destroy is retried until Nomad confirms it, so no runner job
 is leaked).
@@ -81,20 +82,45 @@ class RunnerFactory:
     @property
     def starting(self) -> int:
         """New runner jobs that hold back registrations (at most ``max_starting``): of those turned
-        in the last ``START_PATIENCE`` seconds and not running yet, the ones placed on the agent that
-        has the most of them, and those not placed yet, which Nomad may place on that agent too."""
+        in the last ``START_PATIENCE`` seconds and not running yet, the ones not placed yet, which
+        Nomad may place on any agent, and the ones placed on the agent that a new job may go to
+        and starts the fewest (if the node tracker knows of no such agent, the most)."""
+        unplaced, per_node = self._load()
+        nodes = self._pool.nodes
+        away = nodes.avoided(self._pool.clock())
+        open_nodes = [per_node.get(n.id, 0) for n in nodes.nodes.values() if n.placeable and n.id not in away]
+        if not open_nodes:
+            return unplaced + max(per_node.values(), default=0)
+        return unplaced + min(open_nodes)
+
+    def _load(self, *, excluding: str = "") -> tuple[int, dict[str, int]]:
+        """Of the runners turned in the last ``START_PATIENCE`` seconds and not running yet (but
+        ``excluding``): how many are not placed yet, and how many are placed on each node."""
         since = trio.current_time() - START_PATIENCE
         unplaced = 0
         per_node: dict[str, int] = {}
         for runner_id, at in self._starting.items():
-            if at <= since or not self._is_starting(runner_id):
+            if runner_id == excluding or at <= since or not self._is_starting(runner_id):
                 continue
             node_id = self._pool.runners[runner_id].node_id
             if node_id:
                 per_node[node_id] = per_node.get(node_id, 0) + 1
             else:
                 unplaced += 1
-        return unplaced + max(per_node.values(), default=0)
+        return unplaced, per_node
+
+    def _avoided(self, runner_id: str) -> tuple[str, ...]:
+        """The nodes the runner's new job avoids: those whose agent is away, and those that may
+        be starting ``max_starting`` of this factory's new jobs (counting the ones not placed yet),
+        unless that leaves no node Nomad could place it on."""
+        nodes = self._pool.nodes
+        away = nodes.avoided(self._pool.clock())
+        unplaced, per_node = self._load(excluding=runner_id)
+        most = self._settings.max_starting
+        full = tuple(n for n, count in per_node.items() if count + unplaced >= most and n not in away)
+        if full and any(n.placeable and n.id not in away and n.id not in full for n in nodes.nodes.values()):
+            return away + full
+        return away
 
     def started(self, runner_id: str) -> None:
         """The runner's allocation runs: if this factory registered it, the time it took counts."""
@@ -194,8 +220,8 @@ class RunnerFactory:
                 return
 
     async def _room_to_start(self) -> None:
-        """Wait until no agent may be starting ``max_starting`` of the runners this factory
-        registered in the last ``START_PATIENCE`` seconds (see ``starting``)."""
+        """Wait until an agent that a new job may go to cannot be starting ``max_starting`` of the
+        runners this factory registered in the last ``START_PATIENCE`` seconds (see ``starting``)."""
         while True:
             self._forget_started()
             if self.starting < self._settings.max_starting:
@@ -235,7 +261,7 @@ class RunnerFactory:
             return
         runner = self._pool.runners[action.runner_id]
         environment = runner.environment or self._pool.environments[action.environment_id]
-        avoid = self._pool.nodes.avoided(self._pool.clock())
+        avoid = self._avoided(action.runner_id)
         registered = await self._client.register_job(runner_job(environment, action.runner_id, avoid=avoid))
         self.created += 1
         if action.runner_id not in self._pool.runners:

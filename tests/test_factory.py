@@ -496,3 +496,59 @@ async def test_new_runner_jobs_avoid_the_nodes_whose_agent_an_exec_could_not_rea
     (job,) = nomad.jobs
     assert job["Constraints"] == [{"LTarget": "${node.unique.id}", "RTarget": "n1", "Operand": "!="}]
     assert "Constraints" not in runner_job(ENVIRONMENT, first, used=True), "a claim's write drops them"
+
+
+def _avoided_in(job: Mapping[str, Any]) -> set[str]:
+    return {c["RTarget"] for c in job.get("Constraints", ()) if c["LTarget"] == "${node.unique.id}"}
+
+
+async def test_new_runner_jobs_go_around_an_agent_starting_max_starting_and_wait_when_all_are(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An agent that is gone, not yet known so by Nomad, starts nothing: the jobs placed there hold
+    it at the cap, and the rest go to the agents that start theirs, rather than wait for it."""
+    nomad = _JobKeepingNomad()
+    pool = RunnerPool(clock=trio.current_time)
+    nodes = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
+    pool.replace_nodes(nodes, 2)
+    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=6))
+    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=100, max_starting=2))
+
+    def place(index: int, node: str) -> None:
+        pool.apply_allocation(
+            Allocation(
+                id=f"a{index}",
+                job_id=nomad.jobs[index]["ID"],
+                client_status="pending",
+                node_id=node,
+                create_index=43 + index,
+                modify_index=43 + index,
+            )
+        )
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in actions:
+            if isinstance(action, CreateRunner):
+                factory.submit(action)
+        await trio.sleep(1)
+        assert len(nomad.jobs) == 2, "neither is placed yet: both may land on one agent"
+        place(0, "n1")
+        place(1, "n1")
+        await trio.sleep(1)
+        assert len(nomad.jobs) == 4, "n1 starts two: two more go, around it"
+        assert [_avoided_in(job) for job in nomad.jobs] == [set(), set(), {"n1"}, {"n1"}]
+        place(2, "n2")
+        place(3, "n2")
+        await trio.sleep(START_PATIENCE - 3)
+        assert len(nomad.jobs) == 4, "both agents start two: the rest wait"
+        assert factory.starting == 2
+        pool.apply_allocation(
+            Allocation(
+                id="a2", job_id=nomad.jobs[2]["ID"], client_status="running", node_id="n2", modify_index=60
+            )
+        )
+        await trio.sleep(1)
+        assert len(nomad.jobs) == 5, "one of n2's runs"
+        assert _avoided_in(nomad.jobs[4]) == {"n1"}
+        nursery.cancel_scope.cancel("test over")
