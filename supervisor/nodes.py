@@ -15,8 +15,9 @@ more); until then it places new allocations there, and they wait. An exec that t
 route to the agent ("no path to node") tells the daemon sooner: the tracker then marks the node
 away for ``AWAY_SECONDS``, or until its agent is seen again (it registers again, an exec in one of
 its runners runs, or it starts a task), and new runner jobs avoid it. An agent that has reported
-nothing for ``SILENT_SECONDS`` since a runner's allocation was placed on its node, while other
-agents reported, is marked the same way: it is not there to receive it. At most half the nodes
+nothing for ``SILENT_SECONDS`` of the event stream's flow since a runner's allocation was placed on
+its node, while other agents reported, is marked the same way: it is not there to receive it. At
+most half the nodes
 Nomad could place on are avoided at once.
 """
 
@@ -65,7 +66,7 @@ class TrackedNode:
     modify_index: int = 0
     # Until when new runners avoid the node: an exec could not reach its agent (0: not away).
     away_until: float = 0.0
-    # When its agent last reported an allocation (an AllocationUpdated event), by the daemon's clock.
+    # When its agent last reported an allocation (an AllocationUpdated event), by the stream's flow.
     heard_at: float = 0.0
     # The mark (away_until) came from the agent's silence alone: any report of the agent lifts it.
     silence_mark: bool = False
@@ -110,7 +111,7 @@ class NodeTracker:
     # No node is away after this time.
     _away_until: float = field(default=0.0, init=False)
     # Runners whose allocation is placed on a node and not reported by its agent yet: runner ID ->
-    # (node, allocation, since when).
+    # (node, allocation, since when by the stream's flow).
     _waiting: dict[str, tuple[str, str, float]] = field(factory=dict, init=False)
 
     def draining(self, node_id: str) -> bool:
@@ -153,22 +154,23 @@ class NodeTracker:
         if node is not None:
             node.away_until = 0.0
 
-    def heard(self, node_id: str, now: float) -> None:
-        """The node's agent reported one of its allocations at ``now``: it is there, and a mark
+    def heard(self, node_id: str, flowed: float) -> None:
+        """The node's agent reported one of its allocations when the stream had flowed ``flowed``
+        seconds (see ``silent``): it is there, and a mark
         its silence earned is lifted (one an exec's refusal earned holds: a report the agent made
         before that refusal may reach the daemon after it)."""
         node = self.nodes.get(node_id)
         if node is not None:
-            node.heard_at = now
+            node.heard_at = flowed
             if node.silence_mark:
                 node.away_until, node.silence_mark = 0.0, False
 
-    def waiting(self, runner_id: str, node_id: str, alloc_id: str, now: float) -> None:
+    def waiting(self, runner_id: str, node_id: str, alloc_id: str, flowed: float) -> None:
         """The runner's allocation is placed on the node, and its agent has not reported it yet
-        (since ``now``, unless that allocation waited already)."""
+        (since the stream had flowed ``flowed`` seconds, unless that allocation waited already)."""
         known = self._waiting.get(runner_id)
         if known is None or known[1] != alloc_id:
-            self._waiting[runner_id] = (node_id, alloc_id, now)
+            self._waiting[runner_id] = (node_id, alloc_id, flowed)
 
     def reported(self, runner_id: str, alloc_id: str) -> None:
         """The agent reported the runner's allocation: it no longer waits for that agent."""
@@ -180,18 +182,18 @@ class NodeTracker:
         """The runner runs, or is gone: nothing of it waits for an agent."""
         self._waiting.pop(runner_id, None)
 
-    def silent(self, now: float, since: float) -> list[str]:
-        """The nodes whose agent has reported nothing for ``SILENT_SECONDS`` since an allocation
-        of a runner was placed there, while another agent reported since: that agent is not
-        there to receive it. ``now``: when the daemon last applied a batch of the event stream
-        (silence is measured by the stream's progress: when nothing is written, a leader's
-        election say, no agent is silent). ``since``: when the stream last came up; a placement
-        before it is not judged, as the agent's report of it may have come in the gap. Nodes
-        already avoided, or where Nomad places nothing, are left out."""
+    def silent(self, flowed: float, now: float) -> list[str]:
+        """The nodes whose agent has reported nothing for ``SILENT_SECONDS`` of the event stream's
+        flow since an allocation of a runner was placed there, while another agent reported since:
+        that agent is not there to receive it. Placements and reports are timed by the stream's
+        flow (``flowed``: how far it has come, in seconds, where a pause counts for little), not by
+        the clock: when nothing is written, a leader's election say, no agent is silent, and an
+        agent's report that failed meanwhile comes again after it. Nodes already avoided at
+        ``now``, or where Nomad places nothing, are left out."""
         first: dict[str, float] = {}
         for node_id, _, placed in self._waiting.values():
             node = self.nodes.get(node_id)
-            if placed < since or now - placed < SILENT_SECONDS or node is None or node.heard_at > placed:
+            if flowed - placed < SILENT_SECONDS or node is None or node.heard_at > placed:
                 continue
             if node.placeable and node.away_until <= now:
                 first[node_id] = min(first.get(node_id, placed), placed)

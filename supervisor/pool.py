@@ -99,6 +99,8 @@ class RunnerPool:
     on_started: Callable[[str], None] | None = None
     # What an allocation's state is applied at, for the budget of failed idle runners replaced at once.
     clock: Callable[[], float] = time.monotonic
+    # How far the event stream has flowed, in seconds: what agents' silence is timed by (NodeTracker.silent).
+    flowed: Callable[[], float] = time.monotonic
     _replacements: ReplacementBudget = field(factory=ReplacementBudget)
 
     # -- environments ---------------------------------------------------------------------------
@@ -357,7 +359,7 @@ class RunnerPool:
     def agent_reported(self, alloc: Allocation) -> None:
         """The allocation's agent reported it (an ``AllocationUpdated`` event): the agent is there,
         and the allocation no longer waits for it."""
-        self.nodes.heard(alloc.node_id, self.clock())
+        self.nodes.heard(alloc.node_id, self.flowed())
         self.nodes.reported(alloc.job_id, alloc.id)
 
     def apply_allocation(
@@ -409,7 +411,7 @@ class RunnerPool:
         if alloc.client_status == "pending" and self._waits_away(runner):
             return self._remove(runner, REASON_AGENT_AWAY)
         if found == FOUND_BY_EVENT and alloc.client_status == "pending" and not alloc.received:
-            self.nodes.waiting(runner.id, alloc.node_id, runner.alloc_id, self.clock())
+            self.nodes.waiting(runner.id, alloc.node_id, runner.alloc_id, self.flowed())
         if found == FOUND_BY_EVENT and runner.state is RunnerState.STARTING and is_running(alloc):
             self.nodes.agent_reached(alloc.node_id)  # its agent just started a task
         self._set_state(

@@ -65,8 +65,9 @@ _CLAIM_READS: Final = 16
 _LISTINGS_AT_ONCE: Final = 4
 # How often to look for agents that have said nothing about the runners placed on their nodes.
 _SILENCE_CHECKS: Final = 1.0
-# No batch of the event stream for this long is a pause (a leader's election, say), not the quiet of
-# an idle cluster: placements before it are not judged by their agents' silence.
+# No batch of the event stream for this long is a pause (a leader's election, say), which counts for
+# this long at most in the stream's flow, by which agents' silence is timed: a report an agent could
+# not make meanwhile comes after it.
 _STREAM_PAUSE: Final = 2.0
 # Allocations per page of a relist's listing: with lean stubs, its memory is one page's at a time.
 RELIST_PAGE: Final = 5000
@@ -82,7 +83,7 @@ class RunnerService:
     def __init__(self, client: NomadApi, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
         self.client = client
         self.settings = settings
-        self.pool = RunnerPool()
+        self.pool = RunnerPool(flowed=self.stream_flowed)
         client.agents.locate = self._agent_route
         self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.factory = RunnerFactory(client, self.pool, settings.factory)
@@ -121,10 +122,10 @@ class RunnerService:
         self.environments = EnvironmentStore(client, self.pool, self.apply)
         self.expiry = InactivityExpiry(self.pool, self.apply)
         self.last_index = 0
-        # When the last batch of the event stream was applied (how far the stream has come), and the
-        # first since the stream paused: what came before a pause may come late, in any order.
+        # When the last batch of the event stream was applied, and how far the stream has flowed
+        # (seconds between its batches, each pause counted as _STREAM_PAUSE at most).
         self.last_batch_at = 0.0
-        self.flowing_since = 0.0
+        self._flowed = 0.0
         self.relists = Requests()
         self.synced = trio.Event()
 
@@ -188,14 +189,17 @@ class RunnerService:
             await trio.sleep(_SILENCE_CHECKS)
             self.avoid_silent_agents()
 
+    def stream_flowed(self) -> float:
+        """How far the event stream has flowed, in seconds (see ``NodeTracker.silent``)."""
+        return self._flowed
+
     def avoid_silent_agents(self) -> None:
         """While the event stream is up: new runners avoid the nodes whose agent has reported
-        nothing since a runner's allocation was placed there ``SILENT_SECONDS`` ago, while other
-        agents reported (``NodeTracker.silent``). Nomad keeps placing runners there until the
-        agent's heartbeats have been missed for their TTL and grace, 20 s or more."""
+        nothing for ``SILENT_SECONDS`` of the stream's flow since a runner's allocation was placed
+        there, while other agents reported (``NodeTracker.silent``). Nomad keeps placing runners
+        there until the agent's heartbeats have been missed for their TTL and grace, 20 s or more."""
         if self.gate.state is StreamState.UP:
-            since = max(self.gate.since, self.flowing_since)
-            for node_id in self.pool.nodes.silent(self.last_batch_at, since):
+            for node_id in self.pool.nodes.silent(self._flowed, trio.current_time()):
                 self._avoid(
                     node_id, f"its agent reported nothing for {SILENT_SECONDS:.0f}s or more", silent=True
                 )
@@ -417,8 +421,7 @@ class RunnerService:
         before and after), nor what an agent reported of an allocation."""
         covered = batch.index <= self.last_index
         now = trio.current_time()
-        if now - self.last_batch_at > _STREAM_PAUSE:
-            self.flowing_since = now
+        self._flowed += min(now - self.last_batch_at, _STREAM_PAUSE)
         self.last_batch_at = now
         for event in batch.events:
             payload = event.payload

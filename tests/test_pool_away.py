@@ -34,7 +34,7 @@ def unreachable(pool: RunnerPool, runner_id: str) -> tuple[bool, list[Action]]:
 def two_node_pool() -> tuple[RunnerPool, Clock, list[str]]:
     """Six runners: two idle and one starting on each of two nodes."""
     clock = Clock()
-    pool = RunnerPool(clock=clock)
+    pool = RunnerPool(clock=clock, flowed=clock)
     nodes = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
     pool.replace_nodes(nodes, 2)
     _, actions = pool.set_environment(ENVIRONMENT)
@@ -85,7 +85,7 @@ def test_claims_take_runners_on_nodes_that_are_not_avoided_first() -> None:
 
 def test_a_single_node_is_never_avoided() -> None:
     clock = Clock()
-    pool = RunnerPool(clock=clock)
+    pool = RunnerPool(clock=clock, flowed=clock)
     pool.replace_nodes([NodeListStub(id="n1", status="ready", scheduling_eligibility="eligible")], 2)
     _, actions = pool.set_environment(ENVIRONMENT)
     runner_id = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
@@ -122,12 +122,12 @@ def test_a_runner_placed_where_its_agent_has_not_reported_it_waits_for_that_agen
     starting_on_n1, starting_on_n2 = ids[4], ids[5]
     clock.now += SILENT_SECONDS
     pool.agent_reported(received(starting_on_n2, "n2", "pending", 40))
-    assert pool.nodes.silent(clock.now, since=0.0) == ["n1"], f"{starting_on_n1} waits on n1 since 0"
+    assert pool.nodes.silent(clock.now, clock.now) == ["n1"], f"{starting_on_n1} waits on n1 since 0"
     newly, actions = pool.avoid("n1")
     assert newly
     assert DestroyRunner(starting_on_n1, REASON_AGENT_AWAY) in actions
     clock.now += 60
-    assert pool.nodes.silent(clock.now, since=0.0) == [], "n1's is gone; n2's was received"
+    assert pool.nodes.silent(clock.now, clock.now) == [], "n1's is gone; n2's was received"
 
 
 def test_an_idle_runner_restarting_in_place_does_not_wait_for_its_agent() -> None:
@@ -140,7 +140,7 @@ def test_an_idle_runner_restarting_in_place_does_not_wait_for_its_agent() -> Non
     assert pool.runners[ids[0]].state is RunnerState.STARTING
     clock.now += 60
     pool.agent_reported(received(ids[5], "n2", "running", 42))
-    assert pool.nodes.silent(clock.now, since=0.0) == [], "its agent told of the restart itself"
+    assert pool.nodes.silent(clock.now, clock.now) == [], "its agent told of the restart itself"
 
 
 def test_a_runner_listed_pending_does_not_wait_for_its_agent() -> None:
@@ -152,4 +152,4 @@ def test_a_runner_listed_pending_does_not_wait_for_its_agent() -> None:
     pool.apply_allocation(later, found=FOUND_BY_LISTING)
     clock.now += 60
     pool.agent_reported(received(ids[5], "n2", "running", 42))
-    assert pool.nodes.silent(clock.now, since=0.0) == []
+    assert pool.nodes.silent(clock.now, clock.now) == []
