@@ -95,10 +95,11 @@ async def _two_creations(
     registrations_per_second: float,
     pool_size: int = 2,
     max_starting: int = FactorySettings().max_starting,
+    pool: RunnerPool | None = None,
 ) -> tuple[RunnerPool, RunnerFactory]:
     """A factory running in ``nursery`` with the creations of a new environment (two, unless
-    ``pool_size`` says otherwise) submitted."""
-    pool = RunnerPool()
+    ``pool_size`` says otherwise) submitted, in ``pool`` or a new one."""
+    pool = pool or RunnerPool()
     _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=pool_size))
     settings = FactorySettings(registrations_per_second=registrations_per_second, max_starting=max_starting)
     factory = RunnerFactory(nomad, pool, settings)
@@ -511,8 +512,6 @@ async def test_new_runner_jobs_go_around_an_agent_starting_max_starting_and_wait
     pool = RunnerPool(clock=trio.current_time)
     nodes = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
     pool.replace_nodes(nodes, 2)
-    _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=6))
-    factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=100, max_starting=2))
 
     def place(index: int, node: str) -> None:
         pool.apply_allocation(
@@ -527,10 +526,9 @@ async def test_new_runner_jobs_go_around_an_agent_starting_max_starting_and_wait
         )
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(factory.run)
-        for action in actions:
-            if isinstance(action, CreateRunner):
-                factory.submit(action)
+        _, factory = await _two_creations(
+            nursery, nomad, registrations_per_second=100, pool_size=6, max_starting=2, pool=pool
+        )
         await trio.sleep(1)
         assert len(nomad.jobs) == 2, "neither is placed yet: both may land on one agent"
         place(0, "n1")
