@@ -17,6 +17,7 @@ from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
 from supervisor.nodes import SILENT_SECONDS
 from supervisor.nomad import Node, NodeEvent
 from supervisor.runners import REASON_ALLOCATION_UNKNOWN, RunnerState
+from supervisor.simulator import SimConfig
 
 from .conftest import Harness
 
@@ -197,3 +198,65 @@ async def test_new_runners_avoid_a_node_whose_agent_says_nothing_of_the_runners_
 def _waiting_on(harness: Harness, node_id: str) -> bool:
     pool = harness.service.pool
     return any(r.node_id == node_id and r.state is RunnerState.STARTING for r in pool.runners.values())
+
+
+@pytest.mark.parametrize(
+    "sim_config",
+    # Three nodes; a heartbeat grace long enough that the mark, not Nomad, is what the test sees.
+    [
+        SimConfig(
+            seed=11,
+            nodes=3,
+            alloc_start_delay=0.01,
+            task_kill_delay=0.01,
+            eval_delay=0.001,
+            heartbeat_grace=60,
+        )
+    ],
+)
+async def test_the_silence_of_an_emptied_node_s_agent_outlasts_stream_cuts(
+    harness: Harness,
+) -> None:
+    """A node that a drain emptied, made eligible again, whose agent then stops: no exec goes there,
+    and Nomad's spread ranks it first for the refills. Its agent's silence is found though the
+    event stream is cut meanwhile, and the pool is whole long before Nomad marks the node down."""
+    await harness.environment(10, prewarmingPoolSize=6)
+    pool, state = harness.service.pool, harness.cluster.state
+    await harness.wait_for(lambda: harness.idle(10) == 6)
+    node = state.nodes[pool.runners[next(iter(pool.runners))].node_id]
+    harness.cluster.agents.drain(node, deadline_ns=-1, mark_eligible=False, meta={}, accessor="")
+    await harness.wait_for(lambda: harness.idle(10) == 6 and not _on(harness, node.id))
+    harness.cluster.agents.set_eligibility(node, True)
+    harness.cluster.agents.stop_agent(node)
+    stopped = trio.current_time()
+
+    async def load() -> None:
+        while True:
+            runner = await harness.runner(10)
+            await harness.http.delete(f"/runners/{runner}")
+            await trio.sleep(0.2)
+
+    async def cuts() -> None:
+        for _ in range(3):
+            await trio.sleep(4)
+            harness.cluster.cut_streams()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(load)
+        nursery.start_soon(cuts)
+        await harness.wait_for(lambda: _on(harness, node.id), within=5.0)
+        await harness.wait_for(
+            lambda: node.id in pool.nodes.avoided(trio.current_time()), within=SILENT_SECONDS + 3 * 2 + 3
+        )
+        await harness.wait_for(lambda: harness.idle(10) == 6 and not _on(harness, node.id), within=5.0)
+        nursery.cancel_scope.cancel()
+    assert harness.cluster.stats.stream_cuts == 3, "the stream was cut while the agent was silent"
+    assert trio.current_time() - stopped < SILENT_SECONDS + 3 * 4
+
+
+def _on(harness: Harness, node_id: str) -> bool:
+    """Whether a runner that is not used has its allocation on the node."""
+    return any(
+        r.node_id == node_id and r.state is not RunnerState.USED
+        for r in harness.service.pool.runners.values()
+    )
