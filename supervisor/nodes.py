@@ -15,9 +15,9 @@ more); until then it places new allocations there, and they wait. An exec that t
 route to the agent ("no path to node") tells the daemon sooner: the tracker then marks the node
 away for ``AWAY_SECONDS``, or until its agent is seen again (it registers again, an exec in one of
 its runners runs, or it starts a task), and new runner jobs avoid it. An agent that has reported
-nothing for ``SILENT_SECONDS`` of the event stream's flow since a runner's allocation was placed on
-its node, while other agents reported, is marked the same way: it is not there to receive it. At
-most half the nodes
+nothing for a few seconds of the event stream's flow since a runner's allocation was placed on its
+node, while other agents reported, is marked the same way: it is not there to receive it. At most
+half the nodes
 Nomad could place on are avoided at once.
 """
 
@@ -31,18 +31,27 @@ from attrs import define, field, frozen
 
 from .nomad import Node, NodeListStub
 
-__all__ = ["AWAY_SECONDS", "SILENT_SECONDS", "NodeChanges", "NodeTracker", "TrackedNode"]
+__all__ = [
+    "AWAY_SECONDS",
+    "QUICK_SILENT_SECONDS",
+    "SILENT_SECONDS",
+    "NodeChanges",
+    "NodeTracker",
+    "TrackedNode",
+]
 
 _REREGISTERED: Final = "Node re-registered"
 # How long new runners avoid a node whose agent an exec could not reach, unless its agent is seen
 # again first: Nomad's heartbeat TTL and grace on a small cluster (longer on a large one, where each
 # new refusal renews the mark), after which Nomad itself places nothing on a node still away.
 AWAY_SECONDS: Final = 30.0
-# How long an agent may say nothing after a runner's allocation was placed on its node. An agent
-# reports an allocation once it has prepared it (its network: a bridge's namespace, and on a node's
-# first such allocation the pause image) and its task begins ("Received"), usually within a second
-# or two; a report that fails (no leader) is sent again 5 to 10 s later. Silence longer than that,
-# while other agents report, means it is not there; Nomad itself takes 20 s or more to tell.
+# How long an agent may say nothing after a runner's allocation was placed on its node, by the event
+# stream's flow. An agent reports an allocation once it has prepared it (its network: a bridge's
+# namespace, and on a node's first such allocation the pause image) and its task begins ("Received"),
+# usually within a second or two, batched every 200 ms. A report that fails (no leader) is sent again
+# 5 to 10 s later, hence the longer wait when the stream paused since the placement. Silence longer
+# than that, while other agents report, means it is not there; Nomad itself takes 20 s or more to tell.
+QUICK_SILENT_SECONDS: Final = 5.0
 SILENT_SECONDS: Final = 12.0
 
 
@@ -113,6 +122,8 @@ class NodeTracker:
     # Runners whose allocation is placed on a node and not reported by its agent yet: runner ID ->
     # (node, allocation, since when by the stream's flow).
     _waiting: dict[str, tuple[str, str, float]] = field(factory=dict, init=False)
+    # When the event stream last went on after a pause, by its flow.
+    _paused_at: float = field(default=0.0, init=False)
 
     def draining(self, node_id: str) -> bool:
         """Whether the node drains now."""
@@ -182,10 +193,16 @@ class NodeTracker:
         """The runner runs, or is gone: nothing of it waits for an agent."""
         self._waiting.pop(runner_id, None)
 
+    def stream_paused(self, flowed: float) -> None:
+        """The event stream went on at ``flowed`` after a pause (it was down, or nothing was
+        written: a leader's election, say), in which an agent's report may have failed."""
+        self._paused_at = flowed
+
     def silent(self, flowed: float, now: float) -> list[str]:
-        """The nodes whose agent has reported nothing for ``SILENT_SECONDS`` of the event stream's
-        flow since an allocation of a runner was placed there, while another agent reported since:
-        that agent is not there to receive it. Placements and reports are timed by the stream's
+        """The nodes whose agent has reported nothing for ``QUICK_SILENT_SECONDS`` of the event
+        stream's flow since an allocation of a runner was placed there (``SILENT_SECONDS`` if the
+        stream paused since), while another agent reported since: that agent is not there to
+        receive it. Placements and reports are timed by the stream's
         flow (``flowed``: how far it has come, in seconds, where a pause counts for little), not by
         the clock: when nothing is written, a leader's election say, no agent is silent, and an
         agent's report that failed meanwhile comes again after it. Nodes already avoided at
@@ -193,7 +210,8 @@ class NodeTracker:
         first: dict[str, float] = {}
         for node_id, _, placed in self._waiting.values():
             node = self.nodes.get(node_id)
-            if flowed - placed < SILENT_SECONDS or node is None or node.heard_at > placed:
+            needed = SILENT_SECONDS if placed < self._paused_at else QUICK_SILENT_SECONDS
+            if flowed - placed < needed or node is None or node.heard_at > placed:
                 continue
             if node.placeable and node.away_until <= now:
                 first[node_id] = min(first.get(node_id, placed), placed)

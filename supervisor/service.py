@@ -32,7 +32,7 @@ from .factory import RunnerFactory
 from .files import FileService
 from .leftovers import LeftoverSweep
 from .levels import Requests, StreamState
-from .nodes import AWAY_SECONDS, SILENT_SECONDS
+from .nodes import AWAY_SECONDS
 from .nomad import Allocation, AllocListStub, EventBatch, Indexed, Job, JobListStub, Node
 from .nomad.agents import AgentRoute
 from .nomad.api import NomadApi
@@ -195,14 +195,12 @@ class RunnerService:
 
     def avoid_silent_agents(self) -> None:
         """While the event stream is up: new runners avoid the nodes whose agent has reported
-        nothing for ``SILENT_SECONDS`` of the stream's flow since a runner's allocation was placed
-        there, while other agents reported (``NodeTracker.silent``). Nomad keeps placing runners
+        nothing for a few seconds of the stream's flow since a runner's allocation was placed there,
+        while other agents reported (``NodeTracker.silent``). Nomad keeps placing runners
         there until the agent's heartbeats have been missed for their TTL and grace, 20 s or more."""
         if self.gate.state is StreamState.UP:
             for node_id in self.pool.nodes.silent(self._flowed, trio.current_time()):
-                self._avoid(
-                    node_id, f"its agent reported nothing for {SILENT_SECONDS:.0f}s or more", silent=True
-                )
+                self._avoid(node_id, "its agent has said nothing of the runners placed there", silent=True)
 
     async def in_runner(self, runner_id: str, operation: Callable[[], Awaitable[T]]) -> T:
         """Carry out a file operation in the runner. If Nomad no longer knows its allocation, the
@@ -421,7 +419,10 @@ class RunnerService:
         before and after), nor what an agent reported of an allocation."""
         covered = batch.index <= self.last_index
         now = trio.current_time()
-        self._flowed += min(now - self.last_batch_at, _STREAM_PAUSE)
+        gap = now - self.last_batch_at
+        self._flowed += min(gap, _STREAM_PAUSE)
+        if gap > _STREAM_PAUSE:
+            self.pool.nodes.stream_paused(self._flowed)
         self.last_batch_at = now
         for event in batch.events:
             payload = event.payload

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from supervisor.nodes import AWAY_SECONDS, SILENT_SECONDS, NodeChanges, NodeTracker
+from supervisor.nodes import AWAY_SECONDS, QUICK_SILENT_SECONDS, SILENT_SECONDS, NodeChanges, NodeTracker
 from supervisor.nomad import DrainStrategy, Node, NodeEvent, NodeListStub
 
 
@@ -160,14 +160,27 @@ def test_an_agent_silent_about_an_allocation_placed_on_its_node_while_others_rep
     tracker = two_ready_nodes()
     tracker.waiting("r1", "n1", "a1", 100.0)
     tracker.heard("n2", 101.0)
-    assert silent_at(tracker, 100.0 + SILENT_SECONDS - 0.1) == [], "not silent long enough yet"
-    assert silent_at(tracker, 100.0 + SILENT_SECONDS) == ["n1"]
+    assert silent_at(tracker, 100.0 + QUICK_SILENT_SECONDS - 0.1) == [], "not silent long enough yet"
+    assert silent_at(tracker, 100.0 + QUICK_SILENT_SECONDS) == ["n1"]
     tracker.waiting("r1", "n1", "a1", 104.0)
-    assert silent_at(tracker, 100.0 + SILENT_SECONDS) == ["n1"], "a1 still waits since 100"
+    assert silent_at(tracker, 100.0 + QUICK_SILENT_SECONDS) == ["n1"], "a1 still waits since 100"
     tracker.reported("r1", "a0")
-    assert silent_at(tracker, 100.0 + SILENT_SECONDS) == ["n1"], "an older allocation's report"
+    assert silent_at(tracker, 100.0 + QUICK_SILENT_SECONDS) == ["n1"], "an older allocation's report"
     tracker.reported("r1", "a1")
     assert silent_at(tracker, 200.0) == [], "n1's agent reported it"
+
+
+def test_after_a_pause_of_the_stream_an_agent_has_time_to_send_a_failed_report_again() -> None:
+    tracker = two_ready_nodes()
+    tracker.waiting("r1", "n1", "a1", 100.0)
+    tracker.stream_paused(101.0)
+    tracker.heard("n2", 102.0)
+    assert silent_at(tracker, 100.0 + SILENT_SECONDS - 0.1) == [], "its report may have failed in the pause"
+    assert silent_at(tracker, 100.0 + SILENT_SECONDS) == ["n1"]
+    tracker.waiting("r2", "n1", "a2", 101.0)
+    tracker.reported("r1", "a1")
+    tracker.heard("n2", 103.0)
+    assert silent_at(tracker, 101.0 + QUICK_SILENT_SECONDS) == ["n1"], "placed as the stream went on"
 
 
 def test_an_agent_that_reported_anything_since_the_placement_is_not_silent() -> None:

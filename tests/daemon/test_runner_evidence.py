@@ -219,7 +219,8 @@ async def test_the_silence_of_an_emptied_node_s_agent_outlasts_stream_cuts(
 ) -> None:
     """A node that a drain emptied, made eligible again, whose agent then stops: no exec goes there,
     and Nomad's spread ranks it first for the refills. Its agent's silence is found though the
-    event stream is cut meanwhile, and the pool is whole long before Nomad marks the node down."""
+    event stream is cut every 3 s (the silence goes on across each cut), and the pool is whole long
+    before Nomad marks the node down."""
     await harness.environment(10, prewarmingPoolSize=6)
     pool, state = harness.service.pool, harness.cluster.state
     await harness.wait_for(lambda: harness.idle(10) == 6)
@@ -237,21 +238,19 @@ async def test_the_silence_of_an_emptied_node_s_agent_outlasts_stream_cuts(
             await trio.sleep(0.2)
 
     async def cuts() -> None:
-        for _ in range(3):
-            await trio.sleep(4)
+        while True:
+            await trio.sleep(3)
             harness.cluster.cut_streams()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(load)
         nursery.start_soon(cuts)
         await harness.wait_for(lambda: _on(harness, node.id), within=5.0)
-        await harness.wait_for(
-            lambda: node.id in pool.nodes.avoided(trio.current_time()), within=SILENT_SECONDS + 3 * 2 + 3
-        )
+        await harness.wait_for(lambda: node.id in pool.nodes.avoided(trio.current_time()), within=25.0)
+        assert harness.cluster.stats.stream_cuts >= 1, "found through stream cuts, 3 s apart"
         await harness.wait_for(lambda: harness.idle(10) == 6 and not _on(harness, node.id), within=5.0)
         nursery.cancel_scope.cancel()
-    assert harness.cluster.stats.stream_cuts == 3, "the stream was cut while the agent was silent"
-    assert trio.current_time() - stopped < SILENT_SECONDS + 3 * 4
+    assert trio.current_time() - stopped < 30.0, "long before Nomad's grace"
 
 
 def _on(harness: Harness, node_id: str) -> bool:
