@@ -88,7 +88,7 @@ class FactorySettings:
 
     registrations_per_second: float = 50.0
     # New runner jobs starting on one agent, at most, counting those not placed yet on every agent:
-    # registrations wait beyond it.
+    # more go to other agents, and wait while every agent is at it.
     max_starting: int = 10
     max_backoff: float = 30.0
 

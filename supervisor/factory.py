@@ -34,9 +34,10 @@ __all__ = ["RunnerFactory"]
 # Workers per lane. New runner jobs wait for their turn at the pace; purges and claims' writes
 # never queue behind them, nor behind a write that backs off while Nomad elects a leader.
 _WORKERS: Final = 8
-# A new runner counts as starting for max_starting this long at most: one still pending after it
-# waits for an agent that is away (restarting, or down but not yet marked so), and starts nothing
-# meanwhile. Without the limit a few such runners would hold back every refill.
+# A new runner holds back registrations this long at most: one still pending after it waits for an
+# agent that is away (restarting, or down but not yet marked so), and starts nothing meanwhile.
+# Without the limit a few such runners would hold back every refill; they still keep new runners
+# from their node for as long as they wait, so an agent that is away holds max_starting at most.
 START_PATIENCE: Final = 10.0
 # Seconds from a registration to its allocation running: a task from a local image starts
 # in about a second, one whose image is pulled first in minutes.
@@ -81,43 +82,48 @@ class RunnerFactory:
 
     @property
     def starting(self) -> int:
-        """New runner jobs that hold back registrations (at most ``max_starting``): of those turned
-        in the last ``START_PATIENCE`` seconds and not running yet, the ones not placed yet, which
-        Nomad may place on any agent, and the ones placed on the agent that a new job may go to
-        and starts the fewest (if the node tracker knows of no such agent, the most)."""
-        unplaced, per_node = self._load()
+        """New runner jobs that hold back registrations (at most ``max_starting``): of those not
+        running yet, the ones turned in the last ``START_PATIENCE`` seconds and not placed yet,
+        which Nomad may place on any agent, and the ones placed on the agent that a new job may go
+        to and starts the fewest (if the node tracker knows of no such agent, those of the last
+        ``START_PATIENCE`` seconds on the agent that starts the most)."""
+        unplaced, recent, placed = self._load()
         nodes = self._pool.nodes
         away = nodes.avoided(self._pool.clock())
-        open_nodes = [per_node.get(n.id, 0) for n in nodes.nodes.values() if n.placeable and n.id not in away]
+        open_nodes = [placed.get(n.id, 0) for n in nodes.nodes.values() if n.placeable and n.id not in away]
         if not open_nodes:
-            return unplaced + max(per_node.values(), default=0)
+            return unplaced + max(recent.values(), default=0)
         return unplaced + min(open_nodes)
 
-    def _load(self, *, excluding: str = "") -> tuple[int, dict[str, int]]:
-        """Of the runners turned in the last ``START_PATIENCE`` seconds and not running yet (but
-        ``excluding``): how many are not placed yet, and how many are placed on each node."""
+    def _load(self, *, excluding: str = "") -> tuple[int, dict[str, int], dict[str, int]]:
+        """Of the runners this factory registered that are not running yet (but ``excluding``):
+        how many of those turned in the last ``START_PATIENCE`` seconds are not placed yet, and how
+        many are placed on each node, of those turned in that time and of all of them."""
         since = trio.current_time() - START_PATIENCE
         unplaced = 0
-        per_node: dict[str, int] = {}
+        recent: dict[str, int] = {}
+        placed: dict[str, int] = {}
         for runner_id, at in self._starting.items():
-            if runner_id == excluding or at <= since or not self._is_starting(runner_id):
+            if runner_id == excluding or not self._is_starting(runner_id):
                 continue
             node_id = self._pool.runners[runner_id].node_id
             if node_id:
-                per_node[node_id] = per_node.get(node_id, 0) + 1
-            else:
+                placed[node_id] = placed.get(node_id, 0) + 1
+                if at > since:
+                    recent[node_id] = recent.get(node_id, 0) + 1
+            elif at > since:
                 unplaced += 1
-        return unplaced, per_node
+        return unplaced, recent, placed
 
     def _avoided(self, runner_id: str) -> tuple[str, ...]:
-        """The nodes the runner's new job avoids: those whose agent is away, and those that may
-        be starting ``max_starting`` of this factory's new jobs (counting the ones not placed yet),
-        unless that leaves no node Nomad could place it on."""
+        """The nodes the runner's new job avoids: those whose agent is away, and those where
+        ``max_starting`` of this factory's new jobs may be waiting to start, however long they have
+        waited (counting the ones not placed yet), unless that leaves no node Nomad could place it on."""
         nodes = self._pool.nodes
         away = nodes.avoided(self._pool.clock())
-        unplaced, per_node = self._load(excluding=runner_id)
+        unplaced, _, placed = self._load(excluding=runner_id)
         most = self._settings.max_starting
-        full = tuple(n for n, count in per_node.items() if count + unplaced >= most and n not in away)
+        full = tuple(n for n, count in placed.items() if count + unplaced >= most and n not in away)
         if full and any(n.placeable and n.id not in away and n.id not in full for n in nodes.nodes.values()):
             return away + full
         return away
