@@ -227,7 +227,7 @@ class RunnerFactory:
 
     async def _room_to_start(self) -> None:
         """Wait until an agent that a new job may go to cannot be starting ``max_starting`` of the
-        runners this factory registered in the last ``START_PATIENCE`` seconds (see ``starting``)."""
+        runners this factory registered (see ``starting``)."""
         while True:
             self._forget_started()
             if self.starting < self._settings.max_starting:

@@ -17,8 +17,7 @@ away for ``AWAY_SECONDS``, or until its agent is seen again (it registers again,
 its runners runs, or it starts a task), and new runner jobs avoid it. An agent that has reported
 nothing for a few seconds of the event stream's flow since a runner's allocation was placed on its
 node, while other agents reported, is marked the same way: it is not there to receive it. At most
-half the nodes
-Nomad could place on are avoided at once.
+half the nodes Nomad could place on are avoided at once.
 """
 
 from __future__ import annotations
@@ -167,9 +166,9 @@ class NodeTracker:
 
     def heard(self, node_id: str, flowed: float) -> None:
         """The node's agent reported one of its allocations when the stream had flowed ``flowed``
-        seconds (see ``silent``): it is there, and a mark
-        its silence earned is lifted (one an exec's refusal earned holds: a report the agent made
-        before that refusal may reach the daemon after it)."""
+        seconds (see ``silent``): it is there, and a mark its silence earned is lifted (one an
+        exec's refusal earned holds: a report the agent made before that refusal may reach the
+        daemon after it)."""
         node = self.nodes.get(node_id)
         if node is not None:
             node.heard_at = flowed
@@ -202,11 +201,10 @@ class NodeTracker:
         """The nodes whose agent has reported nothing for ``QUICK_SILENT_SECONDS`` of the event
         stream's flow since an allocation of a runner was placed there (``SILENT_SECONDS`` if the
         stream paused since), while another agent reported since: that agent is not there to
-        receive it. Placements and reports are timed by the stream's
-        flow (``flowed``: how far it has come, in seconds, where a pause counts for little), not by
-        the clock: when nothing is written, a leader's election say, no agent is silent, and an
-        agent's report that failed meanwhile comes again after it. Nodes already avoided at
-        ``now``, or where Nomad places nothing, are left out."""
+        receive it. Placements and reports are timed by the stream's flow (``flowed``: how far it
+        has come, in seconds, where a pause counts for little), not by the clock: when nothing is
+        written, a leader's election say, no agent is silent. Nodes already avoided at ``now``, or
+        where Nomad places nothing, are left out."""
         first: dict[str, float] = {}
         for node_id, _, placed in self._waiting.values():
             node = self.nodes.get(node_id)

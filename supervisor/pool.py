@@ -99,7 +99,7 @@ class RunnerPool:
     on_started: Callable[[str], None] | None = None
     # What an allocation's state is applied at, for the budget of failed idle runners replaced at once.
     clock: Callable[[], float] = time.monotonic
-    # How far the event stream has flowed, in seconds: what agents' silence is timed by (NodeTracker.silent).
+    # How far the event stream has flowed, in seconds: agents' silence is timed by it (NodeTracker.silent).
     flowed: Callable[[], float] = time.monotonic
     _replacements: ReplacementBudget = field(factory=ReplacementBudget)
 
