@@ -421,7 +421,8 @@ class RunnerService:
         now = trio.current_time()
         gap = now - self.last_batch_at
         self._flowed += min(gap, _STREAM_PAUSE)
-        if gap > _STREAM_PAUSE:
+        if gap > _STREAM_PAUSE or self.gate.since > self.last_batch_at:
+            # A pause, or the stream was lost since the last batch (a leader's restart, say).
             self.pool.nodes.stream_paused(self._flowed)
         self.last_batch_at = now
         for event in batch.events:

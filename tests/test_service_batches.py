@@ -150,6 +150,24 @@ async def test_a_stalled_stream_counts_for_little_in_an_agent_s_silence(
     assert service.pool.nodes.avoided(trio.current_time()) == ("n1",), "its report did not come after it"
 
 
+async def test_a_stream_lost_and_back_at_once_is_a_pause_too(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Lost and back within 2 s (a leader's restart with a quick election): the agent's report may
+    have failed meanwhile too."""
+    service, runners = two_nodes_two_runners(nursery)
+    index = await reports_of_n2(service, runners[1], 1, 10)
+    service.gate.report(StreamState.DOWN)
+    await trio.sleep(0.2)
+    service.gate.report(StreamState.UP)
+    index = await reports_of_n2(service, runners[1], QUICK_SILENT_SECONDS + 1, index)
+    service.avoid_silent_agents()
+    assert service.pool.nodes.avoided(trio.current_time()) == ()
+    await reports_of_n2(service, runners[1], SILENT_SECONDS - QUICK_SILENT_SECONDS, index)
+    service.avoid_silent_agents()
+    assert service.pool.nodes.avoided(trio.current_time()) == ("n1",)
+
+
 async def test_an_agent_s_report_in_a_covered_batch_ends_the_wait(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
