@@ -1,4 +1,4 @@
-"""Three fixes for hypercorn 0.18's trio worker, applied before the API server starts.
+"""Four fixes for hypercorn 0.18's trio worker, applied before the API server starts.
 
 ``TCPServer._close`` calls ``send_eof()`` without taking the connection's ``send_lock``, while every
 other write takes it. When a WebSocket client closes just as the application finishes (the
@@ -18,6 +18,13 @@ but the connection's task group waits for that timer. With the API's keep-alive 
 soak's load (at most 100 clients) had 202 such connections open at once (their sockets in
 CLOSE-WAIT, their tasks alive). Once the reader is done nothing more can arrive, so the timer is stopped: the
 connection closes as soon as its requests have ended.
+
+A served connection is a reference cycle (the server holds its protocol, whose ``send`` is the
+server's bound method), so its objects, h11's buffers and the socket among them, waited for the
+garbage collector's next full collection, which comes rarely on a large heap (see ``GC_THRESHOLDS``
+in the CLI). At every execution's WebSocket, that garbage piled up between collections and the
+daemon's RSS grew with it. Once a connection is done its server lets go of the protocol, and
+reference counting frees it all at once.
 """
 
 from __future__ import annotations
@@ -68,7 +75,17 @@ def apply() -> None:
         await original_read(self)
         await self.idle_task.stop()
 
+    original_run: Callable[[Any], Awaitable[None]] = server_class.run
+
+    async def run_then_let_go(self: Any) -> None:
+        try:
+            await original_run(self)
+        finally:
+            self.__dict__.pop("protocol", None)
+            self.__dict__.pop("_task_group", None)
+
     server_class._close = close_under_send_lock
+    server_class.run = run_then_let_go
     server_class.__init__ = init_and_remember
     server_class._read_data = read_then_stop_idle_timer
     setattr(server_class, _PATCHED, True)

@@ -1,8 +1,11 @@
 """The hypercorn fixes: closing a connection waits for a write in flight instead of colliding with
-it, and a connection its client closed before any request is closed at once."""
+it, a connection its client closed before any request is closed at once, and a connection served
+is freed without the garbage collector."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from functools import partial
 from typing import Any, cast
 
@@ -13,6 +16,8 @@ from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 
 from supervisor import hypercorn_patch
+
+from .waiting import wait_until
 
 
 class _Stream:
@@ -88,3 +93,33 @@ async def test_a_connection_closed_before_its_first_request_is_closed_at_once() 
             assert await client.receive_some() == b""
         await client.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_connection_served_is_freed_without_the_garbage_collector() -> None:
+    hypercorn_patch.apply()
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    servers: list[weakref.ref[Any]] = []
+    init = TCPServer.__init__
+
+    def remember(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        servers.append(weakref.ref(self))
+
+    TCPServer.__init__ = remember  # type: ignore[method-assign]
+    gc.disable()
+    try:
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(partial(serve, _hello, config, mode="asgi"))
+            client = await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1]))
+            await client.send_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            with trio.fail_after(5):
+                while await client.receive_some():
+                    pass
+            await client.aclose()
+            await wait_until(lambda: servers[0]() is None, within=5)  # no collection runs
+            nursery.cancel_scope.cancel()
+    finally:
+        TCPServer.__init__ = init  # type: ignore[method-assign]
+        gc.enable()
+    assert len(servers) == 1
