@@ -175,16 +175,8 @@ async def test_new_runners_avoid_a_node_whose_agent_says_nothing_of_the_runners_
     harness.cluster.agents.stop_agent(node)  # no exec goes there; Nomad learns it after 20 s
     stopped = trio.current_time()
 
-    async def load() -> None:
-        # Claims given back at once: each refill is placed, some on the node that is away, and the
-        # other agent's reports (stops, starts) keep the event stream going.
-        while True:
-            runner = await harness.runner(10)
-            await harness.http.delete(f"/runners/{runner}")
-            await trio.sleep(0.2)
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(load)
+        nursery.start_soon(_claims_given_back, harness)
         await harness.wait_for(
             lambda: bool(pool.nodes.avoided(trio.current_time())), within=SILENT_SECONDS + 3
         )
@@ -193,6 +185,15 @@ async def test_new_runners_avoid_a_node_whose_agent_says_nothing_of_the_runners_
         nursery.cancel_scope.cancel()
     assert node.status == "ready", "all before Nomad missed the agent's heartbeats"
     assert trio.current_time() - stopped < state.config.heartbeat_grace
+
+
+async def _claims_given_back(harness: Harness) -> None:
+    """Claims given back at once: each refill is placed, some on the node that is away, and the
+    other agents' reports (stops, starts) keep the event stream going."""
+    while True:
+        runner = await harness.runner(10)
+        await harness.http.delete(f"/runners/{runner}")
+        await trio.sleep(0.2)
 
 
 def _waiting_on(harness: Harness, node_id: str) -> bool:
@@ -231,19 +232,13 @@ async def test_the_silence_of_an_emptied_node_s_agent_outlasts_stream_cuts(
     harness.cluster.agents.stop_agent(node)
     stopped = trio.current_time()
 
-    async def load() -> None:
-        while True:
-            runner = await harness.runner(10)
-            await harness.http.delete(f"/runners/{runner}")
-            await trio.sleep(0.2)
-
     async def cuts() -> None:
         while True:
             await trio.sleep(3)
             harness.cluster.cut_streams()
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(load)
+        nursery.start_soon(_claims_given_back, harness)
         nursery.start_soon(cuts)
         await harness.wait_for(lambda: _on(harness, node.id), within=5.0)
         await harness.wait_for(lambda: node.id in pool.nodes.avoided(trio.current_time()), within=25.0)
