@@ -4,6 +4,11 @@ Top: the pool's idle and used runners over time, the event stream's state as ban
 (down red, recovering amber), and every event of the timeline (a fault, a restart) as a marked
 line. Bottom: every execution as a bar from its start to its end, coloured by how it ended. The
 invariants, each ok or FAILED with its value, are the title's second line.
+
+The chaos soak's picture (``draw_soak``) is drawn for minutes of load, where a bar per execution
+and a line per fault would be a blur: each pool's idle runners against its strength, the stream's
+state as the same bands, each fault as a marker coloured by its kind (crossed when a pool was still
+short after the rule's time), and the executions as a rate, stacked by how they ended.
 """
 
 from __future__ import annotations
@@ -18,10 +23,24 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt
 
-__all__ = ["draw"]
+__all__ = ["draw", "draw_soak"]
 
 _STREAM_COLOURS: Final = {"down": "#cf222e", "recovering": "#d4a72c"}
 _OUTCOME_COLOURS: Final = {"exit": "#1a7f37", "timeout": "#d4a72c", "error": "#cf222e"}
+_POOL_COLOURS: Final = ("#0969da", "#8250df", "#bf3989", "#1b7c83", "#9a6700")
+# Matplotlib's tab10, for the kinds of fault.
+_KIND_COLOURS: Final = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 def draw(
@@ -37,9 +56,7 @@ def draw(
     figure, (pool, runs) = plt.subplots(
         2, 1, figsize=(12, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
-    failed = [name for name, entry in invariants.items() if not entry["ok"]]
-    verdict = f"FAILED: {', '.join(failed)}" if failed else f"all {len(invariants)} invariants held"
-    figure.suptitle(f"{title}\n{verdict}", color="#cf222e" if failed else "#1a7f37")
+    _title(figure, title, invariants)
     _pool_and_stream(pool, samples)
     for entry in timeline:
         for axis in (pool, runs):
@@ -59,6 +76,82 @@ def draw(
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def draw_soak(
+    path: Path,
+    *,
+    title: str,
+    samples: list[dict[str, Any]],
+    pools: dict[str, list[tuple[float, int]]],
+    strength: int,
+    faults: list[dict[str, Any]],
+    rates: tuple[list[float], dict[str, list[float]]],
+    invariants: dict[str, dict[str, Any]],
+) -> None:
+    """Write the soak's picture to ``path``: ``pools`` maps each environment to its (t, idle
+    runners), ``faults`` holds each fault's t and kind (and ``short``: a pool was still short after
+    the rule's time), ``rates`` the executions ended per second by outcome, at each bin's start."""
+    figure, (pool, runs) = plt.subplots(
+        2, 1, figsize=(13, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    )
+    _title(figure, title, invariants)
+    for (environment, series), colour in zip(sorted(pools.items()), itertools.cycle(_POOL_COLOURS)):
+        pool.plot(
+            [t for t, _ in series],
+            [idle for _, idle in series],
+            color=colour,
+            linewidth=1,
+            label=f"environment {environment}: idle runners",
+        )
+    pool.axhline(strength, color="#57606a", linestyle="--", linewidth=0.8, label=f"strength ({strength})")
+    for start, end, state in _bands(samples):
+        pool.axvspan(start, end, color=_STREAM_COLOURS[state], alpha=0.15, linewidth=0)
+    for state, colour in _STREAM_COLOURS.items():
+        pool.fill_between([], [], color=colour, alpha=0.15, label=f"event stream {state}")
+    pool.set_ylim(0, strength * 1.3)
+    pool.set_ylabel("idle runners")
+    pool.add_artist(pool.legend(loc="lower left", fontsize=7, ncol=3))
+    _fault_markers(pool, faults, at=strength * 1.18)
+    starts, by_outcome = rates
+    runs.stackplot(
+        starts,
+        *(by_outcome.get(outcome, [0.0] * len(starts)) for outcome in _OUTCOME_COLOURS),
+        labels=list(_OUTCOME_COLOURS),
+        colors=list(_OUTCOME_COLOURS.values()),
+        step="post",
+    )
+    runs.set_ylabel("executions ended / s")
+    runs.set_xlabel("seconds")
+    runs.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _fault_markers(axis: Any, faults: list[dict[str, Any]], *, at: float) -> None:
+    """Each fault as a marker at height ``at``, coloured by its kind, with a legend of the kinds;
+    a cross over each after which a pool was still short."""
+    kinds = sorted({fault["kind"] for fault in faults})
+    markers = []
+    for kind, colour in zip(kinds, itertools.cycle(_KIND_COLOURS)):
+        times = [fault["t"] for fault in faults if fault["kind"] == kind]
+        markers.append(axis.scatter(times, [at] * len(times), marker="v", s=22, color=colour, label=kind))
+    short = [fault["t"] for fault in faults if fault.get("short")]
+    if short:
+        markers.append(
+            axis.scatter(
+                short, [at] * len(short), marker="x", s=70, color="#cf222e", label="pool short after"
+            )
+        )
+    if markers:
+        axis.legend(handles=markers, loc="upper center", fontsize=7, ncol=len(markers), frameon=False)
+
+
+def _title(figure: Any, title: str, invariants: dict[str, dict[str, Any]]) -> None:
+    failed = [name for name, entry in invariants.items() if not entry["ok"]]
+    verdict = f"FAILED: {', '.join(failed)}" if failed else f"all {len(invariants)} invariants held"
+    figure.suptitle(f"{title}\n{verdict}", color="#cf222e" if failed else "#1a7f37")
 
 
 def _pool_and_stream(axis: Any, samples: list[dict[str, Any]]) -> None:

@@ -31,7 +31,6 @@ import argparse
 import base64
 import contextlib
 import json
-import math
 import random
 import sys
 import tempfile
@@ -48,7 +47,18 @@ import trio_websocket
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scenarios"))
 from harness import start_daemon
-from picture import draw
+from picture import draw_soak
+from soak_figures import (
+    RECOVERY_WITHIN,
+    by_kind,
+    drift,
+    execution_rates,
+    metric,
+    outages,
+    outside_outages,
+    recovery_time,
+    refill,
+)
 
 from supervisor.config import FactorySettings
 from supervisor.simulator import SimConfig, SimulatedCluster
@@ -57,8 +67,6 @@ ENVIRONMENTS: Final = (10, 11, 12)
 # As CodeOcean claims: a runner whose client vanished (or lost the claim's answer) expires.
 INACTIVITY_TIMEOUT: Final = 60
 STRENGTH_EVERY: Final = 0.25
-# Each pool must be at strength again this long after each fault.
-RECOVERY_WITHIN: Final = 10.0
 POOL: Final = 30
 FAULTS: Final = ("server", "leader", "agent", "all_agents", "drain", "streams", "allocation", "node_down")
 AGENT_DOWNTIME: Final = 2.0
@@ -106,6 +114,8 @@ class Soak:
         }
         # (t, the environments whose pool is at strength), four times a second.
         self.strength: list[tuple[float, frozenset[int]]] = []
+        # Each environment's (t, idle runners) at the same looks, for the picture.
+        self.idle: dict[int, list[tuple[float, int]]] = {e: [] for e in ENVIRONMENTS}
         self.retries = 0
         self.client_errors = 0
         self.shed = 0
@@ -322,8 +332,11 @@ def watch_strength(api: str, soak: Soak, stop: threading.Event) -> None:
                 stats = http.get("/statistics/execution-environments").json()
             except (httpx.HTTPError, ValueError):
                 continue
-            whole = frozenset(e for e in ENVIRONMENTS if stats.get(str(e), {}).get("idleRunners", 0) >= POOL)
-            soak.strength.append((soak.now(), whole))
+            now = soak.now()
+            idle = {e: stats.get(str(e), {}).get("idleRunners", 0) for e in ENVIRONMENTS}
+            soak.strength.append((now, frozenset(e for e, count in idle.items() if count >= POOL)))
+            for e, count in idle.items():
+                soak.idle[e].append((now, count))
 
 
 @contextlib.asynccontextmanager
@@ -414,69 +427,6 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
                 }
             )
             soak.sampled.set()
-
-
-def metric(text: str, name: str) -> float:
-    """The value of an unlabelled metric in Prometheus' text format (0 if absent)."""
-    return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")), 0.0)
-
-
-def drift(
-    samples: list[dict[str, Any]],
-    key: str,
-    since: float,
-    until: float,
-    *,
-    robust: bool = False,
-    load: tuple[str, ...] = ("used",),
-) -> float:
-    """How much ``key`` drifts from ``since`` to ``until`` (the load's end: after it the daemon
-    idles, which is no drift), at a constant load, relative to its level at ``since``. The figures
-    follow the load (each running execution holds tasks, sockets, buffers), which a fault every few
-    seconds makes swing; so the samples are fitted with ``key = a + b * used + c * t`` (``used``
-    the runners in use; ``load`` names the samples' figures of the load), and the drift is ``c``
-    over the span: a leak shows as a rise at equal load, a swing of the load does not. The fit is
-    least squares, or with ``robust`` a median regression (least absolute deviations), on which the
-    few seconds in which a fault's clean-up spikes a figure weigh less; a leak, which raises every
-    sample after it, shows in both."""
-    inside = [s for s in samples if since <= s["t"] <= until]
-    varying = [name for name in load if len({s[name] for s in inside}) > 1]  # a constant tells nothing
-    window = [(1.0, *(float(s[name]) for name in varying), s["t"], float(s[key])) for s in inside]
-    if len(window) < 4:
-        return math.nan  # no figure: the check fails rather than pass on nothing
-    fit = _least_squares(window, [1.0] * len(window))
-    for _ in range(49 if robust else 0):  # iteratively reweighted least squares
-        if fit is None:
-            break
-        residuals = [row[-1] - sum(k * x for k, x in zip(fit, row, strict=False)) for row in window]
-        fit = _least_squares(window, [1.0 / max(abs(r), 1e-3) for r in residuals])
-    if fit is None:
-        return math.nan
-    span = window[-1][-2] - window[0][-2]
-    means = [sum(row[i] for row in window) / len(window) for i in range(len(fit) - 1)]
-    level = sum(k * mean for k, mean in zip(fit, means, strict=False)) + fit[-1] * window[0][-2]
-    return fit[-1] * span / level if level else 0.0
-
-
-def _least_squares(rows: list[tuple[float, ...]], weights: list[float]) -> list[float] | None:
-    """The coefficients ``k`` of ``y = k[0]*x[0] + k[1]*x[1] + ...`` that fit ``rows`` of
-    (x[0], x[1], ..., y) best, each row's squared error weighted (None if they do not tell)."""
-    n = len(rows[0]) - 1
-    m = [
-        [sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True)) for j in range(n)]
-        + [sum(w * r[i] * r[n] for r, w in zip(rows, weights, strict=True))]
-        for i in range(n)
-    ]
-    for col in range(n):  # Gauss-Jordan elimination with partial pivoting
-        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
-        m[col], m[pivot] = m[pivot], m[col]
-        if abs(m[col][col]) < 1e-12:
-            return None
-        for r in range(n):
-            if r != col:
-                factor = m[r][col] / m[col][col]
-                m[r] = [x - factor * y for x, y in zip(m[r], m[col], strict=True)]
-    return [m[i][n] / m[i][i] for i in range(n)]
 
 
 async def main(args: argparse.Namespace) -> bool:
@@ -576,71 +526,12 @@ async def leaks(cluster: SimulatedCluster, http: httpx.AsyncClient) -> tuple[int
     return extra, {"jobs": jobs, "statistics": statistics}
 
 
-def recovery_time(environment: int, hits: float, looks: list[tuple[float, frozenset[int]]]) -> float | None:
-    """Seconds from ``hits`` until the pool was whole at a look after its first look short in the
-    window (a look taken before the daemon had seen a loss is no recovery); 0 for a pool never short
-    in the window (not hit), None for one never whole again."""
-    window = [(t, whole) for t, whole in looks if hits < t <= hits + RECOVERY_WITHIN]
-    short = next((t for t, whole in window if environment not in whole), None)
-    if short is None:
-        return 0.0
-    back = next((t for t, whole in looks if t > short and environment in whole), None)
-    return None if back is None else back - hits
-
-
-def refill(soak: Soak) -> None:
-    """What bounds the refill: how long the daemon's runners took to start, and how often its
-    factory had ``factory.max_starting`` of them starting (so that more had to wait)."""
-    most = soak.max_starting
-    loaded = [s for s in soak.samples if s["t"] <= soak.load_ended]
-    held = sum(s["factory_starting"] >= most for s in loaded)
-    starts = soak.start_seconds.get("+Inf", 0)
-    if starts:
-        shares = ", ".join(
-            f"<= {bound} s {soak.start_seconds[bound] / starts:.0%}" for bound in ("0.5", "1", "2.5", "10")
-        )
-        print(f"  runner starts (registration to running): {starts:,.0f}; {shares}")
-    if loaded:
-        share = held / len(loaded)
-        print(f"  the factory at max_starting ({most}): {share:.0%} of the load's samples")
-
-
-def by_kind(faults: list[dict[str, Any]]) -> None:
-    """Each kind's recoveries (the slowest pool each fault hit), and how the faults that left a pool
-    short fall inside and outside the windows in which Nomad does not yet know a node is down."""
-    slowest: dict[str, list[float]] = {}
-    inside = [0, 0]
-    outside = [0, 0]
-    for fault in faults:
-        times = list(fault["recovery_s"].values())
-        worst = math.inf if None in times else max(times)
-        slowest.setdefault(fault["kind"], []).append(worst)
-        blind = any(
-            other["kind"] == "node_down" and 0 <= fault["t"] - other["t"] <= BLIND_WINDOW for other in faults
-        )
-        tally = inside if blind else outside
-        tally[0] += worst > RECOVERY_WITHIN
-        tally[1] += 1
-    kinds = sorted(slowest.items(), key=lambda item: sorted(item[1])[len(item[1]) // 2])
-    print(
-        "  by kind, the slowest pool hit (median; faults with a pool short after 10 s): "
-        + ", ".join(
-            f"{kind} {sorted(times)[len(times) // 2]:.1f} s ({sum(t > RECOVERY_WITHIN for t in times)} "
-            f"of {len(times)})"
-            for kind, times in kinds
-        )
-    )
-    print(
-        f"  faults with a pool short after 10 s: {inside[0]} of the {inside[1]} within "
-        f"{BLIND_WINDOW:g} s of a node down's start (Nomad still places work on its away agent), "
-        f"{outside[0]} of the {outside[1]} others"
-    )
-
-
 def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespace, logs: Path) -> bool:
     samples = soak.samples
     unrecovered = []
     times: list[float | None] = []
+    stretches = outages(soak.faults, AGENT_DOWNTIME + SimConfig().agent_ready_delay)
+    beside: list[float] = []  # each fault's slowest pool, less the time no agent could start one
     for fault in soak.faults:
         # A node that goes down does so for Nomad only after the heartbeat grace: then it is replaced.
         hits = fault["t"] + (HEARTBEAT_GRACE if fault["kind"] == "node_down" else 0)
@@ -649,18 +540,28 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         recovery = {e: recovery_time(e, hits, soak.strength) for e in ENVIRONMENTS}
         fault["recovery_s"] = {e: None if t is None else round(t, 3) for e, t in recovery.items()}
         times += [t for t in recovery.values() if t != 0.0]
+        if None not in recovery.values():
+            beside.append(
+                outside_outages(hits, max(t for t in recovery.values() if t is not None), stretches)
+            )
         short = [e for e, t in recovery.items() if t is None or t > RECOVERY_WITHIN]
         if short:
             looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in soak.strength)
             unrecovered.append({**fault, "pools_short": short, "looks": looks})
-    refill(soak)
-    by_kind(soak.faults)
+    refill(soak.samples, soak.load_ended, soak.start_seconds, soak.max_starting)
+    by_kind(soak.faults, BLIND_WINDOW)
     back = sorted(t for t in times if t is not None)
     if back:
         print(
             f"  pools hit by a fault: {len(times)}, back to strength after a median "
             f"{back[len(back) // 2]:.1f} s, 90% within {back[int(len(back) * 0.9)]:.1f} s, "
             f"the slowest {back[-1]:.1f} s; never back: {len(times) - len(back)}"
+        )
+    if beside:
+        print(
+            "  for comparison, less the seconds in which every agent was restarting (no agent could "
+            f"start a runner): the slowest {max(beside):.1f} s, "
+            f"{sum(t > RECOVERY_WITHIN for t in beside)} faults with a pool short after 10 s"
         )
     checks: dict[str, tuple[bool, float]] = {
         name: (not found, len(found)) for name, found in soak.violations.items()
@@ -709,16 +610,20 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
             "samples": samples,
             # Every look at the pools: (t, the environments whole then), to judge them again.
             "strength": [(t, sorted(whole)) for t, whole in soak.strength],
+            # Each environment's idle runners at the same looks: (t, count).
+            "idle": {str(e): looks for e, looks in soak.idle.items()},
         }
         args.report.write_text(json.dumps(document, indent=2) + "\n")
     if args.plot:
-        timeline = [{"t": f["t"], "event": f["kind"]} for f in soak.faults]
-        draw(
+        crossed = {fault["t"] for fault in unrecovered}
+        draw_soak(
             args.plot,
             title=f"soak, {args.minutes} min (seed {args.seed})",
             samples=samples,
-            timeline=timeline,
-            lives=soak.lives,
+            pools={str(e): looks for e, looks in soak.idle.items()},
+            strength=POOL,
+            faults=[{"t": f["t"], "kind": f["kind"], "short": f["t"] in crossed} for f in soak.faults],
+            rates=execution_rates(soak.lives),
             invariants=invariants,
         )
     return all(ok for ok, _ in checks.values())

@@ -1,0 +1,101 @@
+"""The chaos soak's figures (scripts/soak_figures.py): what its invariants are judged by."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from soak_figures import drift, execution_rates, outages, outside_outages, recovery_time
+
+WHOLE = frozenset({10, 11})
+SHORT_11 = frozenset({10})
+
+
+def looks(*states: tuple[float, frozenset[int]]) -> list[tuple[float, frozenset[int]]]:
+    return list(states)
+
+
+def test_a_pool_never_short_after_the_fault_was_not_hit() -> None:
+    assert recovery_time(11, 100.0, looks((100.5, WHOLE), (101.0, WHOLE))) == 0.0
+
+
+def test_a_pool_is_back_at_its_first_whole_look_after_a_short_one() -> None:
+    seen = looks((100.5, WHOLE), (101.0, SHORT_11), (103.0, SHORT_11), (104.25, WHOLE), (105.0, SHORT_11))
+    assert recovery_time(11, 100.0, seen) == pytest.approx(4.25)
+    assert recovery_time(10, 100.0, seen) == 0.0
+
+
+def test_a_pool_whole_again_only_past_the_window_counts_its_whole_time() -> None:
+    seen = looks((101.0, SHORT_11), (111.0, SHORT_11), (112.5, WHOLE))
+    assert recovery_time(11, 100.0, seen) == pytest.approx(12.5)
+
+
+def test_a_pool_never_whole_again_has_no_recovery() -> None:
+    assert recovery_time(11, 100.0, looks((101.0, SHORT_11), (120.0, SHORT_11))) is None
+
+
+def test_a_short_look_before_the_fault_is_not_the_fault_s() -> None:
+    assert recovery_time(11, 100.0, looks((99.0, SHORT_11), (100.5, WHOLE))) == 0.0
+
+
+def swinging(leak_per_second: float, spike_at: float | None = None) -> list[dict[str, float]]:
+    """Samples whose figure follows the runners in use, which swing, plus a leak over time."""
+    samples = []
+    for t in range(600):
+        used = 30 + (25 if t % 37 < 6 else 0) - (20 if t % 53 < 4 else 0)
+        value = 1000 + 10 * used + leak_per_second * t
+        if spike_at is not None and abs(t - spike_at) < 3:
+            value += 2000
+        samples.append({"t": float(t), "used": float(used), "tasks": value})
+    return samples
+
+
+def test_a_swinging_load_is_no_drift() -> None:
+    assert abs(drift(swinging(0.0), "tasks", 120, 600)) < 0.001
+
+
+def test_a_leak_at_equal_load_is_drift() -> None:
+    # 1 a second over 479 s, against a level of 1000 + 10 * ~30 at minute 2.
+    assert drift(swinging(1.0), "tasks", 120, 600) == pytest.approx(479 / 1420, rel=0.05)
+
+
+def test_the_median_regression_weighs_a_spike_less() -> None:
+    spiked = swinging(0.0, spike_at=590)
+    assert abs(drift(spiked, "tasks", 120, 600, robust=True)) < abs(drift(spiked, "tasks", 120, 600))
+    assert abs(drift(spiked, "tasks", 120, 600, robust=True)) < 0.01
+
+
+def test_too_few_samples_give_no_figure_so_the_check_fails() -> None:
+    assert math.isnan(drift(swinging(0.0)[:123], "tasks", 120, 600))
+
+
+def test_executions_are_a_rate_by_outcome_in_bins() -> None:
+    lives = [
+        {"end": 0.5, "outcome": "exit"},
+        {"end": 4.9, "outcome": "exit"},
+        {"end": 5.0, "outcome": "error"},
+        {"end": 12.0, "outcome": "exit"},
+    ]
+    starts, rates = execution_rates(lives, every=5.0)
+    assert starts == [0.0, 5.0, 10.0]
+    assert rates == {"exit": [0.4, 0.0, 0.2], "error": [0.0, 0.2, 0.0]}
+    assert execution_rates([]) == ([], {})
+
+
+def test_restarts_of_every_agent_are_outages_merged_where_they_overlap() -> None:
+    faults = [
+        {"t": 10.0, "kind": "all_agents"},
+        {"t": 11.0, "kind": "all_agents"},
+        {"t": 12.0, "kind": "agent"},
+        {"t": 20.0, "kind": "all_agents"},
+    ]
+    assert outages(faults, 2.2) == [(10.0, 13.2), (20.0, 22.2)]
+
+
+def test_a_recovery_less_its_outages_counts_only_their_part_inside_it() -> None:
+    stretches = [(95.0, 97.0), (101.0, 103.0), (108.0, 110.0), (120.0, 122.0)]
+    # From 100 to 109: 2 s of the second and 1 s of the third fall inside.
+    assert outside_outages(100.0, 9.0, stretches) == pytest.approx(6.0)
+    assert outside_outages(100.0, 0.0, stretches) == 0.0
