@@ -7,8 +7,9 @@ invariants, each ok or FAILED with its value, are the title's second line.
 
 The chaos soak's picture (``draw_soak``) is drawn for minutes of load, where a bar per execution
 and a line per fault would be a blur: each pool's idle runners against its strength, the stream's
-state as the same bands, each fault as a marker coloured by its kind (crossed when a pool was still
-short after the rule's time), and the executions as a rate, stacked by how they ended.
+state as the same bands, each fault as a marker coloured by its kind (and a cross where the rule's
+time began, after which a pool was still short), and the executions as a rate, stacked by how
+they ended.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt
 
-__all__ = ["draw", "draw_soak"]
+__all__ = ["draw", "draw_soak", "rate_steps"]
 
 _STREAM_COLOURS: Final = {"down": "#cf222e", "recovering": "#d4a72c"}
 _OUTCOME_COLOURS: Final = {"exit": "#1a7f37", "timeout": "#d4a72c", "error": "#cf222e"}
@@ -86,12 +87,16 @@ def draw_soak(
     pools: dict[str, list[tuple[float, int]]],
     strength: int,
     faults: list[dict[str, Any]],
+    kinds: tuple[str, ...],
     rates: tuple[list[float], dict[str, list[float]]],
     invariants: dict[str, dict[str, Any]],
 ) -> None:
     """Write the soak's picture to ``path``: ``pools`` maps each environment to its (t, idle
-    runners), ``faults`` holds each fault's t and kind (and ``short``: a pool was still short after
-    the rule's time), ``rates`` the executions ended per second by outcome, at each bin's start."""
+    runners); ``faults`` holds each fault's t and kind, ``short`` if a pool was still short after
+    the rule's time, and ``from``, when that time began (a node down's, at the end of its heartbeat
+    grace), where the cross goes; ``kinds`` orders the kinds, so each keeps its colour from run to
+    run; ``rates`` the executions ended per second by outcome, each bin from its start to the
+    next."""
     figure, (pool, runs) = plt.subplots(
         2, 1, figsize=(13, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
@@ -112,15 +117,18 @@ def draw_soak(
     pool.set_ylim(0, strength * 1.3)
     pool.set_ylabel("idle runners")
     pool.add_artist(pool.legend(loc="lower left", fontsize=7, ncol=3))
-    _fault_markers(pool, faults, at=strength * 1.18)
+    pool.legend_ = None  # kept as an artist: the faults' legend is the axis' own
+    _fault_markers(pool, faults, kinds, at=strength * 1.18)
     starts, by_outcome = rates
-    runs.stackplot(
-        starts,
-        *(by_outcome.get(outcome, [0.0] * len(starts)) for outcome in _OUTCOME_COLOURS),
-        labels=list(_OUTCOME_COLOURS),
-        colors=list(_OUTCOME_COLOURS.values()),
-        step="post",
-    )
+    if starts:
+        edges, outcomes, steps = rate_steps(starts, by_outcome)
+        runs.stackplot(
+            edges,
+            *steps,
+            labels=outcomes,
+            colors=[_OUTCOME_COLOURS.get(o, "#57606a") for o in outcomes],
+            step="post",
+        )
     runs.set_ylabel("executions ended / s")
     runs.set_xlabel("seconds")
     runs.legend(loc="upper left", fontsize=8)
@@ -129,15 +137,30 @@ def draw_soak(
     plt.close(figure)
 
 
-def _fault_markers(axis: Any, faults: list[dict[str, Any]], *, at: float) -> None:
-    """Each fault as a marker at height ``at``, coloured by its kind, with a legend of the kinds;
-    a cross over each after which a pool was still short."""
-    kinds = sorted({fault["kind"] for fault in faults})
+def rate_steps(
+    starts: list[float], by_outcome: dict[str, list[float]]
+) -> tuple[list[float], list[str], list[list[float]]]:
+    """The rates as steps: each bin's start and one edge past the last (a step is drawn to the next
+    edge), the outcomes in the legend's order (the known ones first, then any other, such as an
+    execution that got no terminal message), and each outcome's rates with the last repeated."""
+    edges = [*starts, starts[-1] + (starts[-1] - starts[-2] if len(starts) > 1 else 1.0)]
+    outcomes = [*_OUTCOME_COLOURS, *sorted(set(by_outcome) - set(_OUTCOME_COLOURS))]
+    series = []
+    for outcome in outcomes:
+        rates = by_outcome.get(outcome, [0.0] * len(starts))
+        series.append([*rates, rates[-1]])
+    return edges, outcomes, series
+
+
+def _fault_markers(axis: Any, faults: list[dict[str, Any]], kinds: tuple[str, ...], *, at: float) -> None:
+    """Each fault as a marker at height ``at``, coloured by its kind, with a legend of the kinds
+    that came; a cross where the time began after which a pool was still short."""
     markers = []
     for kind, colour in zip(kinds, itertools.cycle(_KIND_COLOURS)):
         times = [fault["t"] for fault in faults if fault["kind"] == kind]
-        markers.append(axis.scatter(times, [at] * len(times), marker="v", s=22, color=colour, label=kind))
-    short = [fault["t"] for fault in faults if fault.get("short")]
+        if times:
+            markers.append(axis.scatter(times, [at] * len(times), marker="v", s=22, color=colour, label=kind))
+    short = [fault.get("from", fault["t"]) for fault in faults if fault.get("short")]
     if short:
         markers.append(
             axis.scatter(

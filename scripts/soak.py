@@ -31,6 +31,7 @@ import argparse
 import base64
 import contextlib
 import json
+import math
 import random
 import sys
 import tempfile
@@ -532,6 +533,7 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
     times: list[float | None] = []
     stretches = outages(soak.faults, AGENT_DOWNTIME + SimConfig().agent_ready_delay)
     beside: list[float] = []  # each fault's slowest pool, less the time no agent could start one
+    marks: list[dict[str, Any]] = []
     for fault in soak.faults:
         # A node that goes down does so for Nomad only after the heartbeat grace: then it is replaced.
         hits = fault["t"] + (HEARTBEAT_GRACE if fault["kind"] == "node_down" else 0)
@@ -540,11 +542,15 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         recovery = {e: recovery_time(e, hits, soak.strength) for e in ENVIRONMENTS}
         fault["recovery_s"] = {e: None if t is None else round(t, 3) for e, t in recovery.items()}
         times += [t for t in recovery.values() if t != 0.0]
-        if None not in recovery.values():
+        if None in recovery.values():
+            beside.append(math.inf)
+        else:
             beside.append(
                 outside_outages(hits, max(t for t in recovery.values() if t is not None), stretches)
             )
         short = [e for e, t in recovery.items() if t is None or t > RECOVERY_WITHIN]
+        # For the picture: when the fault's 10 s began, and whether a pool was short after them.
+        marks.append({"t": fault["t"], "kind": fault["kind"], "from": hits, "short": bool(short)})
         if short:
             looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in soak.strength)
             unrecovered.append({**fault, "pools_short": short, "looks": looks})
@@ -615,14 +621,14 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
         }
         args.report.write_text(json.dumps(document, indent=2) + "\n")
     if args.plot:
-        crossed = {fault["t"] for fault in unrecovered}
         draw_soak(
             args.plot,
             title=f"soak, {args.minutes} min (seed {args.seed})",
             samples=samples,
             pools={str(e): looks for e, looks in soak.idle.items()},
             strength=POOL,
-            faults=[{"t": f["t"], "kind": f["kind"], "short": f["t"] in crossed} for f in soak.faults],
+            faults=marks,
+            kinds=FAULTS,
             rates=execution_rates(soak.lives),
             invariants=invariants,
         )

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scenarios"))
+from picture import draw_soak, rate_steps
 from soak_figures import drift, execution_rates, outages, outside_outages, recovery_time
 
 WHOLE = frozenset({10, 11})
@@ -99,3 +101,32 @@ def test_a_recovery_less_its_outages_counts_only_their_part_inside_it() -> None:
     # From 100 to 109: 2 s of the second and 1 s of the third fall inside.
     assert outside_outages(100.0, 9.0, stretches) == pytest.approx(6.0)
     assert outside_outages(100.0, 0.0, stretches) == 0.0
+
+
+def test_looks_at_the_window_s_edges() -> None:
+    # A look at the very moment of the fault is before it; one 10 s after is inside the window.
+    assert recovery_time(11, 100.0, looks((100.0, SHORT_11), (101.0, WHOLE))) == 0.0
+    assert recovery_time(11, 100.0, looks((110.0, SHORT_11), (110.5, WHOLE))) == pytest.approx(10.5)
+
+
+def test_the_rates_are_steps_that_end_one_bin_past_the_last() -> None:
+    edges, outcomes, series = rate_steps([0.0, 5.0, 10.0], {"exit": [1.0, 2.0, 3.0], "none": [0.0, 0.2, 0.0]})
+    assert edges == [0.0, 5.0, 10.0, 15.0]
+    assert outcomes == ["exit", "timeout", "error", "none"]  # no terminal message: drawn, not dropped
+    assert series == [[1.0, 2.0, 3.0, 3.0], [0.0] * 4, [0.0] * 4, [0.0, 0.2, 0.0, 0.0]]
+
+
+def test_the_soak_s_picture_is_drawn(tmp_path: Path) -> None:
+    path = tmp_path / "soak.png"
+    draw_soak(
+        path,
+        title="soak",
+        samples=[{"t": 0.0, "stream": "up"}, {"t": 1.0, "stream": "down"}, {"t": 2.0, "stream": "up"}],
+        pools={"10": [(0.0, 30), (1.0, 12), (2.0, 30)]},
+        strength=30,
+        faults=[{"t": 0.5, "kind": "agent", "from": 0.5, "short": True}],
+        kinds=("server", "agent"),
+        rates=execution_rates([{"end": 1.5, "outcome": "exit"}, {"end": 7.0, "outcome": "none"}]),
+        invariants={"pools_at_strength_within_10_s": {"ok": False, "value": 1, "limit": 0}},
+    )
+    assert path.read_bytes().startswith(b"\x89PNG")
