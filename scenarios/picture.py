@@ -29,19 +29,6 @@ __all__ = ["draw", "draw_soak", "rate_steps"]
 _STREAM_COLOURS: Final = {"down": "#cf222e", "recovering": "#d4a72c"}
 _OUTCOME_COLOURS: Final = {"exit": "#1a7f37", "timeout": "#d4a72c", "error": "#cf222e"}
 _POOL_COLOURS: Final = ("#0969da", "#8250df", "#bf3989", "#1b7c83", "#9a6700")
-# Matplotlib's tab10, for the kinds of fault.
-_KIND_COLOURS: Final = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
 
 
 def draw(
@@ -156,9 +143,11 @@ def _fault_markers(axis: Any, faults: list[dict[str, Any]], kinds: tuple[str, ..
     """Each fault as a marker at height ``at``, coloured by its kind, with a legend of the kinds
     that came; a cross where the time began after which a pool was still short."""
     markers = []
-    for kind, colour in zip(kinds, itertools.cycle(_KIND_COLOURS)):
+    palette = plt.get_cmap("tab10")
+    for index, kind in enumerate(kinds):
         times = [fault["t"] for fault in faults if fault["kind"] == kind]
         if times:
+            colour = palette(index % palette.N)
             markers.append(axis.scatter(times, [at] * len(times), marker="v", s=22, color=colour, label=kind))
     short = [fault.get("from", fault["t"]) for fault in faults if fault.get("short")]
     if short:

@@ -113,10 +113,8 @@ class Soak:
             "handed_out_twice": [],
             "workspace_not_empty": [],
         }
-        # (t, the environments whose pool is at strength), four times a second.
-        self.strength: list[tuple[float, frozenset[int]]] = []
-        # Each environment's (t, idle runners) at the same looks, for the picture.
-        self.idle: dict[int, list[tuple[float, int]]] = {e: [] for e in ENVIRONMENTS}
+        # (t, each environment's idle runners), four times a second.
+        self.looks: list[tuple[float, dict[int, int]]] = []
         self.retries = 0
         self.client_errors = 0
         self.shed = 0
@@ -333,11 +331,8 @@ def watch_strength(api: str, soak: Soak, stop: threading.Event) -> None:
                 stats = http.get("/statistics/execution-environments").json()
             except (httpx.HTTPError, ValueError):
                 continue
-            now = soak.now()
             idle = {e: stats.get(str(e), {}).get("idleRunners", 0) for e in ENVIRONMENTS}
-            soak.strength.append((now, frozenset(e for e, count in idle.items() if count >= POOL)))
-            for e, count in idle.items():
-                soak.idle[e].append((now, count))
+            soak.looks.append((soak.now(), idle))
 
 
 @contextlib.asynccontextmanager
@@ -534,25 +529,23 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
     stretches = outages(soak.faults, AGENT_DOWNTIME + SimConfig().agent_ready_delay)
     beside: list[float] = []  # each fault's slowest pool, less the time no agent could start one
     marks: list[dict[str, Any]] = []
+    # (t, the environments whose pool is at strength) at each look.
+    strength = [(t, frozenset(e for e, count in idle.items() if count >= POOL)) for t, idle in soak.looks]
     for fault in soak.faults:
         # A node that goes down does so for Nomad only after the heartbeat grace: then it is replaced.
         hits = fault["t"] + (HEARTBEAT_GRACE if fault["kind"] == "node_down" else 0)
         # Each pool on its own: under load each is short for the moment a claim's replacement
         # takes to start, so three at once is a coincidence of the load, not a recovery.
-        recovery = {e: recovery_time(e, hits, soak.strength) for e in ENVIRONMENTS}
+        recovery = {e: recovery_time(e, hits, strength) for e in ENVIRONMENTS}
         fault["recovery_s"] = {e: None if t is None else round(t, 3) for e, t in recovery.items()}
         times += [t for t in recovery.values() if t != 0.0]
-        if None in recovery.values():
-            beside.append(math.inf)
-        else:
-            beside.append(
-                outside_outages(hits, max(t for t in recovery.values() if t is not None), stretches)
-            )
+        slowest = max(math.inf if t is None else t for t in recovery.values())
+        beside.append(outside_outages(hits, slowest, stretches))
         short = [e for e, t in recovery.items() if t is None or t > RECOVERY_WITHIN]
         # For the picture: when the fault's 10 s began, and whether a pool was short after them.
         marks.append({"t": fault["t"], "kind": fault["kind"], "from": hits, "short": bool(short)})
         if short:
-            looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in soak.strength)
+            looks = sum(hits < t <= hits + RECOVERY_WITHIN for t, _ in strength)
             unrecovered.append({**fault, "pools_short": short, "looks": looks})
     refill(soak.samples, soak.load_ended, soak.start_seconds, soak.max_starting)
     by_kind(soak.faults, BLIND_WINDOW)
@@ -572,6 +565,7 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
     checks: dict[str, tuple[bool, float]] = {
         name: (not found, len(found)) for name, found in soak.violations.items()
     }
+    idle_by_environment = {str(e): [(t, idle[e]) for t, idle in soak.looks] for e in ENVIRONMENTS}
     checks["leaked_runner_jobs"] = (leaked == 0, leaked)
     checks["pools_at_strength_within_10_s"] = (not unrecovered, len(unrecovered))
     for key in ("tasks", "fds", "rss_kib"):
@@ -615,9 +609,9 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
             "unrecovered": unrecovered,
             "samples": samples,
             # Every look at the pools: (t, the environments whole then), to judge them again.
-            "strength": [(t, sorted(whole)) for t, whole in soak.strength],
+            "strength": [(t, sorted(whole)) for t, whole in strength],
             # Each environment's idle runners at the same looks: (t, count).
-            "idle": {str(e): looks for e, looks in soak.idle.items()},
+            "idle": idle_by_environment,
         }
         args.report.write_text(json.dumps(document, indent=2) + "\n")
     if args.plot:
@@ -625,7 +619,7 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
             args.plot,
             title=f"soak, {args.minutes} min (seed {args.seed})",
             samples=samples,
-            pools={str(e): looks for e, looks in soak.idle.items()},
+            pools=idle_by_environment,
             strength=POOL,
             faults=marks,
             kinds=FAULTS,
