@@ -16,8 +16,8 @@ route to the agent ("no path to node") tells the daemon sooner: the tracker then
 away for ``AWAY_SECONDS``, or until its agent is seen again (it registers again, an exec in one of
 its runners runs, or it starts a task), and new runner jobs avoid it. An agent that has reported
 nothing for a few seconds of the event stream's flow since a runner's allocation was placed on its
-node, while other agents reported, is marked the same way: it is not there to receive it. At most
-half the nodes Nomad could place on are avoided at once.
+node, while other agents reported, is marked the same way: it is not there to receive it. Refusals
+mark at most half the nodes Nomad could place on, silence any but the last.
 """
 
 from __future__ import annotations
@@ -139,9 +139,11 @@ class NodeTracker:
         """An exec could not reach the node's agent at ``now`` (or, ``silent``, the agent said
         nothing of an allocation placed there): new runners avoid the node for ``AWAY_SECONDS`` (a
         mark already there is extended). Returns whether the node is newly avoided. A node Nomad
-        places nothing on is not marked, nor one past half the nodes it could place on: most agents
-        out of reach at once is trouble everywhere (all of them restarting), and crowding new
-        runners onto the few others would only slow their starts."""
+        places nothing on is not marked, nor the last one it could place on. An exec's refusal
+        marks no node past half of those: most agents refusing at once is trouble everywhere (all
+        of them restarting), and crowding new runners onto the few others would only slow their
+        starts. Silence has no such bound: it counts only while other agents report, so the silent
+        ones are gone, however many they are."""
         node = self.nodes.get(node_id)
         if node is None or not node.placeable:
             return False
@@ -151,7 +153,8 @@ class NodeTracker:
             self._away_until = max(self._away_until, node.away_until)
             return False
         away = sum(1 for n in self.nodes.values() if n.away_until > now)
-        if 2 * (away + 1) > sum(1 for n in self.nodes.values() if n.placeable):
+        placeable = sum(1 for n in self.nodes.values() if n.placeable)
+        if away + 1 >= placeable or (not silent and 2 * (away + 1) > placeable):
             return False
         node.away_until = now + AWAY_SECONDS
         node.silence_mark = silent

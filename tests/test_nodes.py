@@ -125,6 +125,20 @@ def test_at_most_half_the_nodes_new_runners_could_use_are_avoided() -> None:
     assert tracker.avoided(100.0) == ("n1", "n2")
 
 
+def test_silent_agents_are_avoided_past_half_the_nodes_but_never_the_last() -> None:
+    """Silence counts only while other agents report: four of five agents silent are four gone, and
+    the runners waiting on them go elsewhere."""
+    tracker = NodeTracker()
+    tracker.replace([ready(f"n{i}") for i in range(1, 6)], 3)
+    assert tracker.mark_away("n1", 100.0)
+    assert tracker.mark_away("n2", 100.0)
+    assert not tracker.mark_away("n3", 100.0), "a refusal marks no node past half"
+    assert tracker.mark_away("n3", 100.0, silent=True)
+    assert tracker.mark_away("n4", 100.0, silent=True)
+    assert not tracker.mark_away("n5", 100.0, silent=True), "the last node Nomad could place on"
+    assert tracker.avoided(100.0) == ("n1", "n2", "n3", "n4")
+
+
 def test_the_last_node_new_runners_could_use_is_never_avoided() -> None:
     tracker = two_ready_nodes()
     assert tracker.mark_away("n1", 100.0)
