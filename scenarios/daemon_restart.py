@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from harness import (
     ENVIRONMENT_ID,
     EXIT_0,
     Scenario,
+    daemon_logs,
     parse_arguments,
     run,
     start_daemon,
@@ -59,18 +59,19 @@ async def patch_as_a_client(scenario: Scenario, runner: str, patch: Mapping[str,
 
 async def main(args: argparse.Namespace) -> bool:
     config = SimConfig(seed=args.seed, servers=3, nodes=3, alloc_start_delay=0.05)
-    logs = Path(tempfile.mkdtemp(prefix="daemon-restart-"))
-    async with trio.open_nursery() as nursery:
-        cluster = await nursery.start(SimulatedCluster(config).run)
-        daemon, api = await start_daemon(cluster, logs / "first.log")
-        async with (
-            httpx.AsyncClient(base_url=api, timeout=30) as http,
-            NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
-        ):
-            scenario = Scenario("daemon_restart", args.seed, cluster, None, http, nomad)
-            ok = await play(scenario, cluster, daemon, logs, args)
-        nursery.cancel_scope.cancel("scenario over")
-    return ok
+    with daemon_logs("daemon-restart-") as kept:
+        logs = kept.path
+        async with trio.open_nursery() as nursery:
+            cluster = await nursery.start(SimulatedCluster(config).run)
+            daemon, api = await start_daemon(cluster, logs / "first.log")
+            async with (
+                httpx.AsyncClient(base_url=api, timeout=30) as http,
+                NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
+            ):
+                scenario = Scenario("daemon_restart", args.seed, cluster, None, http, nomad)
+                kept.ok = await play(scenario, cluster, daemon, logs, args)
+            nursery.cancel_scope.cancel("scenario over")
+        return kept.ok
 
 
 def runner_jobs(cluster: SimulatedCluster) -> set[str]:

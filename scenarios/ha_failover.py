@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -37,7 +36,16 @@ from pathlib import Path
 import httpx
 import trio
 import trio_websocket
-from harness import ENVIRONMENT, ENVIRONMENT_ID, Scenario, parse_arguments, run, start_daemon
+from harness import (
+    ENVIRONMENT,
+    ENVIRONMENT_ID,
+    DaemonLogs,
+    Scenario,
+    daemon_logs,
+    parse_arguments,
+    run,
+    start_daemon,
+)
 
 from supervisor.config import HaSettings
 from supervisor.nomad import NomadClient, NomadSettings
@@ -146,10 +154,14 @@ class Daemons:
 
 async def main(args: argparse.Namespace) -> bool:
     config = SimConfig(seed=args.seed, servers=3, nodes=3, alloc_start_delay=0.05)
-    logs = Path(tempfile.mkdtemp(prefix="ha-failover-"))
+    with daemon_logs("ha-failover-") as logs:
+        return await failover(config, logs, args)
+
+
+async def failover(config: SimConfig, logs: DaemonLogs, args: argparse.Namespace) -> bool:
     async with trio.open_nursery() as nursery:
         cluster = await nursery.start(SimulatedCluster(config).run)
-        daemons = Daemons(cluster, logs)
+        daemons = Daemons(cluster, logs.path)
         await daemons.start("a", nursery)
         async with (
             httpx.AsyncClient(timeout=30) as http,
@@ -162,11 +174,11 @@ async def main(args: argparse.Namespace) -> bool:
             await daemons.start("b", nursery)
             scenario = Scenario("ha_failover", args.seed, cluster, None, http, nomad)
             scenario.event("a active, b standby", setting="ha.enabled = true (under test)")
-            ok = await play(scenario, daemons, nursery, claimed, args)
+            logs.ok = await play(scenario, daemons, nursery, claimed, args)
             for process in daemons.processes.values():
                 process.send_signal(signal.SIGKILL)
         nursery.cancel_scope.cancel("scenario over")
-    return ok
+    return logs.ok
 
 
 async def warm_up(http: httpx.AsyncClient, api: str, runners: int) -> list[str]:

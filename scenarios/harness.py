@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -302,6 +304,28 @@ async def start_daemon(
                 if _SERVING in line:
                     return daemon, line.split(_SERVING, 1)[1].split(",")[0].strip() + "/api/v1"
             await trio.sleep(0.05)
+
+
+@attrs.define
+class DaemonLogs:
+    """A directory for the logs of a scenario's daemons, kept only if the scenario fails."""
+
+    path: Path
+    ok: bool = False
+
+
+@contextmanager
+def daemon_logs(prefix: str) -> Iterator[DaemonLogs]:
+    """The daemons' logs in a directory of their own: removed once the scenario holds its
+    invariants (``ok`` set), kept and named on stderr when it does not or when it raises."""
+    logs = DaemonLogs(Path(tempfile.mkdtemp(prefix=prefix)))
+    try:
+        yield logs
+    finally:
+        if logs.ok:
+            shutil.rmtree(logs.path, ignore_errors=True)
+        else:
+            print(f"daemon logs kept in {logs.path}", file=sys.stderr)
 
 
 def run(main: Callable[[argparse.Namespace], Awaitable[bool]], args: argparse.Namespace) -> None:
