@@ -1,7 +1,7 @@
 """The chaos soak: CodeOcean-like load while a random fault hits the cluster every few seconds.
 
     python scripts/soak.py [--minutes 10] [--rate 20] [--fault-every 5] [--seed 1]
-                           [--report FILE.json] [--plot FILE.png]
+                           [--faults KIND,...] [--report FILE.json] [--plot FILE.png]
 
 A simulated cluster (3 servers, 5 nodes) in this process; the daemon, ``supervisor run`` at its
 defaults (or with ``--setting`` changes, for comparison), in a process of its own; three
@@ -22,7 +22,9 @@ twice, and every claimed workspace is empty; no runner job leaks at the end; eve
 strength (its idle runners) within 10 s of each fault, each pool judged on its own (the time each
 took is reported, with the median, 90th percentile and slowest over the run); the daemon's
 trio tasks, open descriptors and RSS drift less than 10% between minute 2 and the end of the load.
-The same seed gives the same kinds of fault in the same order.
+The same seed gives the same kinds of fault in the same order; ``--faults`` plays the kinds it
+lists instead, in its order (``none``: a turn without a fault), and none after them, to replay one
+window of a run.
 """
 
 from __future__ import annotations
@@ -248,12 +250,11 @@ async def inject(
     cluster: SimulatedCluster,
     control: httpx.AsyncClient,
     soak: Soak,
-    kinds: random.Random,
+    kind: str,
     rng: random.Random,
     nursery: trio.Nursery,
 ) -> None:
-    """One fault of a random kind (an undrain later, in ``nursery``)."""
-    kind = kinds.choice(FAULTS)
+    """One fault of the kind (an undrain later, in ``nursery``)."""
     at = soak.now()
     nodes = sorted(cluster.state.nodes.values(), key=lambda n: n.name)
     up = [n for n in nodes if n.agent_up]
@@ -460,9 +461,12 @@ async def main(args: argparse.Namespace) -> bool:
                 async with trio.open_nursery() as nursery, watching(soak, api, daemon.pid):
 
                     async def faults() -> None:
+                        listed = iter(args.faults or ())
                         while trio.current_time() + args.fault_every < deadline:
                             await trio.sleep(args.fault_every)
-                            await inject(cluster, control, soak, kinds, targets, nursery)
+                            kind = next(listed, "none") if args.faults else kinds.choice(FAULTS)
+                            if kind != "none":
+                                await inject(cluster, control, soak, kind, targets, nursery)
 
                     nursery.start_soon(faults)
                     limiter = trio.CapacityLimiter(100)
@@ -642,9 +646,23 @@ def parse() -> argparse.Namespace:
         metavar="SUPERVISOR_SECTION_KEY=VALUE",
         help="run the daemon with this setting changed (to compare with its defaults)",
     )
+    parser.add_argument(
+        "--faults",
+        type=fault_kinds,
+        metavar="KIND,...",
+        help=f"these kinds of fault in this order, then none ({', '.join(FAULTS)}, or none)",
+    )
     parser.add_argument("--report", type=Path)
     parser.add_argument("--plot", type=Path)
     return parser.parse_args()
+
+
+def fault_kinds(text: str) -> list[str]:
+    kinds = [kind.strip() for kind in text.split(",")]
+    unknown = sorted(set(kinds) - {*FAULTS, "none"})
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no such kind of fault: {', '.join(unknown)}")
+    return kinds
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The chaos soak's figures (scripts/soak_figures.py): what its invariants are judged by."""
 
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scenarios"))
 from picture import draw_soak, rate_steps
+from soak import fault_kinds
 from soak_figures import drift, execution_rates, outages, outside_outages, recovery_time
 
 WHOLE = frozenset({10, 11})
@@ -130,3 +132,9 @@ def test_the_soak_s_picture_is_drawn(tmp_path: Path) -> None:
         invariants={"pools_at_strength_within_10_s": {"ok": False, "value": 1, "limit": 0}},
     )
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_window_of_faults_is_replayed_by_kind_and_a_kind_that_does_not_exist_is_refused() -> None:
+    assert fault_kinds("node_down, all_agents,none") == ["node_down", "all_agents", "none"]
+    with pytest.raises(argparse.ArgumentTypeError, match="no such kind of fault: agents, nodes"):
+        fault_kinds("node_down,nodes,agents")
