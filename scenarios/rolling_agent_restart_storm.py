@@ -15,8 +15,8 @@ The roll: each agent drains on shutdown (a 3 s deadline), is away 2 s, registers
 operator's upgrade script makes its node eligible again; four clients claim, run and give back a
 runner every second.
 The daemon replaces the idle runners of each draining node. Its ``factory.registrations_per_second``
-(default 50) paces those registrations, but a pace alone would have 100 tasks starting at once on
-the agent that takes them (50 a second, each 2 s to start); ``factory.max_starting`` (default 10) holds
+(default 100) paces those registrations, but a pace alone would have 200 tasks starting at once on
+the agent that takes them (100 a second, each 2 s to start); ``factory.max_starting`` (default 10) holds
 new runner jobs while one agent may be starting 10 of its earlier ones (those placed there, and
 those not placed yet).
 

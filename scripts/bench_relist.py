@@ -15,7 +15,7 @@ settings, with one environment.
 2. Memory: ``--cycles`` claim-and-release cycles (claim, then DELETE) from ``--workers`` clients.
    The daemon's RSS after 1,000 cycles and at the end. Target: within 10%. Each cycle registers
    one new runner job (the replacement; the claim's used flag is an in-place update, not paced),
-   and the default ``factory.registrations_per_second`` is 50, so at most 50 cycles a second,
+   and the default ``factory.registrations_per_second`` is 100, so at most 100 cycles a second,
    with a periodic relist every minute.
 """
 

@@ -7,7 +7,7 @@ Starts ``supervisor simulate`` and ``supervisor run`` as separate processes; the
 default settings (none is changed). The runner jobs are registered in the simulated cluster before
 the daemon starts (environment 1's template job and its runner jobs, as a previous run leaves them),
 so that the daemon adopts them at startup: created at the default ``factory.registrations_per_second``
-of 50, 10,000 runners would take over 3 minutes. Requests go through a lean client
+of 100, 10,000 runners would take almost 2 minutes. Requests go through a lean client
 (``load_client.py``) with at most 100 at a time, as a client's connection pool bounds them.
 
 1. Memory: the daemon's RSS (``VmRSS``) with ``--base-runners`` idle runners, then a second daemon's
@@ -25,7 +25,7 @@ of 50, 10,000 runners would take over 3 minutes. Requests go through a lean clie
    time, answered or not; its latency counts from then), with as many ``GET /api/v1/version``
    between them from the same client: the baseline through the same stack (first 5 s of them alone).
    Claimed runners are not given back (no DELETE), so only claims are measured; the pool holds them
-   all while each claim's replacement is registered at 50 a second. Targets: claim p99 at most 3x
+   all while each claim's replacement is registered at 100 a second. Targets: claim p99 at most 3x
    the version p99; every claim answered 200; at least 95% of the rate sustained. Executions run
    first, so that the refill after the claims does not run under them.
 
@@ -172,7 +172,7 @@ async def run_executions(api: Api, args: argparse.Namespace, pids: dict[str, int
         status, body = await api.post("/runners", {"executionEnvironmentId": ENVIRONMENT_ID})
         assert status == 200, (status, body)
         runners.append(body["runnerId"])
-    await wait_idle(api, args.runners, within=120)  # their replacements, at 50 a second
+    await wait_idle(api, args.runners, within=120)  # their replacements, at 100 a second
     command = f"for i in $(seq {args.lines}); do echo line $i; sleep 1; done"
     expected = [f"line {i}" for i in range(1, args.lines + 1)]
     # Each execution's stdout lines, terminal message, and when its first line came and it ended.

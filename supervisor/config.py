@@ -86,7 +86,7 @@ class AlertSettings:
 class FactorySettings:
     """``[factory]``: how fast runner jobs are registered, and the retries' backoff cap."""
 
-    registrations_per_second: float = 50.0
+    registrations_per_second: float = 100.0
     # New runner jobs starting on one agent, at most, counting those not placed yet on every agent:
     # more go to other agents, and wait while every agent is at it.
     max_starting: int = 10
