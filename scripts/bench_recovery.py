@@ -5,7 +5,7 @@
 Starts ``supervisor simulate`` and registers ``--runners`` runner jobs (``--quick``: 1,000) in 20
 environments as the daemon writes them (template jobs as its PUT does, runner jobs as its factory
 does), then ``supervisor run`` at its default settings, which adopts them at startup (its factory
-would take over 8 minutes to fill 10,000); then PUTs each environment again, unchanged (204).
+would take almost 2 minutes to fill 10,000); then PUTs each environment again, unchanged (204).
 
 1. Baseline, before the daemon starts so that nothing else loads the simulator: Poseidon's
    recovery (``NomadRunnerManager.Load``), one request at a time as it makes them: per environment
