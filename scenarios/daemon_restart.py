@@ -69,9 +69,10 @@ async def main(args: argparse.Namespace) -> bool:
                 NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
             ):
                 scenario = Scenario("daemon_restart", args.seed, cluster, None, http, nomad)
-                kept.ok = await play(scenario, cluster, daemon, logs, args)
+                ok = await play(scenario, cluster, daemon, logs, args)
             nursery.cancel_scope.cancel("scenario over")
-        return kept.ok
+        kept.ok = ok
+    return ok
 
 
 def runner_jobs(cluster: SimulatedCluster) -> set[str]:

@@ -39,7 +39,6 @@ import trio_websocket
 from harness import (
     ENVIRONMENT,
     ENVIRONMENT_ID,
-    DaemonLogs,
     Scenario,
     daemon_logs,
     parse_arguments,
@@ -154,14 +153,15 @@ class Daemons:
 
 async def main(args: argparse.Namespace) -> bool:
     config = SimConfig(seed=args.seed, servers=3, nodes=3, alloc_start_delay=0.05)
-    with daemon_logs("ha-failover-") as logs:
-        return await failover(config, logs, args)
+    with daemon_logs("ha-failover-") as kept:
+        kept.ok = await failover(config, kept.path, args)
+    return kept.ok
 
 
-async def failover(config: SimConfig, logs: DaemonLogs, args: argparse.Namespace) -> bool:
+async def failover(config: SimConfig, logs: Path, args: argparse.Namespace) -> bool:
     async with trio.open_nursery() as nursery:
         cluster = await nursery.start(SimulatedCluster(config).run)
-        daemons = Daemons(cluster, logs.path)
+        daemons = Daemons(cluster, logs)
         await daemons.start("a", nursery)
         async with (
             httpx.AsyncClient(timeout=30) as http,
@@ -174,11 +174,11 @@ async def failover(config: SimConfig, logs: DaemonLogs, args: argparse.Namespace
             await daemons.start("b", nursery)
             scenario = Scenario("ha_failover", args.seed, cluster, None, http, nomad)
             scenario.event("a active, b standby", setting="ha.enabled = true (under test)")
-            logs.ok = await play(scenario, daemons, nursery, claimed, args)
+            ok = await play(scenario, daemons, nursery, claimed, args)
             for process in daemons.processes.values():
                 process.send_signal(signal.SIGKILL)
         nursery.cancel_scope.cancel("scenario over")
-    return logs.ok
+    return ok
 
 
 async def warm_up(http: httpx.AsyncClient, api: str, runners: int) -> list[str]:

@@ -24,7 +24,8 @@ took is reported, with the median, 90th percentile and slowest over the run); th
 trio tasks, open descriptors and RSS drift less than 10% between minute 2 and the end of the load.
 The same seed gives the same kinds of fault in the same order; ``--faults`` plays the kinds it
 lists instead, in its order (``none``: a turn without a fault), and none after them, to replay one
-window of a run.
+window of a run (the same kinds; their targets are drawn anew, and in a run of a few minutes the
+drift checks have too few samples to mean anything).
 """
 
 from __future__ import annotations
@@ -654,11 +655,17 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--report", type=Path)
     parser.add_argument("--plot", type=Path)
-    return parser.parse_args()
+    args = parser.parse_args()
+    turns = math.ceil(args.minutes * 60 / args.fault_every) - 1
+    if args.faults and len(args.faults) > turns:
+        parser.error(f"--faults: {len(args.faults)} kinds, but {args.minutes:g} minutes hold {turns} turns")
+    return args
 
 
 def fault_kinds(text: str) -> list[str]:
-    kinds = [kind.strip() for kind in text.split(",")]
+    kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
+    if not kinds:
+        raise argparse.ArgumentTypeError("no kind of fault given")
     unknown = sorted(set(kinds) - {*FAULTS, "none"})
     if unknown:
         raise argparse.ArgumentTypeError(f"no such kind of fault: {', '.join(unknown)}")

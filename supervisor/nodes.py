@@ -152,9 +152,9 @@ class NodeTracker:
             node.silence_mark = node.silence_mark and silent
             self._away_until = max(self._away_until, node.away_until)
             return False
-        away = sum(1 for n in self.nodes.values() if n.away_until > now)
-        placeable = sum(1 for n in self.nodes.values() if n.placeable)
-        if away + 1 >= placeable or (not silent and 2 * (away + 1) > placeable):
+        placeable = [n for n in self.nodes.values() if n.placeable]
+        away = sum(1 for n in placeable if n.away_until > now)
+        if away + 1 >= len(placeable) or (not silent and 2 * (away + 1) > len(placeable)):
             return False
         node.away_until = now + AWAY_SECONDS
         node.silence_mark = silent
@@ -207,7 +207,7 @@ class NodeTracker:
         receive it. Placements and reports are timed by the stream's flow (``flowed``: how far it
         has come, in seconds, where a pause counts for little), not by the clock: when nothing is
         written, a leader's election say, no agent is silent. Nodes already avoided at ``now``, or
-        where Nomad places nothing, are left out."""
+        where Nomad places nothing, are left out; the longest silent come first."""
         first: dict[str, float] = {}
         for node_id, _, placed in self._waiting.values():
             node = self.nodes.get(node_id)
@@ -218,7 +218,7 @@ class NodeTracker:
                 first[node_id] = min(first.get(node_id, placed), placed)
         return [
             node_id
-            for node_id, placed in first.items()
+            for node_id, placed in sorted(first.items(), key=lambda item: item[1])
             if any(n.heard_at > placed for n in self.nodes.values() if n.id != node_id)
         ]
 

@@ -139,6 +139,15 @@ def test_silent_agents_are_avoided_past_half_the_nodes_but_never_the_last() -> N
     assert tracker.avoided(100.0) == ("n1", "n2", "n3", "n4")
 
 
+def test_a_mark_on_a_node_nomad_no_longer_places_on_does_not_count_toward_the_bound() -> None:
+    tracker = NodeTracker()
+    tracker.replace([ready("n1"), ready("n2"), ready("n3")], 3)
+    assert tracker.mark_away("n1", 100.0)
+    tracker.replace([ready("n1", drain=True), ready("n2"), ready("n3")], 4)
+    assert tracker.mark_away("n2", 100.0, silent=True), "n3 stays open"
+    assert not tracker.mark_away("n3", 100.0, silent=True), "the last node Nomad could place on"
+
+
 def test_the_last_node_new_runners_could_use_is_never_avoided() -> None:
     tracker = two_ready_nodes()
     assert tracker.mark_away("n1", 100.0)

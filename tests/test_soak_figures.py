@@ -138,3 +138,6 @@ def test_a_window_of_faults_is_replayed_by_kind_and_a_kind_that_does_not_exist_i
     assert fault_kinds("node_down, all_agents,none") == ["node_down", "all_agents", "none"]
     with pytest.raises(argparse.ArgumentTypeError, match="no such kind of fault: agents, nodes"):
         fault_kinds("node_down,nodes,agents")
+    assert fault_kinds("agent,") == ["agent"]
+    with pytest.raises(argparse.ArgumentTypeError, match="no kind of fault given"):
+        fault_kinds(" , ")
