@@ -32,6 +32,7 @@ from .alerter import PrewarmingPoolAlerter
 from .api import create_app
 from .config import Settings
 from .election import LockElector
+from .network import Network, TcpNetwork
 from .nomad import NomadClient, NomadSettings
 from .nomad.locks import VariableLocks
 from .observability import status_line
@@ -79,8 +80,15 @@ KEEP_ALIVE_TIMEOUT: Final = 75.0
 class Daemon:
     """The daemon's nursery tree: ``run`` serves until ``stop()``, or until a child keeps failing."""
 
-    def __init__(self, settings: Settings, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        environ: Mapping[str, str] | None = None,
+        *,
+        network: Network | None = None,
+    ) -> None:
         self.settings = settings
+        self.network: Network = network or TcpNetwork()
         self.environ = dict(os.environ if environ is None else environ)
         self.service: RunnerService | None = None
         self.elector: LockElector | None = None
@@ -127,7 +135,7 @@ class Daemon:
             if nomad is None:
                 nomad = await self._start_embedded_cluster(root)
             with self._scope:
-                async with NomadClient(nomad) as client:
+                async with NomadClient(nomad, network=self.network) as client:
                     if self.settings.ha.enabled:
                         await self._run_terms(client, task_status)
                     else:
@@ -138,7 +146,7 @@ class Daemon:
     async def _start_embedded_cluster(self, nursery: trio.Nursery) -> NomadSettings:
         from .simulator import SimConfig, SimulatedCluster
 
-        cluster = await nursery.start(SimulatedCluster(SimConfig(nodes=2)).run)
+        cluster = await nursery.start(SimulatedCluster(SimConfig(nodes=2), network=self.network).run)
         self.cluster = cluster
         logger.warning(
             "no Nomad address configured (nomad.address or NOMAD_ADDR): started the embedded simulated "

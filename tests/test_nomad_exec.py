@@ -21,8 +21,8 @@ from supervisor.errors import (
     TerminalError,
     TransientError,
 )
+from supervisor.network import TcpNetwork
 from supervisor.nomad import ExecExited, ExecOutput, NomadClient, NomadSettings
-from supervisor.nomad import exec as exec_module
 from supervisor.nomad.agents import AgentRoute
 
 from .fakes import WsPeer, start_exec_server
@@ -333,25 +333,27 @@ async def test_an_exec_on_an_agent_is_its_only_connection_there() -> None:
     assert len(accepted) == 3
 
 
-async def test_an_agent_not_connected_within_its_timeout_is_passed_over_for_the_servers(
-    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A connect that never completes (a host that drops packets) sent nothing: the servers run it."""
-    real_open_tcp = exec_module._open_tcp
+class _DroppingPort9(TcpNetwork):
+    """A host whose port 9 drops packets: a connect there never completes."""
 
-    async def open_tcp(host: str, port: int) -> trio.SocketStream:
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
         if port == 9:
             await trio.sleep_forever()
-        return await real_open_tcp(host, port)
+        return await super().connect(host, port)
 
-    monkeypatch.setattr(exec_module, "_open_tcp", open_tcp)
+
+async def test_an_agent_not_connected_within_its_timeout_is_passed_over_for_the_servers(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A connect that never completes (a host that drops packets) sent nothing: the servers run it."""
 
     async def server(peer: WsPeer) -> None:
         await peer.send_exit(0)
 
     async with trio.open_nursery() as nursery:
         server_url = await start_exec_server(nursery, server)
-        async with client_for(server_url, agent_connect_timeout=1) as client:
+        settings = NomadSettings(addresses=(server_url,), agent_connect_timeout=1)
+        async with NomadClient(settings, network=_DroppingPort9()) as client:
             _located(client, "127.0.0.1:9")
             started = trio.current_time()
             async with client.open_exec(ALLOC, task="t", command=["true"]) as session:

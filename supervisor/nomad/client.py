@@ -30,6 +30,7 @@ from ..errors import (
     TerminalError,
     TransientError,
 )
+from ..network import Network, TcpNetwork
 from .agents import AgentDirectory, AgentRoute
 from .boundary import release_response, translate_status, translate_transport_errors
 from .decode import structure, structure_lean_alloc_stubs, structure_list
@@ -49,6 +50,7 @@ from .models import (
     NodeUpdateResponse,
 )
 from .settings import NomadSettings
+from .transport import network_transport
 
 __all__ = ["Indexed", "NomadClient"]
 
@@ -77,7 +79,8 @@ def _escape(path_segment: str) -> str:
 class NomadClient:
     """One connection pool to a Nomad cluster; ``aclose()`` (or ``async with``) releases it.
 
-    ``transport`` replaces the network, for tests (``httpx.MockTransport``).
+    Every connection goes through ``network`` (real TCP by default); ``transport`` replaces the
+    HTTP transport whole, for tests (``httpx.MockTransport``).
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class NomadClient:
         settings: NomadSettings,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        network: Network | None = None,
         random_fraction: Callable[[], float] = random.random,
     ) -> None:
         self.settings = settings
@@ -98,9 +102,9 @@ class NomadClient:
         headers = {"User-Agent": "nomad-runner-supervisor"}
         if settings.token:
             headers["X-Nomad-Token"] = settings.token
+        self.network: Network = network or TcpNetwork()
         self._http = httpx.AsyncClient(
-            transport=transport,
-            verify=self.ssl_context or True,
+            transport=transport or network_transport(self.network, self.ssl_context),
             timeout=httpx.Timeout(settings.request_timeout),
             headers=headers,
         )

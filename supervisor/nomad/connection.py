@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from ..network import Network
 from .settings import NomadSettings
 
 __all__ = ["NomadConnection"]
@@ -27,6 +28,10 @@ class NomadConnection(Protocol):
     def address(self) -> str:
         """The server the next request goes to."""
         ...
+
+    @property
+    def network(self) -> Network:
+        """Where connections are opened (the exec WebSockets')."""
 
     @property
     def http(self) -> httpx.AsyncClient:

@@ -18,9 +18,7 @@ that is the normal end. Failures:
 from __future__ import annotations
 
 import base64
-import ipaddress
 import math
-import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -249,10 +247,10 @@ async def open_exec(
         host, port = target.hostname or "", target.port or (443 if tls else 80)
         # The connect itself is the check that the peer is there: no probe before it.
         with trio.fail_after(min(tcp_timeout or timeout, timeout)):
-            tcp = await _open_tcp(host, port)
+            tcp = await client.network.connect(host, port)
     except (OSError, ValueError, trio.TooSlowError) as exc:  # ValueError: a malformed address
         raise NomadAddressUnreachable(f"{what}: could not connect to {target.netloc}: {exc!r}") from exc
-    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
+    stream: trio.abc.Stream = tcp
     if context is not None:
         with trio.move_on_at(deadline) as handshake:
             stream = await _over_tls(tcp, context, host, what)
@@ -284,8 +282,8 @@ async def open_exec(
 
 
 async def _over_tls(
-    stream: trio.SocketStream, context: ssl.SSLContext, host: str, what: str
-) -> trio.SSLStream[trio.SocketStream]:
+    stream: trio.abc.Stream, context: ssl.SSLContext, host: str, what: str
+) -> trio.SSLStream[trio.abc.Stream]:
     """``stream`` after its TLS handshake: nothing was sent before it, so a failure is safe to try
     elsewhere."""
     tls = trio.SSLStream(stream, context, server_hostname=host, https_compatible=True)
@@ -300,25 +298,9 @@ async def _over_tls(
     return tls
 
 
-async def _open_tcp(host: str, port: int) -> trio.SocketStream:
-    """A TCP connection; to an IP address (Nomad's HTTPAddr, a configured server) without trio's
-    name resolution and happy eyeballs, which cost as much as the connect itself."""
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:
-        return await trio.open_tcp_stream(host, port)
-    sock = trio.socket.socket(family, socket.SOCK_STREAM)
-    try:
-        await sock.connect((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return trio.SocketStream(sock)
-
-
 @asynccontextmanager
 async def _upgraded(
-    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream],
+    stream: trio.abc.Stream,
     *,
     host: str,
     resource: str,
@@ -337,7 +319,7 @@ async def _upgraded(
             async with trio.open_nursery() as nursery:
                 connection = await trio_websocket.wrap_client_stream(
                     nursery,
-                    stream,
+                    stream,  # type: ignore[arg-type]  # typed narrower than it is: any trio stream
                     host,
                     resource,
                     extra_headers=headers,

@@ -14,7 +14,7 @@ drops packets: a new connection never completes, so a client waits until its own
 from __future__ import annotations
 
 import re
-import socket
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
@@ -130,8 +130,8 @@ class AgentEndpoint:
         self.http = HttpServer(self._handle, name=f"agent {name}")
         self._scope: trio.CancelScope | None = None
         self._stopped = trio.Event()
-        # While firewalled: the port's socket and the one connection that fills its queue.
-        self._dropping: list[socket.socket] = []
+        # While firewalled: how to take the firewall away.
+        self._firewall: Callable[[], None] | None = None
         self._route: ExecRoute | None = None
 
     @property
@@ -147,13 +147,13 @@ class AgentEndpoint:
     async def listen(self, nursery: trio.Nursery) -> None:
         """Open the port (any free one the first time, the same one after) and serve in ``nursery``;
         behind a firewall, only hold the port."""
-        if self._scope is not None or self._dropping:
+        if self._scope is not None or self._firewall is not None:
             return
         if not self.reachable:
-            self._drop_new_connections()
+            self._firewall = self.cluster.network.firewall(self.host, self.port)
             return
-        listener = await open_listener(self.host, self.port)
-        self.port = listener.socket.getsockname()[1]
+        listening = await open_listener(self.cluster.network, self.host, self.port)
+        self.port, listener = listening.port, listening.listener
         self._scope = scope = trio.CancelScope()
         self._stopped = stopped = trio.Event()
 
@@ -186,27 +186,15 @@ class AgentEndpoint:
             self._scope.cancel(f"agent {self.name} firewalled off")
             self._scope = None
             await self._stopped.wait()
-            self._drop_new_connections()
-        elif reachable and self._dropping:
+            self._firewall = self.cluster.network.firewall(self.host, self.port)
+        elif reachable and self._firewall is not None:
             self._release_port()
             await self.listen(nursery)
 
-    def _drop_new_connections(self) -> None:
-        """Hold the port with a socket whose accept queue (of one) is full, so that the kernel drops
-        every new connection's SYN, as a firewall that drops packets does."""
-        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.bind((self.host, self.port))
-        held.listen(0)
-        filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        filler.setblocking(False)
-        filler.connect_ex((self.host, self.port))
-        self._dropping = [held, filler]
-
     def _release_port(self) -> None:
-        for held in self._dropping:
-            held.close()
-        self._dropping = []
+        if self._firewall is not None:
+            self._firewall()
+            self._firewall = None
 
     async def _handle(self, request: Request) -> Response | WebSocketReply:
         found = _EXEC_PATH.match(request.path)

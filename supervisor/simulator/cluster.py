@@ -19,6 +19,7 @@ import trio
 from attrs import define
 from loguru import logger
 
+from ..network import Network, TcpNetwork
 from .agents import Agents
 from .api import NomadAPI
 from .broker import EventBroker, Subscription
@@ -103,9 +104,11 @@ class SimulatedCluster:
         host: str = "127.0.0.1",
         ports: Sequence[int] = (),
         workspace_root: Path | None = None,
+        network: Network | None = None,
     ) -> None:
         self.config = config or SimConfig()
         self.host = host
+        self.network: Network = network or TcpNetwork()
         self._timers = _TrioTimers()
         self.state = ClusterState(self.config, self._timers, trio.current_time)
         self.scheduler = Scheduler(self.state)
@@ -183,7 +186,7 @@ class SimulatedCluster:
         with trio.CancelScope() as scope:
             server.scope = scope
             async with trio.open_nursery() as nursery:
-                server.port = await nursery.start(server.http.serve, self.host, server.port)
+                server.port = await nursery.start(server.http.serve, self.network, self.host, server.port)
                 server.up = True
                 self.state.subscribers.append(server.broker.publish)
                 task_status.started()

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import trio
 from attrs import define
 
+from ..network import Network
 from .agents import Agents
 from .broker import EventBroker, Subscription
 from .config import SimConfig
@@ -52,6 +53,7 @@ class ClusterHandle(Protocol):
     """The cluster as its HTTP handlers see it."""
 
     config: SimConfig
+    network: Network
     state: ClusterState
     agents: Agents
     jobs: JobService

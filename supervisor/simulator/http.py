@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
@@ -24,6 +23,8 @@ from wsproto.connection import Connection as WsConnection
 from wsproto.connection import ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import generate_accept_token
+
+from ..network import Listening, Network
 
 __all__ = [
     "HttpServer",
@@ -194,13 +195,13 @@ class _Connection:
 _REBIND_PATIENCE: Final = 30.0
 
 
-async def open_listener(host: str, port: int) -> trio.SocketListener:
+async def open_listener(network: Network, host: str, port: int) -> Listening:
     """A listener on ``host:port`` (0: any free port); a port of ours held for now by another
     socket is tried again for up to _REBIND_PATIENCE seconds."""
     deadline = trio.current_time() + _REBIND_PATIENCE
     while True:
         try:
-            return (await trio.open_tcp_listeners(port, host=host))[0]
+            return await network.listen(host, port)
         except OSError as exc:
             if port == 0 or exc.errno != errno.EADDRINUSE or trio.current_time() >= deadline:
                 raise
@@ -230,16 +231,20 @@ class HttpServer:
         return dropped
 
     async def serve(
-        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+        self,
+        network: Network,
+        host: str,
+        port: int,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Listen on ``host:port`` (0: any free port) and serve until cancelled; starts with the port."""
-        listeners = [await open_listener(host, port)]
-        bound = listeners[0].socket.getsockname()[1]
+        listening = await open_listener(network, host, port)
         async with trio.open_nursery() as nursery:
-            task_status.started(bound)
-            await trio.serve_listeners(partial(self.serve_connection), listeners, handler_nursery=nursery)
+            task_status.started(listening.port)
+            await trio.serve_listeners(self.serve_connection, [listening.listener], handler_nursery=nursery)
 
-    async def serve_connection(self, stream: trio.SocketStream) -> None:
+    async def serve_connection(self, stream: trio.abc.Stream) -> None:
         """Serve one accepted connection until it closes or is dropped."""
         record = _Connection(trio.CancelScope())
         self._connections.add(record)
@@ -256,15 +261,14 @@ class HttpServer:
             with trio.move_on_after(1, shield=True):
                 await stream.aclose()
 
-    async def _next_event(self, connection: h11.Connection, stream: trio.SocketStream) -> Any:
+    async def _next_event(self, connection: h11.Connection, stream: trio.abc.Stream) -> Any:
         while True:
             event = connection.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await stream.receive_some(_RECEIVE_SIZE)
-            connection.receive_data(data)
+            connection.receive_data(bytes(await stream.receive_some(_RECEIVE_SIZE)))
 
-    async def _http_loop(self, stream: trio.SocketStream, record: _Connection) -> None:
+    async def _http_loop(self, stream: trio.abc.Stream, record: _Connection) -> None:
         connection = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
         while True:
             event = await self._next_event(connection, stream)
@@ -300,7 +304,7 @@ class HttpServer:
             connection.start_next_cycle()
 
     @staticmethod
-    async def _send_response(connection: h11.Connection, stream: trio.SocketStream, reply: Response) -> None:
+    async def _send_response(connection: h11.Connection, stream: trio.abc.Stream, reply: Response) -> None:
         pieces = (reply.body,) if isinstance(reply.body, bytes) else reply.body
         headers = [
             ("Content-Type", reply.content_type),
@@ -318,7 +322,7 @@ class HttpServer:
         await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
 
     @staticmethod
-    async def _send_stream(connection: h11.Connection, stream: trio.SocketStream, reply: StreamReply) -> None:
+    async def _send_stream(connection: h11.Connection, stream: trio.abc.Stream, reply: StreamReply) -> None:
         try:
             if reply.hijack:
                 head = f"HTTP/1.1 200 OK\r\nContent-Type: {reply.content_type}\r\n\r\n"
@@ -340,7 +344,7 @@ class HttpServer:
 
     @staticmethod
     async def _upgrade(
-        connection: h11.Connection, stream: trio.SocketStream, request: Request, reply: WebSocketReply
+        connection: h11.Connection, stream: trio.abc.Stream, request: Request, reply: WebSocketReply
     ) -> None:
         key = request.headers.get("sec-websocket-key", "")
         if request.headers.get("upgrade", "").lower() != "websocket" or not key:

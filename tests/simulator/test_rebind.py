@@ -8,27 +8,28 @@ import socket
 import trio
 import trio.testing
 
+from supervisor.network import Listening, TcpNetwork
 from supervisor.simulator.http import open_listener
 
 
 async def test_a_port_held_by_another_socket_for_a_while_is_bound_once_it_is_free(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    first = await open_listener("127.0.0.1", 0)
-    port = first.socket.getsockname()[1]
-    await first.aclose()
+    first = await open_listener(TcpNetwork(), "127.0.0.1", 0)
+    port = first.port
+    await first.listener.aclose()
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", port))
     squatter.listen()
-    bound: list[trio.SocketListener] = []
+    bound: list[Listening] = []
 
     async def rebind() -> None:
-        bound.append(await open_listener("127.0.0.1", port))
+        bound.append(await open_listener(TcpNetwork(), "127.0.0.1", port))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(rebind)
         await trio.sleep(2)
         assert not bound, "the port is still held"
         squatter.close()
-    assert bound[0].socket.getsockname()[1] == port
-    await bound[0].aclose()
+    assert bound[0].port == port
+    await bound[0].listener.aclose()
