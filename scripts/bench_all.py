@@ -1,13 +1,14 @@
-"""Every benchmark, one after another; one table of every target; the table into the README.
+"""Every benchmark, one after another; one table of every target; on request, the table into the docs.
 
-    python scripts/bench_all.py [--quick] [--only NAME,NAME] [--no-readme]
+    python scripts/bench_all.py [--quick] [--only NAME,NAME] [--write-docs]
 
 Runs each benchmark of ``scripts/`` as its own process, one at a time (they measure CPU and time on
 a shared machine, so two at once would measure each other), keeps its output in a directory it names,
 and reads its ``TARGET`` lines (``targets.py``). ``--quick`` runs small sizes, for a look in a few
-minutes; the full sizes take about half an hour. The table, with the command that produced it and the
-machine's core count, replaces what stands between the markers of the README's Benchmarks section.
-Exit 0 only if every target of every benchmark passed.
+minutes; the full sizes take about half an hour. The table is printed; with ``--write-docs`` it also
+replaces, with the command that produced it and the machine's core count, what stands between the
+``bench_all`` markers of ``docs/benchmarks.md``. Without that flag no file is written, and the README
+is never touched. Exit 0 only if every target of every benchmark passed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Final
 from targets import LINE
 
 HERE: Final = Path(__file__).resolve().parent
-README: Final = HERE.parent / "README.md"
+DOCS: Final = HERE.parent / "docs" / "benchmarks.md"
 BEGIN: Final = "<!-- bench_all: begin -->"
 END: Final = "<!-- bench_all: end -->"
 # name: (quick options, full options)
@@ -72,10 +73,11 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
-def write_readme(lines: list[str], command: str, took: float) -> None:
-    text = README.read_text()
+def write_docs(lines: list[str], command: str, took: float, path: Path = DOCS) -> None:
+    """Replace what stands between the markers of ``path`` with the table, its command and cores."""
+    text = path.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"the README has no {BEGIN} ... {END} markers")
+        raise SystemExit(f"{path} has no {BEGIN} ... {END} markers")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     cores = os.cpu_count()
@@ -86,19 +88,30 @@ def write_readme(lines: list[str], command: str, took: float) -> None:
         *lines,
         END,
     ]
-    README.write_text(head + "\n".join(block) + tail)
+    path.write_text(head + "\n".join(block) + tail)
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; ``args.chosen`` is the benchmarks to run, in their order."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes")
     parser.add_argument("--only", help="comma-separated benchmark names (default: all)")
-    parser.add_argument("--no-readme", action="store_true", help="print the table only")
-    args = parser.parse_args()
-    chosen = args.only.split(",") if args.only else list(BENCHMARKS)
-    unknown = [name for name in chosen if name not in BENCHMARKS]
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help=f"also write the table between the markers of {DOCS.relative_to(HERE.parent)}",
+    )
+    args = parser.parse_args(argv)
+    args.chosen = args.only.split(",") if args.only else list(BENCHMARKS)
+    unknown = [name for name in args.chosen if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    chosen: list[str] = args.chosen
     rows: list[Row] = []
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="bench-all-"))
@@ -114,8 +127,9 @@ def main() -> int:
     command = "python scripts/bench_all.py" + (" --quick" if args.quick else "")
     if args.only:
         command += f" --only {args.only}"
-    if not args.no_readme:
-        write_readme(lines, command, time.monotonic() - started)
+    if args.write_docs:
+        write_docs(lines, command, time.monotonic() - started)
+        print(f"the table written to {DOCS}")
     failed = sum(row[4] == "FAIL" for row in rows)
     print(f"{len(rows) - failed} of {len(rows)} targets met")
     return 1 if failed else 0
