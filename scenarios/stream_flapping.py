@@ -22,9 +22,9 @@ import trio_websocket
 from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.config import Settings
+from supervisor.informer import STREAM_BACKOFF_CAP
 from supervisor.levels import StreamState
 from supervisor.simulator import SimConfig
-from supervisor.watcher import STREAM_BACKOFF_CAP
 
 
 class Load:

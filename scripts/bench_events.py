@@ -169,7 +169,7 @@ async def ours(url: str, service: RunnerService) -> tuple[float, int]:
             ) as stream:
                 while True:
                     batch = await stream.receive()
-                    service.apply_batch(batch)
+                    service.informer.apply_batch(batch)
                     events += len(batch.events)
         except EventStreamError:
             pass  # the server ended the stream: everything was read
@@ -186,7 +186,7 @@ async def main(args: argparse.Namespace) -> int:
             bare = [await baseline(url) for _ in range(args.repeat)]
             mine = []
             for _ in range(args.repeat):
-                service.last_index = 0
+                service.informer.last_index = 0
                 mine.append(await ours(url, service))
         nursery.cancel_scope.cancel("done")
     (bare_s, bare_n), (ours_s, ours_n) = min(bare), min(mine)

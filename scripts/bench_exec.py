@@ -2,14 +2,14 @@
 
     python scripts/bench_exec.py [--executions 500] [--concurrency 50] [--runners 10]
 
-Starts ``supervisor simulate``, ``supervisor run`` (pointed at it) and a bare hypercorn + starlette
+Starts ``supervisor simulate``, ``supervisor run`` (pointed at it) and a bare http server + starlette
 server as separate processes, claims ``--runners`` runners, then runs ``--executions`` executions of
 a trivial command, ``--concurrency`` at a time, three ways in one run:
 
 - directly: the simulated cluster's exec WebSocket on the runners' allocations, up to ``exited``
   (the baseline);
 - through our API: ``POST /runners/{id}/execute``, the WebSocket, up to the ``exit`` message;
-- through the bare stack: the same two requests to hypercorn + starlette configured as the daemon
+- through the bare stack: the same two requests to http server + starlette configured as the daemon
   configures them, answering at once with no Nomad behind: what the API stack costs by itself;
 - through the daemon's own exec client (``NomadClient.open_exec``, trio-websocket) from this process,
   up to ``exited``: with the bare stack, the two parts every execution through the daemon needs;
@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 from pathlib import Path
 
 import httpx
@@ -205,7 +204,7 @@ async def measure(
         daemon_pids = {"daemon": pids["daemon"], "simulator": pids["simulator"], **client_pid}
         results["direct"] = await phase("direct", direct, args.executions, args.concurrency, daemon_pids)
         results["api"] = await phase("api", through_api, args.executions, args.concurrency, daemon_pids)
-        floor_pids = {"hypercorn + starlette": pids["floor"], **client_pid}
+        floor_pids = {"http server + starlette": pids["floor"], **client_pid}
         results["floor"] = await phase("floor", bare_stack, args.executions, args.concurrency, floor_pids)
         results["client"] = await phase("client", exec_client, args.executions, args.concurrency, daemon_pids)
         # One at a time: the latency the daemon adds when nothing waits for a CPU.
@@ -229,18 +228,18 @@ async def measure(
 
 
 async def serve_floor(args: argparse.Namespace) -> None:
-    """The daemon's API stack with nothing behind it: hypercorn (configured and patched as the daemon
-    does) and starlette, answering ``execute`` with a WebSocket URL whose socket sends ``start`` and
-    ``exit``. Its CPU time per execution is what the stack costs before the daemon does any work."""
-    import hypercorn.trio
-    from hypercorn.config import Config
+    """The daemon's API stack with nothing behind it: its HTTP server (``supervisor.http_server``,
+    configured as the daemon does) and starlette, answering ``execute`` with a WebSocket URL whose
+    socket sends ``start`` and ``exit``. Its CPU time per execution is what the stack costs before
+    the daemon does any work."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route, WebSocketRoute
     from starlette.websockets import WebSocket
 
-    from supervisor import hypercorn_patch
+    from supervisor.http_server import AsgiServer, HttpServerSettings
+    from supervisor.network import TcpNetwork
 
     async def execute(request: Request) -> JSONResponse:
         await request.json()
@@ -261,13 +260,12 @@ async def serve_floor(args: argparse.Namespace) -> None:
             WebSocketRoute("/runners/{runner}/websocket", websocket),
         ]
     )
-    hypercorn_patch.apply()
-    config = Config()
-    config.bind = [args.serve_floor]
-    config.accesslog = None
+    host, port = args.serve_floor.rsplit(":", 1)
+    listening = await TcpNetwork().listen(host, int(port))
+    server = AsgiServer(app, HttpServerSettings(keep_alive_timeout=75.0))
     async with trio.open_nursery() as nursery:
-        addresses = await nursery.start(partial(hypercorn.trio.serve, app, config))  # type: ignore[arg-type]
-        print(f"{FLOOR_MARKER}{addresses[0]}", flush=True)
+        url = await nursery.start(server.serve, listening)
+        print(f"{FLOOR_MARKER}{url}", flush=True)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -339,7 +337,7 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
     labels = {
         "direct": "simulator exec directly (baseline)",
         "api": "through the daemon's API",
-        "floor": "hypercorn + starlette, no Nomad",
+        "floor": "http server + starlette, no Nomad",
         "client": "the daemon's exec client alone",
         "direct 1": "one at a time: directly",
         "api 1": "one at a time: through the API",
@@ -396,9 +394,9 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         f"CPU budget of the daemon for 80% of direct throughput: {budget * 1000:.2f} ms per execution "
         f"(direct path {direct_total * 1000:.2f} ms / 0.8, less {others * 1000:.2f} ms of client and "
         f"simulator); the daemon spent {CPU[('api', 'daemon')] * 1000:.2f} ms, of which the bare "
-        f"hypercorn + starlette stack costs {CPU[('floor', 'hypercorn + starlette')] * 1000:.2f} ms"
+        f"http server + starlette stack costs {CPU[('floor', 'http server + starlette')] * 1000:.2f} ms"
     )
-    daemon_cpu, stack_cpu = CPU[("api", "daemon")], CPU[("floor", "hypercorn + starlette")]
+    daemon_cpu, stack_cpu = CPU[("api", "daemon")], CPU[("floor", "http server + starlette")]
     client_cpu = CPU[("client", "this client")]
     parts = stack_cpu + client_cpu
     print(

@@ -54,9 +54,8 @@ from supervisor.environments import (
     runner_prefix,
     template_job,
 )
+from supervisor.informer import LIVE_ALLOCATIONS, STREAM_HEALTHY_AFTER
 from supervisor.nomad import NomadClient, NomadSettings
-from supervisor.service import LIVE_ALLOCATIONS
-from supervisor.watcher import STREAM_HEALTHY_AFTER
 
 ENVIRONMENTS = 20
 WORK_TARGET_S = 1.0

@@ -38,11 +38,12 @@ from bench_exec import ENVIRONMENT, start
 from targets import target
 
 from supervisor.environments import TEMPLATE_PREFIX, ExecutionEnvironment, runner_job, runner_prefix
+from supervisor.evidence import Moment
+from supervisor.informer import LIVE_ALLOCATIONS, RELIST_PAGE
 from supervisor.nomad import JobListStub, NomadClient, NomadSettings, structure_list
 from supervisor.nomad.decode import structure_lean_alloc_stubs
 from supervisor.pool import RunnerPool
 from supervisor.runners import Runner, RunnerState
-from supervisor.service import LIVE_ALLOCATIONS, RELIST_PAGE
 from supervisor.simulator import SimConfig
 from supervisor.simulator.encode import alloc_stub, empty_summary, job_stub
 from supervisor.simulator.objects import SimAlloc, SimJob
@@ -98,7 +99,7 @@ def relist_cpu_at_scale(runners: int = 10_000, environments: int = 20) -> tuple[
         began = time.process_time()
         listed_jobs = structure_list(orjson.loads(jobs_body), JobListStub)
         listed_allocs = structure_lean_alloc_stubs(orjson.loads(allocs_body))
-        pool.reconcile(listed_jobs, listed_allocs, 0.0, index=20)
+        pool.reconcile(listed_jobs, listed_allocs, Moment(0.0), index=20)
         best = min(best, time.process_time() - began)
     return best, len(jobs_body) + len(allocs_body)
 

@@ -17,8 +17,9 @@ from attrs import define, field
 from loguru import logger
 
 from .config import AlertSettings
+from .levels import Requests
+from .pool import RunnerPool
 from .runners import PoolStats
-from .service import RunnerService
 
 __all__ = ["AlertStates", "PrewarmingPoolAlerter"]
 
@@ -54,8 +55,9 @@ class AlertStates:
 class PrewarmingPoolAlerter:
     """Watches every pool's fill and asks for a relist when one stays depleted too long."""
 
-    def __init__(self, service: RunnerService, settings: AlertSettings) -> None:
-        self.service = service
+    def __init__(self, pool: RunnerPool, relists: Requests, settings: AlertSettings) -> None:
+        self._pool = pool
+        self._relists = relists
         self.states = AlertStates(settings.prewarming_pool_threshold, settings.reload_timeout)
         self.check_interval = settings.check_interval
 
@@ -64,12 +66,12 @@ class PrewarmingPoolAlerter:
         task_status.started()
         while True:
             await trio.sleep(self.check_interval)
-            due = self.states.update(self.service.pool.stats(), trio.current_time())
+            due = self.states.update(self._pool.stats(), trio.current_time())
             if not due:
                 continue
             logger.warning(
                 "prewarming pool alert: environments {} stayed depleted; reloading", ", ".join(map(str, due))
             )
-            self.service.request_relist("prewarming pool alert")
+            self._relists.request("prewarming pool alert")
             for environment_id in due:
                 self.states.reloaded(environment_id, trio.current_time())

@@ -13,7 +13,6 @@ import hmac
 import json
 import posixpath
 from collections.abc import Callable
-from functools import partial
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -31,6 +30,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from . import __version__
 from .commands import validate_command
 from .config import Settings
+from .desk import RUNNER_GONE
 from .environments import MAX_AMOUNT, MAX_ID, decimal, environment_from_dict
 from .errors import (
     FileNotAvailable,
@@ -56,7 +56,6 @@ PREFIX: Final = "/api/v1"
 _UNAUTHENTICATED: Final = frozenset(
     {f"{PREFIX}/health", f"{PREFIX}/version", f"{PREFIX}/openapi.json", "/metrics"}
 )
-_RUNNER_GONE: Final = "no runner found with this id"
 # Floats this large that are whole numbers were integers past 64 bits in the JSON.
 _HUGE: Final = 2.0**63
 _CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -241,21 +240,21 @@ class _ClientSocket:
 
 class _Routes:
     def __init__(self, service: RunnerService, settings: Settings) -> None:
+        # The service only for the reports (health details, metrics); everything else asks the desk.
         self.service = service
+        self.desk = service.desk
         self.settings = settings
         self.document = openapi_document(settings.server, settings.server.version or __version__)
 
     # -- miscellaneous --------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        state = self.service.gate.state
+        state = self.desk.stream_state
         if state is not StreamState.UP:
             message = f"the Nomad event stream is {state.value}"
             return JSONResponse({"message": message, "errorCode": "NOMAD_UNREACHABLE"}, status_code=503)
         threshold = self.settings.alert.prewarming_pool_threshold
-        depleting = [
-            str(s.environment_id) for s in self.service.pool.stats().values() if s.is_depleting(threshold)
-        ]
+        depleting = [str(s.environment_id) for s in self.desk.stats().values() if s.is_depleting(threshold)]
         if depleting:
             message = f"the prewarming pool is depleting: environments {', '.join(depleting)}"
             return JSONResponse(
@@ -277,7 +276,7 @@ class _Routes:
         return JSONResponse(version) if version else Response(status_code=404)
 
     async def statistics(self, request: Request) -> Response:
-        return JSONResponse({str(k): pool_statistics(v) for k, v in self.service.pool.stats().items()})
+        return JSONResponse({str(k): pool_statistics(v) for k, v in self.desk.stats().items()})
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -290,17 +289,15 @@ class _Routes:
 
     async def list_environments(self, request: Request) -> Response:
         if _bool(request, "fetch", False):
-            await self.service.environments.load()
-        environments = [e.to_api() for _, e in sorted(self.service.pool.environments.items())]
+            await self.desk.store.load()
+        environments = [e.to_api() for e in self.desk.environments()]
         return JSONResponse({"executionEnvironments": environments})
 
     async def get_environment(self, request: Request) -> Response:
         environment_id = self._environment_id(request)
         fetch = _bool(request, "fetch", False)
         environment = (
-            await self.service.environments.fetch(environment_id)
-            if fetch
-            else self.service.pool.environments.get(environment_id)
+            await self.desk.store.fetch(environment_id) if fetch else self.desk.environment(environment_id)
         )
         if environment is None:
             return client_error(404, f"execution environment {environment_id} does not exist")
@@ -309,13 +306,13 @@ class _Routes:
     async def put_environment(self, request: Request) -> Response:
         environment_id = self._environment_id(request)
         environment = environment_from_dict(await _json_body(request), environment_id=environment_id)
-        created = await self.service.environments.put(environment)
+        created = await self.desk.store.put(environment)
         return Response(status_code=201 if created else 204)
 
     async def delete_environment(self, request: Request) -> Response:
         environment_id = self._environment_id(request)
         try:
-            await self.service.environments.delete(environment_id)
+            await self.desk.store.delete(environment_id)
         except UnknownEnvironment:
             return client_error(404, f"execution environment {environment_id} does not exist")
         return Response(status_code=204)
@@ -328,41 +325,23 @@ class _Routes:
         if isinstance(environment_id, bool) or not isinstance(environment_id, int):
             raise InvalidRequest("executionEnvironmentId is required and must be an integer")
         timeout = _non_negative_int(body, "inactivityTimeout")
-        if environment_id not in self.service.pool.environments:
-            return client_error(404, f"execution environment {environment_id} does not exist")
-        await self.service.gate.admit()
         try:
-            runner = self.service.claim(environment_id, timeout)
+            runner = await self.desk.claim(environment_id, timeout)
         except NoIdleRunner:
             return server_error("no runners available", "NOMAD_OVERLOAD")
         except UnknownEnvironment:
             return client_error(404, f"execution environment {environment_id} does not exist")
         return JSONResponse({"runnerId": runner.id, "mappedPorts": runner.mapped_ports()})
 
-    async def _synced(self) -> None:
-        """Wait (at the gate) for the daemon's first listing of Nomad: until then a runner the pool
-        does not know may be a claim of a previous run, not a runner that is gone."""
-        if not self.service.synced.is_set():
-            await self.service.gate.admit()
-
     async def _runner(self, request: Request) -> Runner:
         """The request's runner, if it may start something new; a suspect one is proven first."""
-        runner = self.service.pool.serving_runner(request.path_params["runner_id"])
-        if runner is None and not self.service.synced.is_set():
-            await self._synced()
-            runner = self.service.pool.serving_runner(request.path_params["runner_id"])
-        if runner is None:
-            raise RunnerGoneError(_RUNNER_GONE)
-        self.service.touch(runner.id)
-        await self.service.prove(runner)
-        return runner
+        return await self.desk.runner_for_work(request.path_params["runner_id"])
 
     async def delete_runner(self, request: Request) -> Response:
-        await self._synced()
         try:
-            self.service.release(request.path_params["runner_id"])
+            await self.desk.release(request.path_params["runner_id"])
         except RunnerGoneError:
-            return client_error(410, _RUNNER_GONE)
+            return client_error(410, RUNNER_GONE)
         return Response(status_code=204)
 
     async def list_files(self, request: Request) -> Response:
@@ -370,21 +349,15 @@ class _Routes:
         privileged = _bool(request, "privilegedExecution", False)
         path = request.query_params.get("path") or "./"
         runner = await self._runner(request)
-        listing = partial(
-            self.service.files.list, runner.alloc_id, path, recursive=recursive, privileged=privileged
-        )
-        with self.service.held(runner.id):
-            files = await self.service.in_runner(runner.id, listing)
+        files = await self.desk.list_files(runner, path, recursive=recursive, privileged=privileged)
         return JSONResponse({"files": files})
 
     async def update_files(self, request: Request) -> Response:
         deletions, copies = parse_patch(
-            await _json_body(request), self.service.files.workspace, max_files=self.settings.server.max_files
+            await _json_body(request), self.desk.workspace, max_files=self.settings.server.max_files
         )
         runner = await self._runner(request)
-        update = partial(self.service.files.update, runner.alloc_id, deletions, copies)
-        with self.service.held(runner.id):
-            await self.service.in_runner(runner.id, update)
+        await self.desk.update_files(runner, deletions, copies)
         return Response(status_code=204)
 
     async def download_file(self, request: Request) -> Response:
@@ -393,13 +366,8 @@ class _Routes:
             raise InvalidRequest("query parameter path is required")
         privileged = _bool(request, "privilegedExecution", False)
         runner = await self._runner(request)
-        release = self.service.hold(runner.id)  # until the last byte is sent
-        download = partial(self.service.files.download, runner.alloc_id, path, privileged=privileged)
-        try:
-            content = await self.service.in_runner(runner.id, download)
-        except BaseException:
-            release()
-            raise
+        # The runner is held until the last byte is sent.
+        content, release = await self.desk.download(runner, path, privileged=privileged)
         name = quote(posixpath.basename(path.rstrip("/")) or "file")
         headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{name}"}
         return _DownloadResponse(content, release, media_type="application/octet-stream", headers=headers)
@@ -407,8 +375,7 @@ class _Routes:
     async def execute(self, request: Request) -> Response:
         execution = _execution_request(await _json_body(request), request.path_params["runner_id"])
         runner = await self._runner(request)
-        await self.service.gate.admit()
-        execution_id = self.service.executions.prepare(execution)
+        execution_id = await self.desk.prepare_execution(runner, execution)
         scheme = "wss" if request.url.scheme == "https" else "ws"
         host = request.headers.get("host", f"{self.settings.server.address}:{self.settings.server.port}")
         url = f"{scheme}://{host}{PREFIX}/runners/{runner.id}/websocket?executionID={execution_id}"
@@ -423,23 +390,22 @@ class _Routes:
         runner_id = websocket.path_params["runner_id"]
         execution_id = websocket.query_params.get("executionID", "")
         try:
-            # Its URL may have been handed out before the stream was lost: wait at the gate again,
-            # before the URL is used up, so that the client can try it again after Retry-After.
-            await self.service.gate.admit()
+            # Its URL may have been handed out before the stream was lost: the gate is waited at
+            # again before the URL is used up, so that the client can try it again after Retry-After.
+            request = await self.desk.take_execution(runner_id, execution_id)
         except NomadUnreachable as exc:
             await websocket.send_denial_response(server_error(str(exc), "NOMAD_UNREACHABLE", retry_after=5))
             return
-        request = self.service.executions.take(execution_id)
-        if request is None or request.runner_id != runner_id:
-            await websocket.send_denial_response(client_error(404, "no execution found with this id"))
+        except LookupError as exc:
+            await websocket.send_denial_response(client_error(404, str(exc)))
             return
-        if self.service.pool.serving_runner(runner_id) is None:
-            await websocket.send_denial_response(client_error(410, _RUNNER_GONE))
+        except RunnerGoneError:
+            await websocket.send_denial_response(client_error(410, RUNNER_GONE))
             return
         await websocket.accept()
-        code = await self.service.executions.serve(_ClientSocket(websocket), execution_id, request)
-        # A client that closes as soon as it reads the terminal message races our close frame; in
-        # hypercorn the loser of that race raises (BusyResourceError). Either way the socket is closing.
+        code = await self.desk.execute(_ClientSocket(websocket), execution_id, request)
+        # A client that closes as soon as it reads the terminal message races our close frame: then
+        # the socket is closing either way.
         with contextlib.suppress(RuntimeError, *_CLIENT_GONE):
             await websocket.close(code=code)
 
@@ -467,8 +433,8 @@ def _error_response(status: int, code: str = "") -> Any:
             logger.warning("{} {} failed: {}", request.method, request.url.path, exc)
             return server_error(str(exc), code, retry_after=5 if code == "NOMAD_UNREACHABLE" else None)
         message = str(exc)
-        if isinstance(exc, RunnerGoneError) and message != _RUNNER_GONE:
-            message = f"{_RUNNER_GONE}: {message}"
+        if isinstance(exc, RunnerGoneError) and message != RUNNER_GONE:
+            message = f"{RUNNER_GONE}: {message}"
         return client_error(status, message)
 
     return handle

@@ -1,73 +1,55 @@
-"""The daemon: its nursery tree, from the API server down to the runner factory.
+"""The daemon: one tree of supervised children, written as data (``TREE``), for both modes.
 
-Daemon.run
-├── [embedded simulated Nomad cluster, when no Nomad address is configured]
-├── infrastructure: RunnerFactory.run, inactivity expiry, node tracker (silent agents),
-│   PrewarmingPoolAlerter.run
-│   └── execution nursery: one task per execution (each in its own cancel scope) and per download
-│       └── intake: EventStreamWatcher.run, configured environments, the API server (hypercorn)
-└── shutdown unwinds intake first (stop accepting, let running requests finish within the
-    graceful timeout), then executions (given the same deadline), then infrastructure.
+TREE_DRAWING
 
-Every child but the executions runs under ``supervise`` with its spec in CHILDREN: a crash is
-logged and the child restarted, touching no sibling and no execution (they are not its
-descendants); past the restart intensity the daemon stops gracefully, as on SIGTERM.
+Tiers start in order and stop in reverse, each one a nursery nested in the one before. The daemon's
+tiers live as long as it runs; the term's tiers live for one term as the active daemon: without
+``[ha]`` one term, from the start to the stop; with it, one each time the election (a Nomad
+Variables lock) makes this daemon active, while the API answers as the standby in between. The
+execution nursery is the term's outermost tier, so that stepping down (the lock lost) stops the
+informer and the effects at once (another daemon acts now) while running executions finish.
+
+Every child runs under ``supervise`` with its spec: a crash is logged and the child restarted as
+its policy says, touching no sibling and no execution (they are not its descendants); past the
+restart intensity the daemon stops gracefully, as on SIGTERM. A stop asks every draining child at
+once (the API server stops accepting; the execution deadline starts counting), then unwinds the
+tiers from the innermost out, waiting for each draining child within its share of the budget
+before its tier is cancelled.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Final, cast
+from typing import Any, Final
 
-import hypercorn.trio
 import trio
-from hypercorn.config import Config as HypercornConfig
+from attrs import define, field
 from loguru import logger
 
-from . import hypercorn_patch
-from .alerter import PrewarmingPoolAlerter
 from .api import create_app
 from .config import Settings
-from .election import LockElector
+from .election import AlwaysActive, Elector, LockElector
+from .http_server import AsgiServer, HttpServerSettings
 from .network import Network, TcpNetwork
 from .nomad import NomadClient, NomadSettings
+from .nomad.api import NomadApi
 from .nomad.locks import VariableLocks
 from .observability import status_line
 from .service import RunnerService
 from .standby import RoleSwitch
-from .stopping import abandon_stops
-from .supervision import ChildSpec, Restart, RestartIntensity, supervise
+from .supervision import ChildSpec, Lifetime, Restart, RestartIntensity, Shutdown, TierSpec, supervise
 from .systemd import SystemdNotifier
-from .watcher import EventStreamWatcher
 
-__all__ = ["CHILDREN", "Daemon"]
-
-# The long-lived children of the tree above, each with its restart policy (OTP's child specs),
-# restarted one for one, all counted against [supervision] intensity and period. The node tracker
-# is as pure as the pool, and the watcher feeds it; its task only looks, every second, for agents
-# that have said nothing about the runners placed on their nodes.
-CHILDREN: Final = {
-    "factory": Restart.PERMANENT,
-    "inactivity expiry": Restart.PERMANENT,
-    "node tracker": Restart.PERMANENT,
-    "prewarming-pool alerter": Restart.PERMANENT,
-    "event-stream watcher": Restart.PERMANENT,
-    # One-shot: done once the configured environments are in Nomad; restarted only if it crashed.
-    "configured environments": Restart.TRANSIENT,
-    # Returns when it has stopped on request; a crash restarts it on the same address.
-    "api server": Restart.TRANSIENT,
-}
-
+__all__ = ["TREE", "Daemon", "draw_tree"]
 
 # systemd's STATUS= is refreshed this often at most (seconds), and the watchdog pinged as often as
-# it asks, while the watcher has moved on within _WATCHER_STUCK seconds: a quiet stream has a
+# it asks, while the informer has moved on within _INFORMER_STUCK seconds: a quiet stream has a
 # heartbeat every 30 s and a lost one a reconnect attempt within the backoff's 10 s cap, each
 # bounded by its own timeout.
 _STATUS_EVERY: Final = 5.0
-_WATCHER_STUCK: Final = 120.0
+_INFORMER_STUCK: Final = 120.0
 # While stopping, what the stop waits for is logged this often (seconds).
 _WAIT_LOG_EVERY: Final = 5.0
 # Running executions are ended this long before the stop's budget passes, so that their commands
@@ -75,6 +57,150 @@ _WAIT_LOG_EVERY: Final = 5.0
 _END_MARGIN: Final = 2.0
 _LISTEN_BACKLOG: Final = 2048
 KEEP_ALIVE_TIMEOUT: Final = 75.0
+
+
+def _term_of(parts: _Parts) -> RunnerService:
+    assert parts.service is not None, "a term's child runs in a term"
+    return parts.service
+
+
+TREE: Final = (
+    TierSpec(
+        "platform",
+        Lifetime.DAEMON,
+        (
+            ChildSpec(
+                "systemd notifier",
+                lambda p: p.daemon.tell_systemd,
+                Restart.TRANSIENT,
+                role="READY=1, STATUS=, WATCHDOG=1",
+            ),
+            ChildSpec(
+                "stop budget",
+                lambda p: p.daemon.enforce_budget,
+                role="at the stop's deadline, cuts what is left",
+            ),
+        ),
+    ),
+    TierSpec(
+        "intake",
+        Lifetime.DAEMON,
+        (
+            ChildSpec(
+                "api server",
+                lambda p: p.daemon.serve_api,
+                Restart.TRANSIENT,
+                Shutdown.DRAIN,
+                share=1.0,
+                ask=lambda p: p.daemon.server.stop,
+                role="Poseidon's /api/v1 and /metrics; the standby's 503 between terms",
+            ),
+        ),
+    ),
+    TierSpec(
+        "executions",
+        Lifetime.TERM,
+        (
+            ChildSpec(
+                "execution deadline",
+                lambda p: partial(p.daemon.end_executions_in_time, _term_of(p)),
+                Restart.PERMANENT,
+                Shutdown.DRAIN,
+                share=1.0,
+                role="holds the execution nursery; ends executions before the stop's budget",
+            ),
+        ),
+    ),
+    TierSpec(
+        "knowledge",
+        Lifetime.TERM,
+        (
+            ChildSpec("informer", lambda p: _term_of(p).informer.run, role="list + watch Nomad -> evidence"),
+            ChildSpec(
+                "node tracker",
+                lambda p: _term_of(p).informer.watch_silence,
+                role="agents silent while others report",
+            ),
+        ),
+    ),
+    TierSpec(
+        "effects",
+        Lifetime.TERM,
+        (
+            ChildSpec("factory", lambda p: _term_of(p).factory.run, role="Nomad's writes, paced and spread"),
+            ChildSpec(
+                "inactivity expiry",
+                lambda p: _term_of(p).effects.expiry.run,
+                role="claims past their timeout",
+            ),
+            ChildSpec(
+                "prewarming-pool alerter", lambda p: _term_of(p).alerter.run, role="depleting pools relisted"
+            ),
+        ),
+    ),
+    TierSpec(
+        "acting",
+        Lifetime.TERM,
+        (
+            ChildSpec(
+                "configured environments",
+                lambda p: partial(p.daemon.ensure_configured_environments, _term_of(p)),
+                Restart.TRANSIENT,
+                role="[[environments]] ensured in Nomad",
+            ),
+            ChildSpec(
+                "lock hold",
+                lambda p: p.daemon.hold_lock,
+                Restart.TEMPORARY,
+                ha_only=True,
+                role="renews the HA lock; its end ends the term",
+            ),
+        ),
+    ),
+)
+
+
+def draw_tree(tree: Sequence[TierSpec] = TREE) -> str:
+    """The tree as the README and this module's docstring draw it."""
+    lines = ["Daemon.run"]
+    for tier in tree:
+        lines.append(f"├── tier {tier.name} ({tier.lifetime.value})")
+        for child in tier.children:
+            how = child.restart.value + (", drains" if child.shutdown is Shutdown.DRAIN else "")
+            only = ", [ha] only" if child.ha_only else ""
+            lines.append(f"│   ├── {child.name} ({how}{only}): {child.role}")
+    lines.append("└── one task per execution, in the executions tier's nursery")
+    return "\n".join(lines)
+
+
+__doc__ = (__doc__ or "").replace("TREE_DRAWING", draw_tree())
+
+
+@define
+class _Parts:
+    """What a child's spec starts it from: the daemon, and the term's runner service in a term."""
+
+    daemon: Daemon
+    service: RunnerService | None = None
+
+
+@define
+class _Tiers:
+    """The open tiers: their nurseries, and when each of their children has ended for good."""
+
+    nurseries: dict[str, trio.Nursery] = field(factory=dict)
+    ended: dict[str, trio.Event] = field(factory=dict)
+
+
+@define(eq=False)
+class _Term:
+    """One term as the active daemon."""
+
+    service: RunnerService
+    acquired_at: float
+    # Set when the term is to end (the stop, or the lock lost); ``why`` says which.
+    ending: trio.Event = field(factory=trio.Event)
+    why: str = "the daemon stops"
 
 
 class Daemon:
@@ -86,13 +212,14 @@ class Daemon:
         environ: Mapping[str, str] | None = None,
         *,
         network: Network | None = None,
+        tree: Sequence[TierSpec] = TREE,
     ) -> None:
         self.settings = settings
-        self.network: Network = network or TcpNetwork()
         self.environ = dict(os.environ if environ is None else environ)
+        self.network: Network = network or TcpNetwork()
+        self.tree = tuple(tier for tier in tree)
         self.service: RunnerService | None = None
-        self.elector: LockElector | None = None
-        self.watcher: EventStreamWatcher | None = None
+        self.elector: Elector = AlwaysActive()
         self.cluster: object | None = None
         self._stop = trio.Event()
         # The stop's one budget: running executions are ended just before it passes.
@@ -105,6 +232,13 @@ class Daemon:
         self.ended = trio.Event()
         self.systemd = SystemdNotifier(self.environ)
         self.addresses: list[str] = []
+        self.switch = RoleSwitch(retry_after=settings.ha.ttl / 3)
+        self.server = AsgiServer(self.switch, self._server_settings())
+        self._term: _Term | None = None
+        # Set once the first term has started its tiers.
+        self._term_started = trio.Event()
+        # Where the API listens once bound: a restarted server binds the same port again.
+        self._api_port = settings.server.port
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
         self.failure: str | None = None
         self.restarts = RestartIntensity(settings.supervision.intensity, settings.supervision.period)
@@ -116,14 +250,32 @@ class Daemon:
             self._stop_deadline = now + self.settings.server.graceful_timeout
             self._stop.set()
             self.systemd.notify("STOPPING=1", "STATUS=stopping")
+            self._ask_to_stop()
             if self.service is not None:
                 self.service.executions.begin_stop()
+            if self._term is not None:
+                self._term.ending.set()
         else:  # the running executions are told at once, and get _END_MARGIN to hear it
             self._stop_deadline = min(self._stop_deadline, now + _END_MARGIN)
-        self._stop_changed.set()
+        # Every waiter holds the event of its time: a fresh one for the next change.
+        changed, self._stop_changed = self._stop_changed, trio.Event()
+        changed.set()
+
+    def _ask_to_stop(self) -> None:
+        """Ask every draining child that says how (the API server: stop accepting)."""
+        parts = _Parts(self, self.service)
+        for tier in self.tree:
+            for child in tier.children:
+                if child.ask is not None and (tier.lifetime is Lifetime.DAEMON or parts.service is not None):
+                    child.ask(parts)()
+
+    def stopping_now(self) -> bool:
+        """Whether the daemon has been told to stop."""
+        return self._stop.is_set()
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until ``stop()`` (or until a child keeps failing); reports itself once the API serves."""
+        """Serve until ``stop()`` (or until a child keeps failing); reports itself once the API
+        serves (and, without ``[ha]``, its term has started)."""
         try:
             await self._run(task_status)
         finally:
@@ -137,9 +289,9 @@ class Daemon:
             with self._scope:
                 async with NomadClient(nomad, network=self.network) as client:
                     if self.settings.ha.enabled:
-                        await self._run_terms(client, task_status)
-                    else:
-                        await self._run_tiers(client, task_status)
+                        self.elector = LockElector(VariableLocks(client), self.settings.ha)
+                    daemon_tiers = [t for t in self.tree if t.lifetime is Lifetime.DAEMON]
+                    await self._nest(daemon_tiers, partial(self._terms, client, task_status))
             self.systemd.close()
             root.cancel_scope.cancel("the daemon stopped")
 
@@ -158,166 +310,113 @@ class Daemon:
         assert nomad is not None
         return nomad
 
-    async def _run_tiers(self, client: NomadClient, task_status: trio.TaskStatus[Daemon]) -> None:
-        settings = self.settings
-        hypercorn_patch.apply()
+    # -- the tree -------------------------------------------------------------------------------
 
-        async def start(nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[object]]) -> object:
-            spec = ChildSpec(name, run, CHILDREN[name])
-            supervised = partial(supervise, spec, self.restarts, self._escalate, stopping=self._stop.is_set)
-            return await nursery.start(supervised)
-
-        async with trio.open_nursery() as infrastructure:
-            async with trio.open_nursery() as executions:
-                # The service is handed the execution nursery, as trio's serve_tcp takes its
-                # handler_nursery; its own children run in the outer tier, which outlives it.
-                service = self.service = RunnerService(client, settings, execution_nursery=executions)
-                alerter = PrewarmingPoolAlerter(service, settings.alert)
-                await start(infrastructure, "factory", service.factory.run)
-                await start(infrastructure, "inactivity expiry", service.expiry.run)
-                await start(infrastructure, "node tracker", service.find_silent_agents)
-                await start(infrastructure, "prewarming-pool alerter", alerter.run)
-                infrastructure.start_soon(self._end_executions_in_time, service)
-                infrastructure.start_soon(self._tell_systemd, service)
-                await self._run_intake(service, start, task_status)
-                # Cut, if it comes to that, by _end_executions_in_time at the stop's deadline.
-            infrastructure.cancel_scope.cancel("the daemon stopped")
-
-    async def _tell_systemd(self, service: RunnerService) -> None:
-        """READY=1 once the first listing is reconciled and the API serves; STATUS= when it
-        changes; WATCHDOG=1 while this loop runs and the watcher makes progress."""
-        notifier = self.systemd
-        if not notifier.enabled:
-            return
-        every = min(notifier.watchdog_interval or _STATUS_EVERY, _STATUS_EVERY)
-        readiness = trio.Event()
-
-        async def wake_when_ready() -> None:
-            await self._serving.wait()
-            await service.synced.wait()
-            readiness.set()
-
-        async with trio.open_nursery() as waiting:
-            waiting.start_soon(wake_when_ready)
-            await self._notify_until_stopped(service, every, readiness)
-            waiting.cancel_scope.cancel()
-
-    async def _notify_until_stopped(
-        self, service: RunnerService, every: float, readiness: trio.Event
-    ) -> None:
-        notifier = self.systemd
-        ready, told = False, ""
-        while not self._stop.is_set():
-            lines = []
-            if not ready and readiness.is_set():
-                ready = True
-                lines.append("READY=1")
-            status = status_line(service) if ready else "starting: waiting for Nomad's first listing"
-            if status != told:
-                told = status
-                lines.append(f"STATUS={status}")
-            watcher = self.watcher
-            if notifier.watchdog_interval and (watcher is None or watcher.making_progress(_WATCHER_STUCK)):
-                lines.append("WATCHDOG=1")
-            if lines:
-                notifier.notify(*lines)
-            with trio.move_on_after(every):
-                await (self._stop if ready else readiness).wait()  # not ready yet: woken when it is
-
-    async def _end_executions_in_time(self, service: RunnerService) -> None:
-        """Once stopping: say every few seconds what the stop waits for; end the executions still
-        running _END_MARGIN before the budget passes (at once after a second signal); when it has
-        passed, close whatever connection is left and cut everything."""
-        await self._stop.wait()
-        ended = False
-        next_line = trio.current_time()
-        while True:
-            now = trio.current_time()
-            left = self._stop_deadline - now
-            if left <= 0:
-                closed = hypercorn_patch.close_connections()
-                abandoned = abandon_stops()
-                logger.warning(
-                    "stopping: the budget has passed; {} connection(s) cut, {} command stop(s) left "
-                    "to the next start",
-                    closed,
-                    abandoned,
-                )
-                self._scope.cancel("the stop's budget has passed")
-                return
-            running = service.executions.running_count
-            if not ended and left <= _END_MARGIN:
-                ended = True
-                service.executions.shut_down()
-                if running:
-                    logger.warning("stopping: ended {} running execution(s): out of time", running)
-            elif not ended and running and now >= next_line:
-                logger.info("stopping: waiting for {} execution(s), {:.0f}s left", running, left)
-                next_line = now + _WAIT_LOG_EVERY
-            wake = self._stop_deadline if ended else min(next_line, self._stop_deadline - _END_MARGIN)
-            self._stop_changed = trio.Event()
-            with trio.move_on_at(wake):
-                await self._stop_changed.wait()
-
-    async def _run_intake(
+    async def _nest(
         self,
-        service: RunnerService,
-        start: Callable[[trio.Nursery, str, Callable[..., Awaitable[object]]], Awaitable[object]],
-        task_status: trio.TaskStatus[Daemon],
+        tiers: Sequence[TierSpec],
+        body: Callable[[_Tiers], Awaitable[None]],
+        opened: _Tiers | None = None,
     ) -> None:
-        """The watcher and the API server: on stop, hypercorn refuses new connections and lets
-        running requests (and the executions' WebSockets) finish within the graceful timeout."""
-        settings = self.settings
-        watcher = self.watcher = EventStreamWatcher(
-            service,
-            heartbeat_timeout=settings.watcher.heartbeat_timeout,
-            resync_interval=settings.watcher.resync_interval,
-        )
-        serve = partial(
-            hypercorn.trio.serve,
-            create_app(service, settings),  # type: ignore[arg-type]  # starlette's ASGI types differ
-            self._hypercorn_config(),
-            shutdown_trigger=self._stop.wait,
-        )
-        async with trio.open_nursery() as intake:
-            await start(intake, "event-stream watcher", watcher.run)
-            await start(
-                intake, "configured environments", partial(self._ensure_configured_environments, service)
-            )
-            async with trio.open_nursery() as serving:
-                self.addresses = cast(list[str], await start(serving, "api server", serve))
-                logger.info("serving the API on {}", ", ".join(self.addresses))
-                self._serving.set()
-                task_status.started(self)
-            intake.cancel_scope.cancel("the API server stopped")
+        """Open one nursery per tier, nested in order, and run ``body`` inside the innermost (it
+        starts the children); then unwind from the innermost out: each tier waits for its draining
+        children within their share of the budget, and is cancelled."""
+        opened = _Tiers() if opened is None else opened
+        if not tiers:
+            await body(opened)
+            return
+        tier = tiers[0]
+        async with trio.open_nursery() as nursery:
+            opened.nurseries[tier.name] = nursery
+            await self._nest(tiers[1:], body, opened)
+            await self._drain(tier, opened)
+            nursery.cancel_scope.cancel(f"the {tier.name} tier stopped")
 
-    async def _run_terms(self, client: NomadClient, task_status: trio.TaskStatus[Daemon]) -> None:
-        """``[ha]``: the API serves from the start, as the standby; each time this daemon takes the
-        lock, a term begins with a fresh service that lists Nomad and adopts what it finds (as a
-        start does), and it ends when the lock is lost or not renewed in time (step down: nothing
-        new is started, running executions finish) or at the stop (then the lock is released)."""
-        hypercorn_patch.apply()
-        elector = self.elector = LockElector(VariableLocks(client), self.settings.ha)
-        switch = RoleSwitch(retry_after=elector.interval)
-        serve = partial(
-            hypercorn.trio.serve,
-            switch,  # type: ignore[arg-type]  # hypercorn's ASGI types differ
-            self._hypercorn_config(),
-            shutdown_trigger=self._stop.wait,
-        )
-        async with trio.open_nursery() as serving:
-            spec = ChildSpec("api server", serve, CHILDREN["api server"])
-            supervised = partial(supervise, spec, self.restarts, self._escalate, stopping=self._stop.is_set)
-            self.addresses = cast(list[str], await serving.start(supervised))
-            logger.info("serving the API on {}", ", ".join(self.addresses))
+    async def _start_tiers(self, tiers: Sequence[TierSpec], parts: _Parts, opened: _Tiers) -> None:
+        """Start every child of ``tiers``, tier by tier, each in its tier's nursery."""
+        for tier in tiers:
+            for child in tier.children:
+                if child.ha_only and not self.settings.ha.enabled:
+                    continue
+                ended = opened.ended[child.name] = trio.Event()
+                supervised = partial(
+                    supervise,
+                    child,
+                    child.start(parts),
+                    self.restarts,
+                    self._escalate,
+                    stopping=self._stop.is_set,
+                )
+                await opened.nurseries[tier.name].start(_marking_end, supervised, ended)
+
+    async def _drain(self, tier: TierSpec, opened: _Tiers) -> None:
+        """Wait for the tier's draining children to return, each within its share of the budget
+        (once stopping; a term that ends otherwise drains only what needs no budget)."""
+        for child in tier.children:
+            ended = opened.ended.get(child.name)
+            if child.shutdown is not Shutdown.DRAIN or ended is None:
+                continue
+            budget = max(0.0, self._stop_deadline - trio.current_time()) * child.share
+            with trio.move_on_after(budget):
+                await ended.wait()
+
+    async def _terms(self, client: NomadApi, task_status: trio.TaskStatus[Daemon], opened: _Tiers) -> None:
+        """The daemon's tiers are open: start their children, then run one term after another
+        while this daemon is active, until the stop."""
+        await self._start_tiers([t for t in self.tree if t.lifetime is Lifetime.DAEMON], _Parts(self), opened)
+        if self.settings.ha.enabled:
             logger.info("HA: the standby until this daemon holds the lock {}", self.settings.ha.lock_path)
-            self._serving.set()
             task_status.started(self)
-            while not self._stop.is_set():
-                acquired = await self._until_stopped(elector.acquire)
-                if acquired is None:
-                    break
-                await self._term(client, switch, elector, acquired)
+            reported = True
+        else:
+            reported = False
+        while not self._stop.is_set():
+            acquired = await self._until_stopped(self.elector.acquire)
+            if acquired is None:
+                break
+            await self._run_term(client, acquired, None if reported else task_status)
+            reported = True
+            if not self._stop.is_set():
+                self.elector.stepped_down()
+        if not reported:
+            task_status.started(self)
+        await self._stop.wait()
+
+    async def _run_term(
+        self, client: NomadApi, acquired: float, task_status: trio.TaskStatus[Daemon] | None
+    ) -> None:
+        """One term as the active daemon: its tiers started, the API switched to its desk; at its
+        end (the stop, or the lock lost) the API answers as the standby again while the tiers
+        unwind and running executions finish."""
+        term_tiers = [t for t in self.tree if t.lifetime is Lifetime.TERM]
+        settings = self.settings
+
+        async def body(opened: _Tiers) -> None:
+            service = RunnerService(client, settings, execution_nursery=opened.nurseries[term_tiers[0].name])
+            term = self._term = _Term(service, acquired)
+            self.service = service
+            if self._stop.is_set():
+                service.executions.begin_stop()
+                term.ending.set()
+            await self._start_tiers(term_tiers, _Parts(self, service), opened)
+            self.switch.app = create_app(service, settings)
+            self._term_started.set()
+            if task_status is not None:
+                task_status.started(self)
+            await term.ending.wait()
+            self.switch.app = None  # new requests get the standby's answer from here on
+            service.executions.begin_stop()  # and an execution whose WebSocket came before does not start
+            if not self._stop.is_set():
+                logger.warning(
+                    "stepping down: {}; nothing new starts here, {} running execution(s) may finish",
+                    term.why,
+                    service.executions.running_count,
+                )
+
+        await self._nest(term_tiers, body)
+        self._term = None
+        if self._stop.is_set():
+            await self.elector.release()
 
     async def _until_stopped(self, wait: Callable[[], Awaitable[float]]) -> float | None:
         """``wait()``'s result, or None if the daemon is told to stop first."""
@@ -334,79 +433,143 @@ class Daemon:
             racing.cancel_scope.cancel()
         return result
 
-    async def _term(
-        self, client: NomadClient, switch: RoleSwitch, elector: LockElector, acquired: float
+    # -- the children ---------------------------------------------------------------------------
+
+    async def serve_api(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        """The API server, on ``[server]``'s address (the port it was bound to, after a restart)."""
+        server = self.settings.server
+        listening = await self.network.listen(server.address, self._api_port, backlog=_LISTEN_BACKLOG)
+        self._api_port = listening.port
+        async with trio.open_nursery() as serving:
+            url = await serving.start(self.server.serve, listening)
+            self.addresses = [url]
+            logger.info("serving the API on {}", url)
+            self._serving.set()
+            task_status.started(self.addresses)
+
+    async def hold_lock(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Renew the HA lock for the term; when it is lost (or this crashes), the term ends."""
+        term = self._term
+        assert term is not None
+        task_status.started()
+        try:
+            term.why = await self.elector.hold(term.acquired_at)
+        except Exception:
+            term.why = "the lock's hold failed"
+            raise
+        finally:
+            term.ending.set()
+
+    async def tell_systemd(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """READY=1 once the first listing is reconciled and the API serves; STATUS= when it
+        changes; WATCHDOG=1 while this loop runs and the informer makes progress."""
+        task_status.started()
+        if not self.systemd.enabled:
+            return
+        every = min(self.systemd.watchdog_interval or _STATUS_EVERY, _STATUS_EVERY)
+        readiness = trio.Event()
+
+        async def wake_when_ready() -> None:
+            await self._serving.wait()
+            await self._term_started.wait()
+            assert self.service is not None
+            await self.service.informer.synced.wait()
+            readiness.set()
+
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(wake_when_ready)
+            await self._notify_until_stopped(every, readiness)
+            waiting.cancel_scope.cancel("the daemon stops")
+
+    async def _notify_until_stopped(self, every: float, readiness: trio.Event) -> None:
+        notifier = self.systemd
+        ready, told = False, ""
+        while not self._stop.is_set():
+            lines = []
+            service = self.service
+            if not ready and readiness.is_set():
+                ready = True
+                lines.append("READY=1")
+            starting = "starting: waiting for Nomad's first listing"
+            status = status_line(service) if ready and service is not None else starting
+            if status != told:
+                told = status
+                lines.append(f"STATUS={status}")
+            if notifier.watchdog_interval and (
+                service is None or service.informer.making_progress(_INFORMER_STUCK)
+            ):
+                lines.append("WATCHDOG=1")
+            if lines:
+                notifier.notify(*lines)
+            with trio.move_on_after(every):
+                await (self._stop if ready else readiness).wait()  # not ready yet: woken when it is
+
+    async def end_executions_in_time(
+        self, service: RunnerService, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """One term as the active daemon (see ``_run_terms``)."""
-        settings = self.settings
+        """Once stopping: say every few seconds what the stop waits for; end the executions still
+        running _END_MARGIN before the budget passes (at once after a second signal); return once
+        none runs. When the budget has passed, cut whatever connection is left and every stop of a
+        command under way, and everything else."""
+        task_status.started()
+        await self._stop.wait()
+        executions = service.executions
+        ended = False
+        next_line = trio.current_time()
+        while executions.running_count:
+            now = trio.current_time()
+            left = self._stop_deadline - now
+            running = executions.running_count
+            if not ended and left <= _END_MARGIN:
+                ended = True
+                executions.shut_down()
+                logger.warning("stopping: ended {} running execution(s): out of time", running)
+            elif not ended and now >= next_line:
+                logger.info("stopping: waiting for {} execution(s), {:.0f}s left", running, left)
+                next_line = now + _WAIT_LOG_EVERY
+            wake = self._stop_deadline if ended else min(next_line, self._stop_deadline - _END_MARGIN)
+            with trio.move_on_at(wake):
+                await _first(self._stop_changed.wait, executions.all_ended)
+        # The stops of their commands still under way (shielded) end with the budget.
+        await service.stops.wait_idle()
 
-        async def start(nursery: trio.Nursery, name: str, run: Callable[..., Awaitable[object]]) -> object:
-            spec = ChildSpec(name, run, CHILDREN[name])
-            supervised = partial(supervise, spec, self.restarts, self._escalate, stopping=self._stop.is_set)
-            return await nursery.start(supervised)
+    async def enforce_budget(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """When the stop's budget has passed: cut whatever connection is left and every stop of a
+        command under way (shielded), then everything else."""
+        task_status.started()
+        await self._stop.wait()
+        while trio.current_time() < self._stop_deadline:
+            with trio.move_on_at(self._stop_deadline):
+                await self._stop_changed.wait()  # a second signal brings the deadline nearer
+        closed = self.server.close_connections()
+        abandoned = self.service.stops.abandon() if self.service is not None else 0
+        logger.warning(
+            "stopping: the budget has passed; {} connection(s) cut, {} command stop(s) left to the next "
+            "start",
+            closed,
+            abandoned,
+        )
+        self._scope.cancel("the stop's budget has passed")
 
-        why = "the daemon stops"
-        async with trio.open_nursery() as overseer:
-            async with trio.open_nursery() as executions:
-                service = self.service = RunnerService(client, settings, execution_nursery=executions)
-                if self._stop.is_set():
-                    service.executions.begin_stop()
-                async with trio.open_nursery() as acting:
-                    watcher = self.watcher = EventStreamWatcher(
-                        service,
-                        heartbeat_timeout=settings.watcher.heartbeat_timeout,
-                        resync_interval=settings.watcher.resync_interval,
-                    )
-                    await start(acting, "factory", service.factory.run)
-                    await start(acting, "inactivity expiry", service.expiry.run)
-                    await start(acting, "node tracker", service.find_silent_agents)
-                    alerter = PrewarmingPoolAlerter(service, settings.alert)
-                    await start(acting, "prewarming-pool alerter", alerter.run)
-                    await start(acting, "event-stream watcher", watcher.run)
-                    configured = partial(self._ensure_configured_environments, service)
-                    await start(acting, "configured environments", configured)
-                    acting.start_soon(self._tell_systemd, service)
-                    switch.app = create_app(service, settings)
+    async def ensure_configured_environments(
+        self, service: RunnerService, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The ``[[environments]]`` of the configuration, in Nomad once its first listing is in."""
+        task_status.started()
+        if not self.settings.environments:
+            return
+        await service.informer.synced.wait()
+        await service.environments.ensure(self.settings.environments)
 
-                    async def hold() -> None:
-                        nonlocal why
-                        why = await elector.hold(acquired)
-                        acting.cancel_scope.cancel()
-
-                    acting.start_soon(hold)
-                    await self._stop.wait()
-                    acting.cancel_scope.cancel()
-                switch.app = None  # new requests get the standby's answer from here on
-                if self._stop.is_set():
-                    overseer.start_soon(self._end_executions_in_time, service)
-                else:
-                    elector.stepped_down()
-                    logger.warning(
-                        "stepping down: {}; nothing new starts here, {} running execution(s) may finish",
-                        why,
-                        service.executions.running_count,
-                    )
-            overseer.cancel_scope.cancel()  # the executions have ended
-        if self._stop.is_set():
-            await elector.release()
-
-    def _hypercorn_config(self) -> HypercornConfig:
-        config = HypercornConfig()
-        config.bind = [f"{self.settings.server.address}:{self.settings.server.port}"]
-        # Requests still open when the budget has passed are cut (executions were ended before).
-        config.graceful_timeout = self.settings.server.graceful_timeout
-        config.websocket_max_message_size = self.settings.server.max_message
-        # hypercorn's default backlog (100) overflowed when a thousand clients connected within
-        # seconds (scripts/bench_scale.py): the kernel reset the connections past it.
-        config.backlog = _LISTEN_BACKLOG
-        # Longer than clients keep an idle connection (httpx 5 s, hypercorn's default too): at equal
-        # timeouts a client could send on a connection the server was closing, and a POST cannot be
-        # sent again (a node_down scenario's execute: "Server disconnected without sending a response").
-        config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
-        # Plain loggers: their lines reach the one log stream (logs.py) instead of hypercorn's own.
-        config.errorlog = logging.getLogger("hypercorn.error")
-        config.accesslog = logging.getLogger("hypercorn.access") if self.settings.log.access else None
-        return config
+    def _server_settings(self) -> HttpServerSettings:
+        # Longer than clients keep an idle connection (httpx 5 s): at equal timeouts a client could
+        # send on a connection the server was closing, and a POST cannot be sent again (a node_down
+        # scenario's execute: "Server disconnected without sending a response").
+        return HttpServerSettings(
+            keep_alive_timeout=KEEP_ALIVE_TIMEOUT,
+            max_message=self.settings.server.max_message,
+            access_log=self.settings.log.access,
+        )
 
     def _escalate(self, reason: str) -> None:
         """A child went past the restart intensity: stop gracefully, and say why on the way out."""
@@ -415,11 +578,27 @@ class Daemon:
             logger.error("stopping: {}", reason)
         self.stop()
 
-    async def _ensure_configured_environments(
-        self, service: RunnerService, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        task_status.started()
-        if not self.settings.environments:
-            return
-        await service.synced.wait()
-        await service.environments.ensure(self.settings.environments)
+
+async def _marking_end(
+    supervised: Callable[..., Awaitable[None]],
+    ended: trio.Event,
+    *,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a supervised child; ``ended`` is set when it is over for good."""
+    try:
+        await supervised(task_status=task_status)
+    finally:
+        ended.set()
+
+
+async def _first(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Return as soon as one of ``waits`` has returned."""
+    async with trio.open_nursery() as racing:
+        for wait in waits:
+
+            async def until(wait: Callable[[], Awaitable[object]] = wait) -> None:
+                await wait()
+                racing.cancel_scope.cancel()
+
+            racing.start_soon(until)

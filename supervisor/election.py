@@ -13,7 +13,7 @@ other by more than the margin of ``STEP_DOWN_MARGIN`` over a TTL.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NoReturn, Protocol
 
 import trio
 from loguru import logger
@@ -22,13 +22,52 @@ from .config import HaSettings
 from .errors import NomadRequestError, TransientError
 from .nomad.locks import VariableLocks
 
-__all__ = ["STEP_DOWN_MARGIN", "LockElector"]
+__all__ = ["STEP_DOWN_MARGIN", "AlwaysActive", "Elector", "LockElector"]
 
 # The active steps down this share of the TTL before the TTL has run out since its last accepted
 # renewal was sent: room for a clock that runs slow and for the step-down itself.
 STEP_DOWN_MARGIN: Final = 0.2
 # After a failed renewal (no answer, a 5xx), the next try comes this soon, if the TTL leaves room.
 _RENEW_RETRY: Final = 0.5
+
+
+class Elector(Protocol):
+    """Which daemon is active: ``acquire`` waits until this one is, ``hold`` returns (with why)
+    when it no longer is, ``release`` gives it up at a clean stop."""
+
+    async def acquire(self) -> float:
+        """Wait until this daemon is active; the time the winning request was sent."""
+        ...
+
+    async def hold(self, acquired_at: float) -> str:
+        """Stay active until that can no longer be ensured; why it returned."""
+        ...
+
+    async def release(self) -> None:
+        """Give it up, so that a standby takes over at once."""
+
+    def stepped_down(self) -> None:
+        """No longer active (lost, or not renewed in time)."""
+
+
+class AlwaysActive:
+    """The elector of a daemon without ``[ha]``: active from the start until the stop."""
+
+    async def acquire(self) -> float:
+        """At once."""
+        await trio.lowlevel.checkpoint()
+        return trio.current_time()
+
+    async def hold(self, acquired_at: float) -> NoReturn:
+        """For ever."""
+        await trio.sleep_forever()
+
+    async def release(self) -> None:
+        """Nothing to give up."""
+        await trio.lowlevel.checkpoint()
+
+    def stepped_down(self) -> None:
+        """Never happens."""
 
 
 class LockElector:

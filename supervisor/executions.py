@@ -23,7 +23,6 @@ import codecs
 import contextlib
 import sys
 import uuid
-from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, Protocol, cast
 
@@ -42,12 +41,13 @@ from .errors import (
     SupervisorError,
     leaves,
 )
+from .evidence import Finding
 from .nomad import ExecExited, ExecOutput
 from .nomad.api import ExecChannel, ExecOpener
 from .runners import REASON_ALLOCATION_UNKNOWN
-from .stopping import StopOutcome, stop_in_runner
+from .stopping import CommandStops, StopOutcome
 
-__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionService", "wait_for_agent"]
+__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionRunners", "ExecutionService", "wait_for_agent"]
 
 
 _VARIABLES_CACHE: Final = 10_000
@@ -68,6 +68,27 @@ CLOSE_GOING_AWAY: Final = 1001
 # How long a stop at shutdown may take before the daemon goes anyway (the next start's sweep of
 # adopted claims stops what is left).
 _SHUTDOWN_STOP_CAP: Final = 1.0
+
+
+class ExecutionRunners(Protocol):
+    """What an execution needs of the runners: the runner desk provides it."""
+
+    @property
+    def agent_wait(self) -> float:
+        """How long an exec waits for an agent a server cannot reach (nothing ran)."""
+
+    @property
+    def agent_retry(self) -> float:
+        """How often it tries that agent again meanwhile."""
+
+    def alloc_id(self, runner_id: str) -> str | None:
+        """The allocation of the used runner, while it is one."""
+
+    def working(self, runner_id: str, delta: int) -> None:
+        """An execution began (+1) or ended (-1) in the runner: it does not expire meanwhile."""
+
+    def found(self, runner_id: str, finding: Finding) -> None:
+        """What an exec session in the runner found out about it."""
 
 
 class ClientSocket(Protocol):
@@ -106,6 +127,7 @@ class _Attempt:
 class _Running:
     execution_id: str
     runner_id: str
+    runners: ExecutionRunners
     scope: trio.CancelScope = field(factory=trio.CancelScope)
     gone_reason: str = ""
     # Ended by the daemon's stop: its command is stopped, its socket closed as going away.
@@ -121,29 +143,13 @@ class ExecutionService:
         self,
         client: ExecOpener,
         settings: ExecutionSettings,
+        stops: CommandStops,
         *,
-        alloc_of: Callable[[str], str | None],
-        activity: Callable[[str, int], None],
-        replace_runner: Callable[[str, str], None],
         execution_nursery: trio.Nursery,
-        runner_lost: Callable[[str], None] = lambda runner_id: None,
-        agent_away: Callable[[str], None] = lambda runner_id: None,
-        agent_unreachable: Callable[[str], None] = lambda runner_id: None,
-        agent_reached: Callable[[str], None] = lambda runner_id: None,
-        agent_wait: float = 5.0,
-        agent_retry: float = 0.5,
     ) -> None:
         self._client = client
         self._settings = settings
-        self._alloc_of = alloc_of
-        self._activity = activity
-        self._replace_runner = replace_runner
-        self._runner_lost = runner_lost
-        self._agent_away = agent_away
-        self._agent_unreachable = agent_unreachable
-        self._agent_reached = agent_reached
-        self._agent_wait = agent_wait
-        self._agent_retry = agent_retry
+        self._stops = stops
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
         # Each runner's allocation and its NOMAD_* variable names, until the runner goes.
         self._variables: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -212,52 +218,56 @@ class ExecutionService:
             running.scope.cancel(MESSAGE_SHUTTING_DOWN)
         return len(self._running)
 
-    async def serve(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> int:
-        """Run the execution in the execution nursery; returns, when it has ended, the WebSocket
-        close code: 1000, or 1001 (going away) when the daemon's stop ended it."""
+    async def serve(
+        self, socket: ClientSocket, execution_id: str, request: ExecutionRequest, runners: ExecutionRunners
+    ) -> int:
+        """Run the execution in the execution nursery, telling ``runners`` what it finds; returns,
+        when it has ended, the WebSocket close code: 1000, or 1001 (going away) when the daemon's
+        stop ended it. It counts as running from this call on, so that the execution nursery,
+        which waits for the running ones, cannot close under it."""
+        if self.stopping:
+            await _send(socket, {"type": "error", "data": MESSAGE_SHUTTING_DOWN})
+            return CLOSE_GOING_AWAY
+        alloc_id = runners.alloc_id(request.runner_id)
+        if alloc_id is None:
+            await _send(socket, {"type": "error", "data": "the runner is gone"})
+            return CLOSE_NORMAL
+        running = _Running(execution_id, request.runner_id, runners)
+        self._running.add(running)
+        if self._none_running.is_set():
+            self._none_running = trio.Event()
+        runners.working(request.runner_id, +1)
         done = trio.Event()
         code = CLOSE_NORMAL
-        running = _Running(execution_id, request.runner_id)
 
         async def execution() -> None:
             nonlocal code
             try:
-                code = await self._run(socket, running, request)
+                code = await self._run(socket, running, alloc_id, request)
             except* Exception:
                 # A bug in one execution must not end the others in the nursery.
                 logger.exception("execution {} on {} failed", execution_id, request.runner_id)
                 if not running.attempt.exit_sent:  # the client has its one terminal message
                     await _send(socket, {"type": "error", "data": "internal error of the supervisor"})
             finally:
+                self._running.discard(running)
+                if not self._running:
+                    self._none_running.set()
+                runners.working(request.runner_id, -1)
                 done.set()
 
         self._nursery.start_soon(execution)
         await done.wait()
         return code
 
-    async def _run(self, socket: ClientSocket, running: _Running, request: ExecutionRequest) -> int:
+    async def _run(
+        self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
+    ) -> int:
         execution_id = running.execution_id
-        if self.stopping:
-            await _send(socket, {"type": "error", "data": MESSAGE_SHUTTING_DOWN})
-            return CLOSE_GOING_AWAY
-        alloc_id = self._alloc_of(request.runner_id)
-        if alloc_id is None:
-            await _send(socket, {"type": "error", "data": "the runner is gone"})
-            return CLOSE_NORMAL
-        self._running.add(running)
-        if self._none_running.is_set():
-            self._none_running = trio.Event()
-        self._activity(request.runner_id, +1)
         started = trio.current_time()
         logger.info("execution {} started on runner {}", execution_id, request.runner_id)
-        try:
-            await _send(socket, {"type": "start"})
-            terminal = await self._bridge(socket, running, alloc_id, request)
-        finally:
-            self._running.discard(running)
-            if not self._running:
-                self._none_running.set()
-            self._activity(request.runner_id, -1)
+        await _send(socket, {"type": "start"})
+        terminal = await self._bridge(socket, running, alloc_id, request)
         outcome = str(terminal["type"]) if terminal is not None else "closed"
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         logger.info(
@@ -304,10 +314,10 @@ class ExecutionService:
             await self._stop(running, alloc_id)  # the time limit passed
             return {"type": "timeout"}
         if isinstance(failure, ExecAllocationUnknown):
-            self._runner_lost(running.runner_id)
+            running.runners.found(running.runner_id, Finding.ALLOCATION_UNKNOWN)
             return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
         if isinstance(failure, ExecAgentUnreachable):
-            self._agent_away(running.runner_id)
+            running.runners.found(running.runner_id, Finding.AGENT_AWAY)
             return {"type": "error", "data": MESSAGE_AGENT_AWAY}
         # The command may still run: stop it (a client gone, a lost exec connection, a refusal).
         outcome = await self._stop(running, alloc_id)
@@ -317,7 +327,7 @@ class ExecutionService:
         """The terminal error for an execution that ``failure`` ended, after the stop that followed."""
         if isinstance(failure, ExecConnectionLost):
             if stop is StopOutcome.ALLOCATION_GONE:
-                self._runner_lost(running.runner_id)
+                running.runners.found(running.runner_id, Finding.ALLOCATION_UNKNOWN)
                 return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
             agent_away = stop is StopOutcome.AGENT_UNREACHABLE
             return {
@@ -341,16 +351,17 @@ class ExecutionService:
         cancellation keeps what it found). An agent the server cannot reach ran nothing (Nomad
         refuses before the command starts, and no output came): it may be restarting, so it is
         tried again up to the agent wait."""
-        give_up = trio.current_time() + self._agent_wait
+        runners = running.runners
+        give_up = trio.current_time() + runners.agent_wait
         while True:
             attempt = running.attempt = _Attempt()
             await self._attempt(attempt, socket, running, alloc_id, request)
             unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
             if unreachable:
-                self._agent_unreachable(running.runner_id)
+                runners.found(running.runner_id, Finding.AGENT_UNREACHABLE)
             elif attempt.output:
-                self._agent_reached(running.runner_id)
-            if not unreachable or not await wait_for_agent(give_up, self._agent_retry):
+                runners.found(running.runner_id, Finding.AGENT_REACHED)
+            if not unreachable or not await wait_for_agent(give_up, runners.agent_retry):
                 return
 
     async def _attempt(
@@ -410,24 +421,20 @@ class ExecutionService:
         return names
 
     async def _stop(self, running: _Running, alloc_id: str) -> StopOutcome:
-        return await stop_in_runner(
-            self._client,
-            task=self._settings.task,
-            alloc_id=alloc_id,
-            note_id=running.execution_id,
-            grace=self._settings.stop_grace,
-            nursery=self._nursery,
-            needed=lambda: self._alloc_of(running.runner_id) == alloc_id,
+        return await self._stops.stop_in_runner(
+            alloc_id,
+            running.execution_id,
+            needed=lambda: running.runners.alloc_id(running.runner_id) == alloc_id,
             on_failure=partial(self._replace_unstoppable, running, alloc_id),
         )
 
     def _replace_unstoppable(self, running: _Running, alloc_id: str) -> None:
-        if self._alloc_of(running.runner_id) != alloc_id:
+        if running.runners.alloc_id(running.runner_id) != alloc_id:
             return  # the runner, or the allocation the command ran in, is gone already
         logger.warning(
             "execution {} could not be stopped; replacing runner {}", running.execution_id, running.runner_id
         )
-        self._replace_runner(running.runner_id, "an execution could not be stopped")
+        running.runners.found(running.runner_id, Finding.UNSTOPPABLE)
 
 
 async def wait_for_agent(give_up: float, interval: float) -> bool:

@@ -89,7 +89,7 @@ class RunnerFactory:
         ``START_PATIENCE`` seconds on the agent that starts the most)."""
         unplaced, recent, placed = self._load()
         nodes = self._pool.nodes
-        away = nodes.avoided(self._pool.clock())
+        away = nodes.avoided(trio.current_time())
         open_nodes = [placed.get(n.id, 0) for n in nodes.nodes.values() if n.placeable and n.id not in away]
         if not open_nodes:
             return unplaced + max(recent.values(), default=0)
@@ -120,7 +120,7 @@ class RunnerFactory:
         ``max_starting`` of this factory's new jobs may be waiting to start, however long they have
         waited (counting the ones not placed yet), unless that leaves no node Nomad could place it on."""
         nodes = self._pool.nodes
-        away = nodes.avoided(self._pool.clock())
+        away = nodes.avoided(trio.current_time())
         unplaced, _, placed = self._load(excluding=runner_id)
         most = self._settings.max_starting
         full = tuple(n for n, count in placed.items() if count + unplaced >= most and n not in away)

@@ -21,6 +21,7 @@ from attrs import frozen
 from loguru import logger
 
 from .commands import noted_command, unprivileged_command
+from .config import ExecutionSettings
 from .errors import (
     ExecAgentUnreachable,
     FileNotAvailable,
@@ -30,7 +31,7 @@ from .errors import (
 )
 from .nomad import ExecExited
 from .nomad.api import ExecChannel, ExecOpener
-from .stopping import stop_in_runner
+from .stopping import CommandStops
 from .workspace import (
     CLEAR_WORKSPACE,
     DIRECTORY_EXIT_CODE,
@@ -124,21 +125,19 @@ class FileService:
     def __init__(
         self,
         client: ExecOpener,
+        settings: ExecutionSettings,
+        stops: CommandStops,
         *,
-        task: str,
-        workspace: str,
-        stop_grace: float,
         execution_nursery: trio.Nursery,
         allocation_in_use: Callable[[str], bool],
-        unprivileged_wrapper: str = "",
     ) -> None:
         self._client = client
+        self._stops = stops
         self._allocation_in_use = allocation_in_use
-        self._task = task
-        self._stop_grace = stop_grace
-        self._unprivileged_wrapper = unprivileged_wrapper
-        self.workspace = workspace
-        # Where downloads read, and stops that must outlive their request run.
+        self._task = settings.task
+        self._unprivileged_wrapper = settings.unprivileged_wrapper
+        self.workspace = settings.workspace
+        # Where downloads read: not under the request.
         self._nursery = execution_nursery
 
     @contextlib.asynccontextmanager
@@ -156,14 +155,8 @@ class FileService:
             raise
         finally:
             if started and not unreachable and session.exited is None:
-                await stop_in_runner(
-                    self._client,
-                    task=self._task,
-                    alloc_id=alloc_id,
-                    note_id=note_id,
-                    grace=self._stop_grace,
-                    nursery=self._nursery,
-                    needed=partial(self._allocation_in_use, alloc_id),
+                await self._stops.stop_in_runner(
+                    alloc_id, note_id, needed=partial(self._allocation_in_use, alloc_id)
                 )
 
     async def _run(

@@ -1,4 +1,4 @@
-"""One log stream: the daemon's own lines (loguru) and the standard library's (hypercorn, httpx,
+"""One log stream: the daemon's own lines (loguru) and the standard library's (httpx,
 trio-websocket), as text or as one JSON object per line, with every secret the daemon holds written
 as ``***``.
 
@@ -28,7 +28,7 @@ TEXT_FORMAT: Final = (
     "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <8}</level> | "
     "<cyan>{name}</cyan> - <level>{message}</level>"
 )
-# The standard library's lines (hypercorn's, the HTTP clients') below this level are dropped.
+# The standard library's lines (the HTTP clients') below this level are dropped.
 _LIBRARY_LEVEL: Final = logging.INFO
 MASK: Final = "***"
 # Libraries that log every request at INFO: the daemon logs what matters of them itself.

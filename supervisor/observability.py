@@ -14,7 +14,6 @@ from .factory import START_PATIENCE
 from .levels import StreamState
 from .runners import FOUND_BY, PoolStats, RunnerState
 from .service import RunnerService
-from .stopping import stops_waiting
 
 __all__ = ["health_details", "metric_line", "metrics_text", "pool_statistics", "status_line"]
 
@@ -47,7 +46,7 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "status": stream_status,
         "state": stream.value,
         "for_seconds": round(now - gate.since, 3),
-        "last_index": service.last_index,
+        "last_index": service.informer.last_index,
         "losses": gate.losses,
     }
     nomad: dict[str, Any] = {"status": "ok", "address": service.client.address}
@@ -161,7 +160,7 @@ def metrics_text(service: RunnerService) -> str:
         "supervisor_event_stream_last_index",
         "gauge",
         "Raft index of the last applied event.",
-        [(None, service.last_index)],
+        [(None, service.informer.last_index)],
     )
     counts: dict[tuple[str, str], int] = {}
     for runner in service.pool.runners.values():
@@ -212,7 +211,7 @@ def metrics_text(service: RunnerService) -> str:
         "supervisor_command_stops_waiting",
         "gauge",
         "Commands left running by a cut exec session whose stop waits for Nomad to reach them again.",
-        [(None, stops_waiting())],
+        [(None, service.stops.waiting)],
     )
     metric(
         "supervisor_executions_running",

@@ -24,7 +24,6 @@ after its index no longer shows the job, so they stay as many as the runners rec
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterable
 
 from attrs import define, field
@@ -32,8 +31,23 @@ from attrs import define, field
 from .allocation_state import end_reason, is_live, is_running, restart_delay
 from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_id, runner_environment_id
 from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
+from .evidence import (
+    AgentReport,
+    AllocationSeen,
+    ExecFinding,
+    Fact,
+    Finding,
+    JobSeen,
+    JobsListed,
+    Moment,
+    NodeSeen,
+    NodesListed,
+    RunnersListed,
+    SilentAgent,
+)
 from .nodes import NodeChanges, NodeTracker
 from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
+from .nomad.agents import AgentRoute
 from .replacements import SLOWER_THAN_A_START, ReplacementBudget
 from .runners import (
     FOUND_BY_EVENT,
@@ -42,15 +56,18 @@ from .runners import (
     FOUND_BY_NODE_RESTART,
     REASON_AGENT_AWAY,
     REASON_ALLOCATION_STOPPED,
+    REASON_ALLOCATION_UNKNOWN,
     REASON_DESTROYED,
     REASON_ENVIRONMENT,
     REASON_FAILED_IDLE,
     REASON_JOB_GONE,
     REASON_REPLACED,
+    REASON_UNSTOPPABLE,
     Action,
     CreateRunner,
     DestroyRunner,
     MarkUsed,
+    NodeAvoided,
     PoolStats,
     RelistWanted,
     Runner,
@@ -97,11 +114,49 @@ class RunnerPool:
     _used: dict[str, Runner] = field(factory=dict)
     # Told the ID of each runner whose allocation runs for the first time (the factory times it).
     on_started: Callable[[str], None] | None = None
-    # What an allocation's state is applied at, for the budget of failed idle runners replaced at once.
-    clock: Callable[[], float] = time.monotonic
-    # How far the event stream has flowed, in seconds: agents' silence is timed by it (NodeTracker.silent).
-    flowed: Callable[[], float] = time.monotonic
     _replacements: ReplacementBudget = field(factory=ReplacementBudget)
+
+    # -- evidence -------------------------------------------------------------------------------
+
+    def evidence(self, fact: Fact, at: Moment) -> list[Action]:
+        """Apply one fact, from Nomad or from an exec session, at the moment ``at``."""
+        match fact:
+            case AllocationSeen(alloc, found):
+                return self.apply_allocation(alloc, at, found=found)
+            case AgentReport(alloc):
+                self.agent_reported(alloc, at)
+                return []
+            case JobSeen(job_id, deleted, stopped):
+                return self.apply_job(job_id, deleted=deleted, stopped=stopped)
+            case NodeSeen(event_type, node, index):
+                return self.apply_node(event_type, node, index)
+            case NodesListed(nodes, index):
+                return self.replace_nodes(nodes, index)
+            case RunnersListed(jobs, allocs, index):
+                return self.reconcile(jobs, allocs, at, index=index)
+            case JobsListed(jobs):
+                return self.orphans(jobs)
+            case SilentAgent(node_id):
+                return self.avoid(node_id, at, silent=True)
+            case ExecFinding(runner_id, finding):
+                return self._finding(runner_id, finding, at)
+        raise AssertionError(f"not a fact: {fact!r}")  # pragma: no cover
+
+    def _finding(self, runner_id: str, finding: Finding, at: Moment) -> list[Action]:
+        runner = self.runners.get(runner_id)
+        if runner is None:
+            return []
+        if finding is Finding.ALLOCATION_UNKNOWN:
+            return self.lost(runner_id, REASON_ALLOCATION_UNKNOWN)
+        if finding is Finding.AGENT_UNREACHABLE:
+            return self.avoid(runner.node_id, at)
+        if finding is Finding.AGENT_REACHED:
+            self.agent_reached(runner_id)
+        elif finding is Finding.AGENT_AWAY:
+            self.set_moving(runner_id)
+        elif finding is Finding.UNSTOPPABLE:
+            return self.destroy(runner_id, REASON_UNSTOPPABLE)
+        return []
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -317,19 +372,62 @@ class RunnerPool:
             return []
         return [*self._remove(runner, reason, found=FOUND_BY_EXEC_REFUSAL), RelistWanted(reason)]
 
+    def used_alloc_id(self, runner_id: str) -> str | None:
+        """The allocation of the used runner, while it is one."""
+        runner = self.used_runner(runner_id)
+        return runner.alloc_id if runner is not None and runner.alloc_id else None
+
+    def knows_alloc(self, alloc_id: str) -> bool:
+        """Whether the allocation is a runner's."""
+        return self.runner_of_alloc(alloc_id) is not None
+
+    def agent_route(self, alloc_id: str) -> AgentRoute | None:
+        """Where the allocation's agent is, for exec straight to it: the node tracker knows the
+        node's address (from its events) and its generation (the index of its agent's last
+        restart)."""
+        runner = self.runner_of_alloc(alloc_id)
+        if runner is None or not runner.node_id:
+            return None
+        node = self.nodes.nodes.get(runner.node_id)
+        if node is None:
+            return AgentRoute(runner.node_id)
+        return AgentRoute(node.id, node.restarted_at, node.http_addr, node.tls, down=node.status == "down")
+
+    def silent_nodes(self, at: Moment) -> list[str]:
+        """The nodes whose agents are silent at ``at`` (``NodeTracker.silent``)."""
+        return self.nodes.silent(at.flowed, at.now)
+
+    def stream_paused(self, flowed: float) -> None:
+        """The event stream went on at ``flowed`` after a pause (``NodeTracker.stream_paused``)."""
+        self.nodes.stream_paused(flowed)
+
+    def runners_in(self, state: RunnerState) -> list[str]:
+        """The runners in ``state``."""
+        return [r.id for r in self.runners.values() if r.state is state]
+
+    def environment_ids(self) -> list[int]:
+        """The environments the pool knows, by ID."""
+        return sorted(self.environments)
+
+    def unknown(self, job_id: str) -> bool:
+        """Whether the pool neither knows the runner job nor removed it."""
+        return job_id not in self.runners and job_id not in self.tombstones
+
     def suspect_runners(self) -> list[str]:
         """The runners whose agent restarted and that nothing has proven since."""
         return [r.id for r in self.runners.values() if r.suspect_since]
 
-    def avoid(self, node_id: str, *, silent: bool = False) -> tuple[bool, list[Action]]:
+    def avoid(self, node_id: str, at: Moment, *, silent: bool = False) -> list[Action]:
         """The node's agent is away: new runners avoid the node for a while
-        (``NodeTracker.mark_away``; returns whether the node is newly avoided), and the runners
-        waiting to start there are replaced, since they would wait for that agent."""
-        if not self.nodes.mark_away(node_id, self.clock(), silent=silent):
-            return False, []
+        (``NodeTracker.mark_away``; NodeAvoided when it is newly avoided), and the runners waiting
+        to start there are replaced, since they would wait for that agent."""
+        if not self.nodes.mark_away(node_id, at.now, silent=silent):
+            return []
         starting = RunnerState.STARTING
         waiting = [r for r in self.runners.values() if r.node_id == node_id and r.state is starting]
-        return True, [action for r in waiting for action in self._remove(r, REASON_AGENT_AWAY)]
+        node = self.nodes.nodes[node_id]
+        avoided = NodeAvoided(node.name or node.id, silent)
+        return [avoided, *(action for r in waiting for action in self._remove(r, REASON_AGENT_AWAY))]
 
     def agent_reached(self, runner_id: str) -> None:
         """An exec in the runner ran: its agent is reachable, whatever an earlier one met."""
@@ -337,9 +435,9 @@ class RunnerPool:
         if runner is not None:
             self.nodes.agent_reached(runner.node_id)
 
-    def _waits_away(self, runner: Runner) -> bool:
+    def _waits_away(self, runner: Runner, now: float) -> bool:
         """A runner not handed out, whose allocation waits to start on a node new runners avoid."""
-        return runner.state is RunnerState.STARTING and runner.node_id in self.nodes.avoided(self.clock())
+        return runner.state is RunnerState.STARTING and runner.node_id in self.nodes.avoided(now)
 
     def set_moving(self, runner_id: str) -> None:
         """Its agent stayed unreachable: nothing new starts on it (410 for its client)."""
@@ -356,14 +454,14 @@ class RunnerPool:
             self._idle.get(runner.environment_id, {}).pop(runner_id, None)
         return []
 
-    def agent_reported(self, alloc: Allocation) -> None:
+    def agent_reported(self, alloc: Allocation, at: Moment) -> None:
         """The allocation's agent reported it (an ``AllocationUpdated`` event): the agent is there,
         and the allocation no longer waits for it."""
-        self.nodes.heard(alloc.node_id, self.flowed())
+        self.nodes.heard(alloc.node_id, at.flowed)
         self.nodes.reported(alloc.job_id, alloc.id)
 
     def apply_allocation(
-        self, alloc: Allocation | AllocListStub, *, found: str = FOUND_BY_EVENT
+        self, alloc: Allocation | AllocListStub, at: Moment, *, found: str = FOUND_BY_EVENT
     ) -> list[Action]:
         """An allocation's state, from an event or (``found``: how a runner found gone was found) a
         listing."""
@@ -393,11 +491,13 @@ class RunnerPool:
             self._update(runner, alloc)
             runner.moving = runner.moving or self.nodes.draining(alloc.node_id)
             return []
-        return self._apply_to_unused(runner, alloc, found)
+        return self._apply_to_unused(runner, alloc, found, at)
 
-    def _apply_to_unused(self, runner: Runner, alloc: Allocation | AllocListStub, found: str) -> list[Action]:
+    def _apply_to_unused(
+        self, runner: Runner, alloc: Allocation | AllocListStub, found: str, at: Moment
+    ) -> list[Action]:
         """An allocation's state, for an idle or starting runner."""
-        if self._failed_while_idle(runner, alloc):
+        if self._failed_while_idle(runner, alloc, at.now):
             return self._remove(runner, REASON_FAILED_IDLE, found=found)
         if not is_live(alloc):
             if alloc.next_allocation:
@@ -408,10 +508,10 @@ class RunnerPool:
         self._update(runner, alloc)
         if self.nodes.draining(alloc.node_id):
             return self._remove(runner, "its node is draining")
-        if alloc.client_status == "pending" and self._waits_away(runner):
+        if alloc.client_status == "pending" and self._waits_away(runner, at.now):
             return self._remove(runner, REASON_AGENT_AWAY)
         if found == FOUND_BY_EVENT and alloc.client_status == "pending" and not alloc.received:
-            self.nodes.waiting(runner.id, alloc.node_id, runner.alloc_id, self.flowed())
+            self.nodes.waiting(runner.id, alloc.node_id, runner.alloc_id, at.flowed)
         if found == FOUND_BY_EVENT and runner.state is RunnerState.STARTING and is_running(alloc):
             self.nodes.agent_reached(alloc.node_id)  # its agent just started a task
         self._set_state(
@@ -419,7 +519,7 @@ class RunnerPool:
         )
         return []
 
-    def _failed_while_idle(self, runner: Runner, alloc: Allocation | AllocListStub) -> bool:
+    def _failed_while_idle(self, runner: Runner, alloc: Allocation | AllocListStub, now: float) -> bool:
         """Whether an idle runner's task failed and waits to restart in place longer than a new
         runner takes to start, and its environment may replace it at once rather than wait."""
         if runner.state is not RunnerState.IDLE or alloc.id != runner.alloc_id:
@@ -430,7 +530,7 @@ class RunnerPool:
             return False
         environment = self.environments.get(runner.environment_id)
         size = environment.prewarming_pool_size if environment is not None else 0
-        return self._replacements.take(runner.environment_id, size, self.clock())
+        return self._replacements.take(runner.environment_id, size, now)
 
     def apply_job(self, job_id: str, *, deleted: bool, stopped: bool) -> list[Action]:
         """A Job event: a stopped or deleted runner job ends its runner."""
@@ -440,7 +540,7 @@ class RunnerPool:
         return self._remove(runner, REASON_JOB_GONE, found=FOUND_BY_EVENT)
 
     def reconcile(
-        self, jobs: Iterable[JobListStub], allocs: Iterable[AllocListStub], now: float, *, index: int
+        self, jobs: Iterable[JobListStub], allocs: Iterable[AllocListStub], at: Moment, *, index: int
     ) -> list[Action]:
         """Bring local state to what Nomad lists at ``index``, in place, then refill the pools.
 
@@ -473,7 +573,7 @@ class RunnerPool:
             if job.id in self.tombstones:
                 actions += self._listed_after_removal(job.id, index)
             else:
-                actions += self._reconcile_job(job, environment_id, latest.get(job.id), now, index)
+                actions += self._reconcile_job(job, environment_id, latest.get(job.id), at, index)
         for runner in list(self.runners.values()):
             if 0 < runner.registered_index <= index and runner.id not in listed:
                 found = _found_by_listing(runner)
@@ -485,7 +585,7 @@ class RunnerPool:
         return actions + self.fill_all()
 
     def _reconcile_job(
-        self, job: JobListStub, environment_id: int, job_alloc: AllocListStub | None, now: float, index: int
+        self, job: JobListStub, environment_id: int, job_alloc: AllocListStub | None, at: Moment, index: int
     ) -> list[Action]:
         """One listed runner job that is not tombstoned, with its latest listed allocation."""
         runner = self.runners.get(job.id)
@@ -496,14 +596,14 @@ class RunnerPool:
             self.tombstones[job.id] = Tombstone(index)
             return [DestroyRunner(job.id, "its Nomad job is dead")]
         if runner is None:
-            runner = self._adopt(job, environment_id, now)
+            runner = self._adopt(job, environment_id, at.now)
         if job_alloc is not None:
             back = runner.suspect_since and self.nodes.back(runner.node_id)
             if back and job_alloc.id == runner.alloc_id and is_running(job_alloc):
                 # Listed running by a listing that began after its node was ready again (the
                 # watcher applies events and listings in turn, never beside each other).
                 self.prove(runner.id)
-            return self.apply_allocation(job_alloc, found=found)
+            return self.apply_allocation(job_alloc, at, found=found)
         if runner.alloc_id and runner.alloc_create_index <= index:
             return self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)
         return []

@@ -18,6 +18,7 @@ __all__ = [
     "DestroyRunner",
     "FactoryAction",
     "MarkUsed",
+    "NodeAvoided",
     "PoolStats",
     "RelistWanted",
     "Runner",
@@ -76,8 +77,17 @@ class RelistWanted:
     reason: str
 
 
+@frozen
+class NodeAvoided:
+    """New runners avoid the node for a while: its agent could not be reached, or (``silent``) said
+    nothing of the runners placed there. Nothing to carry out but to say so."""
+
+    node: str
+    silent: bool
+
+
 FactoryAction = CreateRunner | DestroyRunner | MarkUsed
-Action = FactoryAction | RunnerGone | RelistWanted
+Action = FactoryAction | RunnerGone | RelistWanted | NodeAvoided
 
 # Why a used runner ended, as its executions' error message says it.
 REASON_DESTROYED: Final = "the runner was destroyed by request"
@@ -95,6 +105,7 @@ REASON_OOM: Final = "the allocation was OOM Killed"
 REASON_DRAINED: Final = "the node was drained: the allocation was migrated and its files are gone"
 REASON_NODE_DOWN: Final = "the node went down: the allocation was lost"
 REASON_ALLOCATION_UNKNOWN: Final = "the runner is gone: Nomad no longer knows its allocation"
+REASON_UNSTOPPABLE: Final = "an execution could not be stopped"
 
 # How a runner was found gone, for the figures (a runner given back or expired is not "found").
 FOUND_BY_EVENT: Final = "event"

@@ -1,8 +1,10 @@
-"""Restart policy as data, as Erlang/OTP's supervisors do it, on trio's clock.
+"""Restart policy and shutdown as data, as Erlang/OTP's supervisors do it, on trio's clock.
 
-Each long-lived child of the daemon has a ``ChildSpec``: its name, how to start it, and its restart
-policy. ``supervise`` runs one child in a nursery of the caller's choice and restarts it as its
-policy says, one for one (a child's crash touches no sibling):
+Each long-lived child of the daemon has a ``ChildSpec``: its name, how to start it from the parts of
+the daemon, its restart policy, and how it shuts down. Children are grouped in ``TierSpec``s that
+start in order and stop in reverse (OTP's ``rest_for_one`` ordering: a tier depends on the ones
+before it). ``supervise`` runs one child in its tier's nursery and restarts it as its policy says,
+one for one (a child's crash touches no sibling):
 
 - ``PERMANENT``: always restarted, whether it crashed or returned;
 - ``TRANSIENT``: restarted only after a crash; returning is a normal end;
@@ -27,7 +29,16 @@ from loguru import logger
 
 from .backoff import Backoff, BackoffPolicy
 
-__all__ = ["ChildSpec", "Restart", "RestartIntensity", "supervise"]
+__all__ = [
+    "ChildSpec",
+    "Lifetime",
+    "Restart",
+    "RestartIntensity",
+    "Shutdown",
+    "Starter",
+    "TierSpec",
+    "supervise",
+]
 
 
 class Restart(enum.Enum):
@@ -38,13 +49,51 @@ class Restart(enum.Enum):
     TEMPORARY = "temporary"
 
 
+class Shutdown(enum.Enum):
+    """How a child stops when its tier does: cancelled at once, or asked at the stop's start and
+    waited for (within its share of the stop's budget) before its tier is cancelled."""
+
+    CANCEL = "cancel"
+    DRAIN = "drain"
+
+
+class Lifetime(enum.Enum):
+    """How long a tier lives: the daemon's whole run, or each term as the active daemon (always
+    one term without ``[ha]``; with it, one each time the election makes this daemon active)."""
+
+    DAEMON = "daemon"
+    TERM = "term"
+
+
+# How a spec finds its child's run (a ``run(*, task_status)``) in the parts of the running daemon.
+Starter = Callable[[Any], Callable[..., Awaitable[object]]]
+
+
 @frozen
 class ChildSpec:
-    """One long-lived child: its name, how to start it, and its restart policy."""
+    """One long-lived child: its name, how to start it, its restart policy, and how it stops
+    (``share``: the part of the stop's budget a draining child may take)."""
 
     name: str
-    start: Callable[..., Awaitable[object]]
+    start: Starter
     restart: Restart = Restart.PERMANENT
+    shutdown: Shutdown = Shutdown.CANCEL
+    share: float = 0.0
+    # How a draining child is asked to stop, at the stop's start (None: it watches for the stop).
+    ask: Callable[[Any], Callable[[], None]] | None = None
+    # Where it runs only in a daemon with [ha].
+    ha_only: bool = False
+    # What it is, in a few words, for the drawn tree.
+    role: str = ""
+
+
+@frozen
+class TierSpec:
+    """Children that start together, after the tiers before them, and stop before them."""
+
+    name: str
+    lifetime: Lifetime
+    children: tuple[ChildSpec, ...]
 
 
 @define
@@ -68,6 +117,7 @@ class RestartIntensity:
 
 async def supervise(
     spec: ChildSpec,
+    run: Callable[..., Awaitable[object]],
     intensity: RestartIntensity,
     escalate: Callable[[str], None],
     *,
@@ -75,7 +125,8 @@ async def supervise(
     stopping: Callable[[], bool] = lambda: False,
     task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run ``spec``'s child until its policy says it is over, restarting it as the policy says.
+    """Run ``spec``'s child (``run``) until its policy says it is over, restarting it as the
+    policy says.
 
     The first start reports readiness through ``task_status`` (a crash before it reaches the
     caller of ``nursery.start``, as an ordinary start would); restarts report nothing. Once
@@ -88,9 +139,9 @@ async def supervise(
         started_at = trio.current_time()
         try:
             if readiness is not None:
-                await spec.start(task_status=cast(trio.TaskStatus[Any], readiness))
+                await run(task_status=cast(trio.TaskStatus[Any], readiness))
             else:
-                await spec.start()
+                await run()
         except Exception as exc:
             if readiness is not None and not readiness.reported:
                 raise  # it never became ready: its caller hears of it, as from any start

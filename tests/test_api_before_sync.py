@@ -20,7 +20,7 @@ async def test_an_unknown_runner_before_the_first_listing_is_not_gone(nursery: t
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
         patch = await http.patch("/api/v1/runners/10-x/files", json={"delete": ["a"]})
         release = await http.delete("/api/v1/runners/10-x")
-        service.synced.set()
+        service.informer.synced.set()
         after = await http.delete("/api/v1/runners/10-x")
     for early in (patch, release):
         assert early.status_code == 500, early.text

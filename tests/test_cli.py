@@ -162,7 +162,7 @@ def test_health_probe_of_a_daemon_that_is_not_there(capsys: pytest.CaptureFixtur
 
 
 def test_the_daemons_log_is_one_json_stream_without_its_tokens() -> None:
-    """``supervisor run`` with the access log on and JSON lines: hypercorn's lines and the access
+    """``supervisor run`` with the access log on and JSON lines: the API server's lines and the access
     lines are in the stream, every line is JSON, and neither token appears, not even in a URL."""
     environ = {
         k: v for k, v in __import__("os").environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))
@@ -187,7 +187,7 @@ def test_the_daemons_log_is_one_json_stream_without_its_tokens() -> None:
         process.kill()
         process.communicate()
     messages = [json.loads(line)["record"]["message"] for line in lines]
-    assert any(m.startswith("Running on http://127.0.0.1:") for m in messages), "hypercorn's line"
+    assert any(m.startswith("serving on http://127.0.0.1:") for m in messages), "the API server's line"
     assert any("/api/v1/statistics/execution-environments" in m and " 401 " in m for m in messages), "access"
     assert any("/api/v1/runners/***/files" in m for m in messages), "the token in a path is masked"
     assert not any("poseidon-s3cret" in line for line in lines)

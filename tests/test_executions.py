@@ -12,10 +12,49 @@ import trio.testing
 from supervisor.commands import NOMAD_VARIABLES_COMMAND
 from supervisor.config import ExecutionSettings
 from supervisor.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
-from supervisor.executions import ExecutionRequest, ExecutionService, _Running
+from supervisor.evidence import Finding
+from supervisor.executions import ClientSocket, ExecutionRequest, ExecutionService, _Running
 from supervisor.nomad import ExecExited
 from supervisor.nomad.api import ExecOpener
-from supervisor.stopping import stops_waiting
+from supervisor.runners import REASON_UNSTOPPABLE
+from supervisor.stopping import CommandStops
+
+
+class _Runners:
+    """The runners as an execution sees them: every runner is in ``alloc_id`` (or where
+    ``alloc_of`` says); what the executions found is noted, replacements apart."""
+
+    agent_wait = 5.0
+    agent_retry = 0.5
+
+    def __init__(self, alloc_of: Callable[[str], str | None], replaced: list[tuple[str, str]]) -> None:
+        self._alloc_of = alloc_of
+        self.replaced = replaced
+        self.found_out: list[tuple[str, Finding]] = []
+
+    def alloc_id(self, runner_id: str) -> str | None:
+        return self._alloc_of(runner_id)
+
+    def working(self, runner_id: str, delta: int) -> None:
+        pass
+
+    def found(self, runner_id: str, finding: Finding) -> None:
+        if finding is Finding.UNSTOPPABLE:
+            self.replaced.append((runner_id, REASON_UNSTOPPABLE))
+        self.found_out.append((runner_id, finding))
+
+
+class _Service(ExecutionService):
+    """An ExecutionService on a fake client, with the runners and the stops it was given."""
+
+    runners: _Runners
+    stops: CommandStops
+
+    async def serve_on(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> int:
+        return await self.serve(socket, execution_id, request, self.runners)
+
+    def running(self, execution_id: str, runner_id: str) -> _Running:
+        return _Running(execution_id, runner_id, self.runners)
 
 
 def _service(
@@ -26,18 +65,16 @@ def _service(
     alloc_id: str | None = "alloc-1",
     alloc_of: Callable[[str], str | None] | None = None,
     replaced: list[tuple[str, str]] | None = None,
-) -> ExecutionService:
+) -> _Service:
     """An ExecutionService on a fake client: every runner is in ``alloc_id`` (or where ``alloc_of``
     says); replacements are noted."""
-    noted = replaced if replaced is not None else []
-    return ExecutionService(
-        client,
-        settings,
-        alloc_of=alloc_of or (lambda runner_id: alloc_id),
-        activity=lambda runner_id, delta: None,
-        replace_runner=lambda runner_id, reason: noted.append((runner_id, reason)),
-        execution_nursery=nursery,
+    stops = CommandStops(client, task=settings.task, grace=settings.stop_grace, nursery=nursery)
+    service = _Service(client, settings, stops, execution_nursery=nursery)
+    service.runners = _Runners(
+        alloc_of or (lambda runner_id: alloc_id), replaced if replaced is not None else []
     )
+    service.stops = stops
+    return service
 
 
 class _Unreachable:
@@ -85,12 +122,12 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
     client = _BackAfter(failures=3)
     async with trio.open_nursery() as nursery:
         service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, replaced=replaced)
-        await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
+        await service._stop(service.running("exec-1", "10-runner"), "alloc-1")
         assert len(client.commands) == 1, "the first attempt failed; the rest happen in the background"
         await trio.testing.wait_all_tasks_blocked()
-        assert stops_waiting() == 1, "the waiting stop is counted (supervisor_command_stops_waiting)"
+        assert service.stops.waiting == 1, "the waiting stop is counted (supervisor_command_stops_waiting)"
         await trio.sleep(60)
-    assert stops_waiting() == 0
+    assert service.stops.waiting == 0
     assert replaced == [], "a server restart is no reason to lose the runner's files"
     assert len(client.commands) == 4
     assert all("kill -TERM" in command[-1] for command in client.commands)
@@ -101,13 +138,13 @@ async def test_a_waiting_stop_ends_once_its_runner_is_gone(autojump_clock: trio.
     runners = {"10-runner": "alloc-1"}
     async with trio.open_nursery() as nursery:
         service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, alloc_of=runners.get)
-        await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
+        await service._stop(service.running("exec-1", "10-runner"), "alloc-1")
         await trio.testing.wait_all_tasks_blocked()
-        assert stops_waiting() == 1
+        assert service.stops.waiting == 1
         started = trio.current_time()
         del runners["10-runner"]  # given back: the purge of its job stops the allocation, command and all
     assert trio.current_time() - started <= 1.0, "within a look, not after its backoff"
-    assert stops_waiting() == 0
+    assert service.stops.waiting == 0
     assert len(client.commands) == 1, "no attempt after the runner went"
 
 
@@ -115,7 +152,7 @@ async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced(nursery
     replaced: list[tuple[str, str]] = []
     client = _Refusing()
     service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, replaced=replaced)
-    await service._stop(_Running("exec-1", "10-runner"), "alloc-1")
+    await service._stop(service.running("exec-1", "10-runner"), "alloc-1")
     assert replaced == [("10-runner", "an execution could not be stopped")]
     assert "kill -TERM" in client.commands[0][-1]
 
@@ -187,7 +224,7 @@ async def test_a_runner_gone_after_the_command_exited_still_reports_the_exit() -
         async with trio.open_nursery() as nursery:
             service = _service(nomad, ExecutionSettings(), nursery)
             request = ExecutionRequest("10-runner", "true", {}, 0, False)
-            nursery.start_soon(service.serve, client, "exec-1", request)
+            nursery.start_soon(service.serve_on, client, "exec-1", request)
             await nomad.closing.wait()  # the command exited; its exec session is closing
             service.runner_gone("10-runner", "the runner was destroyed by request")
             await trio.testing.wait_all_tasks_blocked()
@@ -203,7 +240,7 @@ async def test_the_exit_reaches_the_client_before_the_exec_session_has_closed() 
         async with trio.open_nursery() as nursery:
             service = _service(nomad, ExecutionSettings(), nursery)
             request = ExecutionRequest("10-runner", "true", {}, 0, False)
-            nursery.start_soon(service.serve, client, "exec-1", request)
+            nursery.start_soon(service.serve_on, client, "exec-1", request)
             await nomad.closing.wait()
             assert client.sent == [{"type": "start"}, {"type": "exit", "data": 0}]
             nursery.cancel_scope.cancel("test over")
@@ -225,7 +262,7 @@ async def test_a_failure_after_the_exit_was_sent_adds_no_second_terminal_message
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             service = _service(_FailingClose(), ExecutionSettings(), nursery)
-            await service.serve(client, "exec-1", ExecutionRequest("10-runner", "true", {}, 0, False))
+            await service.serve_on(client, "exec-1", ExecutionRequest("10-runner", "true", {}, 0, False))
     assert client.sent == [{"type": "start"}, {"type": "exit", "data": 0}]
 
 
@@ -249,8 +286,8 @@ async def test_a_runners_variable_names_are_read_once_and_forgotten_when_it_goes
             service = _service(nomad, ExecutionSettings(), nursery)
             request = ExecutionRequest("10-runner", "true", {}, 0, False)
             for execution in ("exec-1", "exec-2"):
-                await service.serve(_Client(), execution, request)
+                await service.serve_on(_Client(), execution, request)
             assert nomad.listings == 1, "read once per allocation"
             service.runner_gone("10-runner", "the runner was destroyed by request")
-            await service.serve(_Client(), "exec-3", request)
+            await service.serve_on(_Client(), "exec-3", request)
             assert nomad.listings == 2, "what a runner that went left is not kept"

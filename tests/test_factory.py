@@ -12,10 +12,11 @@ import trio.testing
 from supervisor.config import FactorySettings
 from supervisor.environments import ExecutionEnvironment, claim_meta, runner_job
 from supervisor.errors import NomadUnavailableError
+from supervisor.evidence import Moment
 from supervisor.factory import START_PATIENCE, RunnerFactory
 from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse, NodeListStub
 from supervisor.pool import RunnerPool
-from supervisor.runners import CreateRunner, DestroyRunner, MarkUsed
+from supervisor.runners import CreateRunner, DestroyRunner, MarkUsed, NodeAvoided
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 100.0, 256, False, ())
 
@@ -60,7 +61,8 @@ async def test_a_runner_released_while_marked_used_does_not_come_back() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert pool.runners[runner_id].registered_index == 42
         pool.apply_allocation(
-            Allocation(id="a1", job_id=runner_id, client_status="running", create_index=43, modify_index=43)
+            Allocation(id="a1", job_id=runner_id, client_status="running", create_index=43, modify_index=43),
+            Moment(trio.current_time()),
         )
         runner, _ = pool.claim(10, 0, now=0)
         nomad.release, nomad.registering = trio.Event(), trio.Event()
@@ -141,7 +143,8 @@ async def test_a_claims_meta_write_does_not_wait_for_the_registration_pace(
         await trio.testing.wait_all_tasks_blocked()  # the first is registered, the second waits 10 s
         first = nomad.calls[0][1]
         pool.apply_allocation(
-            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43)
+            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43),
+            Moment(trio.current_time()),
         )
         runner, _ = pool.claim(10, 0, now=0)
         started = trio.current_time()
@@ -193,7 +196,7 @@ async def test_a_tombstone_waits_for_a_registration_still_under_way() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert ("deregister", runner_id) in nomad.calls
         assert pool.tombstones[runner_id].gone_at is None, "the registration may still land"
-        pool.reconcile([], [], now=1.0, index=100)
+        pool.reconcile([], [], Moment(1.0), index=100)
         assert runner_id in pool.tombstones
         nomad.release.set()
         await trio.testing.wait_all_tasks_blocked()
@@ -220,7 +223,8 @@ async def _claim_whose_write_is_lost_then_release(nomad: _LostAnswerNomad) -> st
         await trio.testing.wait_all_tasks_blocked()
         first = nomad.calls[0][1]
         pool.apply_allocation(
-            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43)
+            Allocation(id="a1", job_id=first, client_status="running", create_index=43, modify_index=43),
+            Moment(trio.current_time()),
         )
         runner, _ = pool.claim(10, 0, now=0)
         factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
@@ -351,7 +355,8 @@ async def test_registrations_wait_while_max_starting_allocations_have_not_starte
         pool.apply_allocation(
             Allocation(
                 id="a1", job_id=registered[0], client_status="running", create_index=43, modify_index=43
-            )
+            ),
+            Moment(trio.current_time()),
         )
         await trio.sleep(1)
         registered = [job_id for kind, job_id in nomad.calls if kind == "register"]
@@ -359,7 +364,8 @@ async def test_registrations_wait_while_max_starting_allocations_have_not_starte
         pool.apply_allocation(
             Allocation(
                 id="a2", job_id=registered[1], client_status="failed", create_index=44, modify_index=44
-            )
+            ),
+            Moment(trio.current_time()),
         )
         await trio.sleep(1)
         assert sum(1 for kind, _ in nomad.calls if kind == "register") == 4, "a failed one frees its place"
@@ -386,7 +392,8 @@ async def test_max_starting_counts_per_agent_the_placed_and_on_each_the_not_yet_
                 node_id=node,
                 create_index=43 + index,
                 modify_index=50 + len(nomad.calls),
-            )
+            ),
+            Moment(trio.current_time()),
         )
 
     async with trio.open_nursery() as nursery:
@@ -436,7 +443,8 @@ async def _one_start(wait: float) -> tuple[int, RunnerFactory]:
         pool.apply_allocation(
             Allocation(
                 id="a1", job_id=nomad.calls[0][1], client_status="running", create_index=43, modify_index=43
-            )
+            ),
+            Moment(trio.current_time()),
         )
         nursery.cancel_scope.cancel("test over")
     assert factory.starting == 0
@@ -476,7 +484,7 @@ class _JobKeepingNomad(_QuickNomad):
 
 async def test_new_runner_jobs_avoid_the_nodes_whose_agent_an_exec_could_not_reach() -> None:
     nomad = _JobKeepingNomad()
-    pool = RunnerPool(clock=trio.current_time)
+    pool = RunnerPool()
     nodes = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
     pool.replace_nodes(nodes, 2)
     _, actions = pool.set_environment(attrs.evolve(ENVIRONMENT, prewarming_pool_size=2))
@@ -485,9 +493,11 @@ async def test_new_runner_jobs_avoid_the_nodes_whose_agent_an_exec_could_not_rea
     pool.apply_allocation(
         Allocation(
             id="a1", job_id=first, node_id="n1", client_status="running", create_index=6, modify_index=6
-        )
+        ),
+        Moment(trio.current_time()),
     )
-    assert pool.avoid("n1") == (True, []), "nothing waits to start on n1"
+    avoided = pool.avoid("n1", Moment(trio.current_time()))
+    assert avoided == [NodeAvoided("n1", silent=False)], "nothing waits to start on n1"
     factory = RunnerFactory(nomad, pool, FactorySettings(registrations_per_second=1000))
     async with trio.open_nursery() as nursery:
         await nursery.start(factory.run)
@@ -510,7 +520,7 @@ async def test_new_runner_jobs_go_around_an_agent_starting_max_starting_and_wait
     it at the cap for as long as they wait, and the rest go to the agents that start theirs,
     rather than wait for it."""
     nomad = _JobKeepingNomad()
-    pool = RunnerPool(clock=trio.current_time)
+    pool = RunnerPool()
     nodes = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
     pool.replace_nodes(nodes, 2)
 
@@ -523,7 +533,8 @@ async def test_new_runner_jobs_go_around_an_agent_starting_max_starting_and_wait
                 node_id=node,
                 create_index=43 + index,
                 modify_index=43 + index,
-            )
+            ),
+            Moment(trio.current_time()),
         )
 
     async with trio.open_nursery() as nursery:
@@ -545,7 +556,8 @@ async def test_new_runner_jobs_go_around_an_agent_starting_max_starting_and_wait
         pool.apply_allocation(
             Allocation(
                 id="a2", job_id=nomad.jobs[2]["ID"], client_status="running", node_id="n2", modify_index=60
-            )
+            ),
+            Moment(trio.current_time()),
         )
         await trio.sleep(1)
         assert len(nomad.jobs) == 5, "one of n2's runs"

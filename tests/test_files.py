@@ -11,11 +11,12 @@ import pytest
 import trio
 import trio.testing
 
+from supervisor.config import ExecutionSettings
 from supervisor.errors import ExecAgentUnreachable, ExecConnectionLost, NomadUnavailableError
 from supervisor.files import FileService
 from supervisor.nomad import ExecExited, ExecOutput
 from supervisor.nomad.api import ExecOpener
-from supervisor.stopping import stops_waiting
+from supervisor.stopping import CommandStops
 
 
 class _Session:
@@ -52,22 +53,24 @@ class _Nomad:
         yield _Session(breaks=len(self.commands) == 1)
 
 
+class _Files(FileService):
+    """A FileService with the stops it was given."""
+
+    stops: CommandStops
+
+
 def file_service(
     nomad: ExecOpener,
     nursery: trio.Nursery,
     *,
     allocation_in_use: Callable[[str], bool] = lambda _: True,
-    **options: str,
-) -> FileService:
-    return FileService(
-        nomad,
-        task="default-task",
-        workspace="/workspace",
-        stop_grace=0.1,
-        execution_nursery=nursery,
-        allocation_in_use=allocation_in_use,
-        **options,
-    )
+    unprivileged_wrapper: str = "",
+) -> _Files:
+    settings = ExecutionSettings(stop_grace=0.1, unprivileged_wrapper=unprivileged_wrapper)
+    stops = CommandStops(nomad, task=settings.task, grace=settings.stop_grace, nursery=nursery)
+    files = _Files(nomad, settings, stops, execution_nursery=nursery, allocation_in_use=allocation_in_use)
+    files.stops = stops
+    return files
 
 
 async def test_an_upload_whose_session_breaks_is_stopped_in_the_runner(nursery: trio.Nursery) -> None:
@@ -108,7 +111,7 @@ async def test_a_file_command_s_stop_waits_only_while_its_runner_is_in_use(
         assert attempts > 1, "the stop is tried again while the agent is away"
         in_use.clear()  # the runner is given back: its purge stops the allocation
         await trio.sleep(2)
-        assert stops_waiting() == 0
+        assert files.stops.waiting == 0
     assert len(nomad.commands) - 1 == attempts, "no attempt after the runner went"
 
 
@@ -133,7 +136,7 @@ async def test_a_file_command_refused_before_it_started_is_not_stopped(nursery: 
         await files.update("alloc-1", [], [("a.txt", b"x")])
     await trio.testing.wait_all_tasks_blocked()
     assert len(nomad.commands) == 1, "nothing ran: no stop follows"
-    assert stops_waiting() == 0
+    assert files.stops.waiting == 0
 
 
 async def test_a_file_command_that_ends_is_not_stopped(nursery: trio.Nursery) -> None:

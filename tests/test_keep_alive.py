@@ -13,5 +13,5 @@ def test_the_api_outlasts_a_clients_idle_connection() -> None:
     claim, an execution) cannot be sent again: the server must be the one that waits longer."""
     client_expiry = httpx.Limits().keepalive_expiry
     assert client_expiry is not None
-    config = Daemon(Settings(), environ={})._hypercorn_config()
-    assert config.keep_alive_timeout > 10 * client_expiry
+    server = Daemon(Settings(), environ={})._server_settings()
+    assert server.keep_alive_timeout > 10 * client_expiry

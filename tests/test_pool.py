@@ -9,6 +9,7 @@ import pytest
 
 from supervisor.environments import ExecutionEnvironment
 from supervisor.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
+from supervisor.evidence import Moment
 from supervisor.nomad import Allocation, AllocListStub, JobListStub, Node, NodeEvent, NodeListStub
 from supervisor.pool import RunnerPool
 from supervisor.runners import (
@@ -25,6 +26,9 @@ from supervisor.runners import (
 )
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ())
+
+# The moment facts are applied at, where time does not matter.
+AT = Moment(0.0)
 
 
 def alloc(job_id: str, alloc_id: str, status: str, index: int, **fields: Any) -> Allocation:
@@ -47,7 +51,7 @@ def warm_pool() -> tuple[RunnerPool, list[str]]:
     ids = [a.runner_id for a in actions if isinstance(a, CreateRunner)]
     for i, runner_id in enumerate(ids):
         pool.registered(runner_id, 5)
-        pool.apply_allocation(alloc(runner_id, f"a{i}", "running", 10 + i))
+        pool.apply_allocation(alloc(runner_id, f"a{i}", "running", 10 + i), AT)
     return pool, ids
 
 
@@ -57,11 +61,11 @@ def test_new_environment_creates_its_pool_and_runners_start_idle_only_when_runni
     assert [type(a) for a in actions] == [CreateRunner, CreateRunner]
     runner_id = actions[0].runner_id  # type: ignore[union-attr]
     assert runner_id.startswith("10-")
-    pool.apply_allocation(alloc(runner_id, "a1", "pending", 5))
+    pool.apply_allocation(alloc(runner_id, "a1", "pending", 5), AT)
     assert pool.runners[runner_id].state is RunnerState.STARTING
     with pytest.raises(NoIdleRunner):
         pool.claim(10, 0, now=0)
-    pool.apply_allocation(alloc(runner_id, "a1", "running", 6))
+    pool.apply_allocation(alloc(runner_id, "a1", "running", 6), AT)
     assert pool.stats()[10] == PoolStats(environment_id=10, size=2, idle=1, used=0)
 
 
@@ -80,8 +84,8 @@ def test_replayed_and_duplicated_events_change_nothing() -> None:
     pool, _ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
     stale_pending = alloc(runner.id, "a0", "pending", 3)
-    assert pool.apply_allocation(stale_pending) == [], "older than what was applied"
-    assert pool.apply_allocation(alloc(runner.id, "a0", "running", 10)) == [], "the same state again"
+    assert pool.apply_allocation(stale_pending, AT) == [], "older than what was applied"
+    assert pool.apply_allocation(alloc(runner.id, "a0", "running", 10), AT) == [], "the same state again"
     assert pool.used_runner(runner.id) is runner
 
 
@@ -89,7 +93,7 @@ def test_used_runner_whose_allocation_is_replaced_is_gone_and_destroyed() -> Non
     pool, _ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
     replacement = alloc(runner.id, "b0", "pending", 30, raw={"PreviousAllocation": "a0"})
-    actions = pool.apply_allocation(replacement)
+    actions = pool.apply_allocation(replacement, AT)
     assert RunnerGone(runner.id, REASON_REPLACED) in actions
     assert DestroyRunner(runner.id, REASON_REPLACED) in actions
     assert pool.used_runner(runner.id) is None
@@ -101,9 +105,9 @@ def test_idle_runner_follows_its_replacement_allocation() -> None:
     pool, ids = warm_pool()
     moved = ids[1]
     lost = alloc(moved, "a1", "lost", 40, desired="stop", created=11, next_allocation="c1")
-    assert pool.apply_allocation(lost) == []
+    assert pool.apply_allocation(lost, AT) == []
     assert pool.runners[moved].state is RunnerState.STARTING, "not handed out while it moves"
-    pool.apply_allocation(alloc(moved, "c1", "running", 42, raw={"PreviousAllocation": "a1"}))
+    pool.apply_allocation(alloc(moved, "c1", "running", 42, raw={"PreviousAllocation": "a1"}), AT)
     assert pool.runners[moved].state is RunnerState.IDLE
     assert pool.runners[moved].alloc_id == "c1"
 
@@ -130,7 +134,7 @@ def test_reconcile_updates_in_place_and_adopts_claims_from_meta() -> None:
         AllocListStub(id="a1", job_id=ids[1], client_status="running", create_index=11, modify_index=11),
         AllocListStub(id="f0", job_id=foreign, client_status="running", create_index=12, modify_index=12),
     ]
-    actions = pool.reconcile(jobs, allocs, now=5.0, index=100)
+    actions = pool.reconcile(jobs, allocs, Moment(5.0), index=100)
     assert pool.runners[runner.id] is runner, "the same object: running executions keep it"
     assert runner.node_id == "node-2", "updated in place"
     adopted = pool.used_runner(foreign)
@@ -143,7 +147,7 @@ def test_reconcile_destroys_dead_jobs_and_forgets_vanished_ones() -> None:
     pool, ids = warm_pool()
     runner, _ = pool.claim(10, 0, now=0)
     jobs = [JobListStub(id=ids[0], status="dead")]
-    actions = pool.reconcile(jobs, [], now=1.0, index=100)
+    actions = pool.reconcile(jobs, [], Moment(1.0), index=100)
     assert any(isinstance(a, RunnerGone) and a.runner_id == runner.id for a in actions)
     assert DestroyRunner(ids[1], "the runner's Nomad job is gone") not in actions, (
         "it vanished: nothing to destroy"
@@ -188,9 +192,9 @@ def test_a_runner_registered_after_the_listing_is_not_gone() -> None:
         AllocListStub(id=f"a{i}", job_id=r, client_status="running", create_index=10 + i, modify_index=10 + i)
         for i, r in enumerate(ids)
     ]
-    pool.reconcile(jobs, allocs, now=1.0, index=150)
+    pool.reconcile(jobs, allocs, Moment(1.0), index=150)
     assert fresh in pool.runners, "registered at 200, after the listing at 150"
-    pool.reconcile(jobs, allocs, now=2.0, index=250)
+    pool.reconcile(jobs, allocs, Moment(2.0), index=250)
     assert fresh not in pool.runners, "missing from a listing taken after its registration: gone"
 
 
@@ -232,7 +236,7 @@ def test_a_listing_taken_before_a_release_never_brings_the_runner_back() -> None
     stale_jobs, stale_allocs = listing(pool, ids)  # taken at index 20
     runner, _ = pool.claim(10, 0, now=0)
     assert DestroyRunner(runner.id, REASON_DESTROYED) in pool.release(runner.id)
-    actions = pool.reconcile(stale_jobs, stale_allocs, now=1.0, index=20)
+    actions = pool.reconcile(stale_jobs, stale_allocs, Moment(1.0), index=20)
     assert runner.id not in pool.runners, "a released runner is gone for good"
     assert all(getattr(a, "runner_id", None) != runner.id for a in actions)
     handed_out = [pool.claim(10, 0, now=2.0)[0].id for _ in range(pool.stats()[10].idle)]
@@ -246,20 +250,20 @@ def test_a_tombstone_stays_until_a_listing_after_the_purge_no_longer_shows_the_j
     pool.release(runner.id)
     jobs, allocs = listing(pool, ids)
     assert pool.tombstones[runner.id].gone_at is None, "its purge is under way"
-    pool.reconcile(jobs, allocs, now=1.0, index=22)
+    pool.reconcile(jobs, allocs, Moment(1.0), index=22)
     assert runner.id not in pool.runners, "while the purge is under way, any listing is stale"
     pool.purged(runner.id, 30)
-    assert pool.reconcile(jobs, allocs, now=1.0, index=25) == []
+    assert pool.reconcile(jobs, allocs, Moment(1.0), index=25) == []
     assert runner.id not in pool.runners
     assert pool.tombstones[runner.id].gone_at == 30, "a listing before the purge keeps the tombstone"
-    outlived = pool.reconcile(jobs, allocs, now=1.0, index=40)
+    outlived = pool.reconcile(jobs, allocs, Moment(1.0), index=40)
     assert DestroyRunner(runner.id, "a removed runner's job outlived its purge") in outlived
     assert runner.id not in pool.runners
     pool.purged(runner.id, 45)
     without = [j for j in jobs if j.id != runner.id]
-    pool.reconcile(without, allocs, now=2.0, index=44)
+    pool.reconcile(without, allocs, Moment(2.0), index=44)
     assert runner.id in pool.tombstones, "taken before the second purge"
-    pool.reconcile(without, allocs, now=2.0, index=45)
+    pool.reconcile(without, allocs, Moment(2.0), index=45)
     assert pool.tombstones == {}, "dropped: memory stays bounded"
 
 
@@ -268,22 +272,22 @@ def test_a_runner_whose_allocation_is_no_longer_listed_as_live_has_ended() -> No
     runner, _ = pool.claim(10, 0, now=0)
     idle = next(r for r in ids if r != runner.id)
     jobs, _allocs = listing(pool, ids)
-    actions = pool.reconcile(jobs, [], now=1.0, index=100)
+    actions = pool.reconcile(jobs, [], Moment(1.0), index=100)
     assert RunnerGone(runner.id, "the allocation stopped") in actions
     assert DestroyRunner(idle, "the allocation stopped") in actions, "an idle runner is replaced"
     assert idle not in pool.runners
     fresh = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
     pool.registered(fresh, 150)
-    pool.apply_allocation(alloc(fresh, "n1", "running", 160))
-    assert pool.reconcile([*jobs, JobListStub(id=fresh, status="running")], [], now=2.0, index=155) == []
+    pool.apply_allocation(alloc(fresh, "n1", "running", 160), AT)
+    assert pool.reconcile([*jobs, JobListStub(id=fresh, status="running")], [], Moment(2.0), index=155) == []
     assert pool.runners[fresh].state is RunnerState.IDLE, "placed after the listing: not judged by it"
 
 
 def test_a_listing_older_than_one_reconciled_before_is_ignored() -> None:
     pool, ids = warm_pool()
     jobs, allocs = listing(pool, ids)
-    pool.reconcile(jobs, allocs, now=1.0, index=50)
-    assert pool.reconcile([], [], now=2.0, index=49) == []
+    pool.reconcile(jobs, allocs, Moment(1.0), index=50)
+    assert pool.reconcile([], [], Moment(2.0), index=49) == []
     assert set(ids) <= set(pool.runners), "nothing vanished by a listing older than the last one"
     assert pool.listed_index == 50
 
@@ -294,7 +298,7 @@ def test_a_purge_of_a_job_nomad_no_longer_knew_keeps_the_tombstone_above_the_job
     pool.release(runner.id)
     pool.purged(runner.id, 0)  # the job had vanished already: Nomad answers index 0
     assert pool.tombstones[runner.id].gone_at == 10, "its allocation was seen running at index 10"
-    pool.reconcile([], [], now=1.0, index=5)
+    pool.reconcile([], [], Moment(1.0), index=5)
     assert runner.id in pool.tombstones, "a listing from before the job existed proves nothing"
 
 
@@ -306,10 +310,10 @@ def test_an_agent_restart_makes_its_runners_suspect_until_a_listing_after_its_re
     with pytest.raises(NoIdleRunner):
         pool.claim(10, 0, now=0)
     jobs, allocs = listing(pool, ids)
-    assert pool.reconcile(jobs, allocs, now=1.0, index=41) == []
+    assert pool.reconcile(jobs, allocs, Moment(1.0), index=41) == []
     assert pool.stats()[10].idle == 0, "the node is still initializing: proves nothing"
     assert pool.apply_node("NodeStreamEvent", node("ready"), 42) == [RelistWanted("an agent restarted")]
-    actions = pool.reconcile(jobs[:1], allocs[:1], now=1.0, index=41)
+    actions = pool.reconcile(jobs[:1], allocs[:1], Moment(1.0), index=41)
     assert pool.stats()[10].idle == 1, (
         "listed running by the listing after its return, whatever the index of the jobs table"
     )
@@ -322,9 +326,9 @@ def test_an_agent_restart_makes_its_runners_suspect_until_a_listing_after_its_re
 def test_an_allocation_update_newer_than_the_restart_proves_a_runner() -> None:
     pool, ids = warm_pool()
     pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40)
-    pool.apply_allocation(alloc(ids[0], "a0", "running", 39))
+    pool.apply_allocation(alloc(ids[0], "a0", "running", 39), AT)
     assert pool.stats()[10].idle == 0, "older than the restart"
-    pool.apply_allocation(alloc(ids[0], "a0", "running", 45, created=10))
+    pool.apply_allocation(alloc(ids[0], "a0", "running", 45, created=10), AT)
     assert pool.stats()[10].idle == 1
     assert pool.runners[ids[0]].suspect_since == 0
 

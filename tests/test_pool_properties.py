@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from supervisor.environments import ExecutionEnvironment
+from supervisor.evidence import Moment
 from supervisor.nomad import Allocation, AllocListStub, JobListStub
 from supervisor.pool import RunnerPool
 from supervisor.runners import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerState
@@ -24,6 +25,9 @@ from supervisor.runners import Action, CreateRunner, DestroyRunner, MarkUsed, Ru
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 3, 100.0, 256, False, ())
 Listing = tuple[list[JobListStub], list[AllocListStub], int]
 Event = tuple[int, Allocation | str]  # (index, an allocation update or the ID of a purged job)
+
+# The moment facts are applied at, where time does not matter.
+AT = Moment(0.0)
 
 
 class PoolAgainstNomad(RuleBasedStateMachine):
@@ -130,7 +134,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
     def _apply_event(self, event: Event) -> None:
         _, payload = event
         if isinstance(payload, Allocation):
-            self._carry_out(self.pool.apply_allocation(payload))
+            self._carry_out(self.pool.apply_allocation(payload, AT))
         else:
             self._carry_out(self.pool.apply_job(payload, deleted=True, stopped=True))
 
@@ -157,7 +161,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
     @rule(data=st.data())
     def a_listing_is_applied_late(self, data: st.DataObject) -> None:
         jobs, allocs, index = data.draw(st.sampled_from(self.listings))
-        self._carry_out(self.pool.reconcile(jobs, allocs, self.now, index=index))
+        self._carry_out(self.pool.reconcile(jobs, allocs, Moment(self.now), index=index))
 
     # -- clients --------------------------------------------------------------------------------
 
@@ -208,7 +212,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
                 self.an_event_arrives()
         self.a_listing_is_taken()
         jobs, allocs, index = self.listings[-1]
-        self._carry_out(self.pool.reconcile(jobs, allocs, self.now, index=index))
+        self._carry_out(self.pool.reconcile(jobs, allocs, Moment(self.now), index=index))
         destroying = {a.runner_id for a in self.pending if isinstance(a, DestroyRunner)}
         assert set(self.pool.tombstones) <= destroying, "tombstones are dropped once a listing shows"
         for runner in self.pool.runners.values():
@@ -224,7 +228,7 @@ class PoolAgainstNomad(RuleBasedStateMachine):
         no runner it does not list is handed out by either."""
         alone = RunnerPool()
         alone.set_environment(ENVIRONMENT)
-        alone.reconcile(jobs, allocs, self.now, index=index)
+        alone.reconcile(jobs, allocs, Moment(self.now), index=index)
         listed = {job.id for job in jobs}
 
         def view(pool: RunnerPool) -> dict[str, tuple[RunnerState, str, str]]:

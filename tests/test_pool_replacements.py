@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from supervisor.environments import ExecutionEnvironment
+from supervisor.evidence import Moment
 from supervisor.nomad import AllocListStub
 from supervisor.pool import RunnerPool
 from supervisor.replacements import REFILL_SECONDS, ReplacementBudget
@@ -18,22 +19,25 @@ class Clock:
     def __init__(self) -> None:
         self.now = 0.0
 
-    def __call__(self) -> float:
-        return self.now
+    def moment(self) -> Moment:
+        """Now, with the event stream flowing as fast as time passes."""
+        return Moment(self.now, self.now)
 
 
 def idle_pool() -> tuple[RunnerPool, Clock, list[str]]:
     clock = Clock()
-    pool = RunnerPool(clock=clock)
+    pool = RunnerPool()
     _, actions = pool.set_environment(ENVIRONMENT)
     ids = [a.runner_id for a in actions if isinstance(a, CreateRunner)]
     for i, runner_id in enumerate(ids):
         pool.registered(runner_id, 5)
-        pool.apply_allocation(alloc(runner_id, f"a{i}", "running", 10 + i))
+        pool.apply_allocation(alloc(runner_id, f"a{i}", "running", 10 + i), clock.moment())
     return pool, clock, ids
 
 
-def restarting(pool: RunnerPool, runner_id: str, index: int, *, delay: float = 15.0) -> list[object]:
+def restarting(
+    pool: RunnerPool, clock: Clock, runner_id: str, index: int, *, delay: float = 15.0
+) -> list[object]:
     """The runner's task failed: its allocation is pending again while the task waits ``delay``
     seconds to restart (the runner template's restart delay)."""
     runner = pool.runners[runner_id]
@@ -43,12 +47,12 @@ def restarting(pool: RunnerPool, runner_id: str, index: int, *, delay: float = 1
     ]
     states = {"default-task": {"State": "pending", "Events": events}}
     pending = alloc(runner_id, runner.alloc_id, "pending", index, created=0, raw={"TaskStates": states})
-    return list(pool.apply_allocation(pending))
+    return list(pool.apply_allocation(pending, clock.moment()))
 
 
 def test_a_failed_idle_runner_is_destroyed_and_replaced_at_once() -> None:
-    pool, _clock, ids = idle_pool()
-    actions = restarting(pool, ids[0], 100)
+    pool, clock, ids = idle_pool()
+    actions = restarting(pool, clock, ids[0], 100)
     assert DestroyRunner(ids[0], REASON_FAILED_IDLE) in actions
     created = [a for a in actions if isinstance(a, CreateRunner)]
     assert len(created) == 1, "its replacement is ordered with its end"
@@ -59,26 +63,28 @@ def test_a_failed_idle_runner_is_destroyed_and_replaced_at_once() -> None:
 def test_past_the_budget_a_failed_idle_runner_waits_for_its_restart() -> None:
     pool, clock, ids = idle_pool()
     assert ReplacementBudget.capacity(20) == 2
-    assert restarting(pool, ids[0], 100)
-    assert restarting(pool, ids[1], 101)
-    assert restarting(pool, ids[2], 102) == [], "the budget is spent"
+    assert restarting(pool, clock, ids[0], 100)
+    assert restarting(pool, clock, ids[1], 101)
+    assert restarting(pool, clock, ids[2], 102) == [], "the budget is spent"
     assert pool.runners[ids[2]].state is RunnerState.STARTING, "not handed out while it restarts"
-    pool.apply_allocation(alloc(ids[2], pool.runners[ids[2]].alloc_id, "running", 103, created=5))
+    pool.apply_allocation(
+        alloc(ids[2], pool.runners[ids[2]].alloc_id, "running", 103, created=5), clock.moment()
+    )
     assert pool.runners[ids[2]].state is RunnerState.IDLE, "its restart brings it back"
     clock.now = REFILL_SECONDS / 2
-    assert DestroyRunner(ids[3], REASON_FAILED_IDLE) in restarting(pool, ids[3], 104), "one came back"
-    assert restarting(pool, ids[4], 105) == []
+    assert DestroyRunner(ids[3], REASON_FAILED_IDLE) in restarting(pool, clock, ids[3], 104), "one came back"
+    assert restarting(pool, clock, ids[4], 105) == []
 
 
 def test_only_idle_runners_are_replaced_this_way() -> None:
-    pool, _clock, _ids = idle_pool()
+    pool, clock, _ids = idle_pool()
     _, actions = pool.set_environment(ExecutionEnvironment(11, "python:3.12", 1, 100.0, 256, False, ()))
     starting = next(a.runner_id for a in actions if isinstance(a, CreateRunner))
-    pool.apply_allocation(alloc(starting, "s0", "pending", 200))
-    again = pool.apply_allocation(alloc(starting, "s0", "pending", 201))
+    pool.apply_allocation(alloc(starting, "s0", "pending", 200), clock.moment())
+    again = pool.apply_allocation(alloc(starting, "s0", "pending", 201), clock.moment())
     assert again == [], "it never ran: its image may not either"
     used, _ = pool.claim(10, 60, now=0)
-    gone = restarting(pool, used.id, 202)
+    gone = restarting(pool, clock, used.id, 202)
     assert DestroyRunner(used.id, REASON_FAILED_IDLE) not in gone, "a used runner ends as its client's"
     assert pool.stats()[10].idle == 19
 
@@ -92,20 +98,22 @@ def test_each_environment_has_a_budget_of_its_own() -> None:
 
 
 def test_a_restart_sooner_than_a_new_runner_or_not_seen_is_waited_for() -> None:
-    pool, _clock, ids = idle_pool()
-    assert restarting(pool, ids[0], 100, delay=0) == [], "an agent that recreated its containers"
+    pool, clock, ids = idle_pool()
+    assert restarting(pool, clock, ids[0], 100, delay=0) == [], "an agent that recreated its containers"
     assert pool.runners[ids[0]].state is RunnerState.STARTING
     stub = AllocListStub(
         id=pool.runners[ids[1]].alloc_id, job_id=ids[1], client_status="pending", modify_index=101
     )
-    assert pool.apply_allocation(stub) == [], "a lean listing does not say why it is pending"
-    assert restarting(pool, ids[2], 102), "the budget is whole: neither spent it"
+    assert pool.apply_allocation(stub, clock.moment()) == [], "a lean listing does not say why it is pending"
+    assert restarting(pool, clock, ids[2], 102), "the budget is whole: neither spent it"
 
 
 def test_on_a_draining_node_it_goes_as_its_neighbours_do_without_spending_the_budget() -> None:
-    pool, _clock, ids = idle_pool()
+    pool, clock, ids = idle_pool()
     pool.nodes.apply_event("NodeDrain", node(drain=True), 90)  # the tracker alone: the event's first
-    assert DestroyRunner(ids[0], "its node is draining") in restarting(pool, ids[0], 100)
+    assert DestroyRunner(ids[0], "its node is draining") in restarting(pool, clock, ids[0], 100)
     pool.nodes.apply_event("NodeDrain", node(drain=False), 91)
-    assert DestroyRunner(ids[1], REASON_FAILED_IDLE) in restarting(pool, ids[1], 101)
-    assert DestroyRunner(ids[2], REASON_FAILED_IDLE) in restarting(pool, ids[2], 102), "both still there"
+    assert DestroyRunner(ids[1], REASON_FAILED_IDLE) in restarting(pool, clock, ids[1], 101)
+    assert DestroyRunner(ids[2], REASON_FAILED_IDLE) in restarting(pool, clock, ids[2], 102), (
+        "both still there"
+    )

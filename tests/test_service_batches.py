@@ -26,7 +26,7 @@ async def test_a_covered_batch_still_tells_of_drains_and_agent_restarts(nursery:
     service.pool.set_environment(ENVIRONMENT)
     runner_id = next(iter(service.pool.runners))
     service.pool.registered(runner_id, 5)
-    service.apply_batch(
+    service.informer.apply_batch(
         EventBatch(
             6,
             [
@@ -45,13 +45,13 @@ async def test_a_covered_batch_still_tells_of_drains_and_agent_restarts(nursery:
             ],
         )
     )
-    service.last_index = 200  # a listing at 200, whose node listing was older than the batches below
+    service.informer.last_index = 200  # a listing at 200, whose node listing was older than the batches below
     drained = Node(id="n2", status="ready", drain=True, events=[NodeEvent(message="Node registered")])
     restarted = Node(id="n1", status="initializing", events=[NodeEvent(message="Node re-registered")])
     stopped = Allocation(
         id="a1", job_id=runner_id, client_status="complete", create_index=6, modify_index=150
     )
-    service.apply_batch(
+    service.informer.apply_batch(
         EventBatch(
             150,
             [
@@ -77,7 +77,7 @@ def two_nodes_two_runners(nursery: trio.Nursery) -> tuple[RunnerService, list[st
     for runner_id in runners:
         service.pool.registered(runner_id, 5)
     service.gate.report(StreamState.UP)
-    service.apply_batch(
+    service.informer.apply_batch(
         EventBatch(
             6,
             [
@@ -110,7 +110,7 @@ async def reports_of_n2(service: RunnerService, runner_id: str, seconds: float, 
     for _ in range(int(seconds)):
         await trio.sleep(1)
         index += 1
-        service.apply_batch(
+        service.informer.apply_batch(
             EventBatch(
                 index, [event(placed(runner_id, "n2", index, received=True), "AllocationUpdated", index)]
             )
@@ -123,10 +123,10 @@ async def test_an_agent_silent_while_the_stream_goes_on_is_avoided(
 ) -> None:
     service, runners = two_nodes_two_runners(nursery)
     index = await reports_of_n2(service, runners[1], QUICK_SILENT_SECONDS - 1, 10)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == ()
     await reports_of_n2(service, runners[1], 1, index)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == ("n1",), "the stream went on all along"
     assert runners[0] not in service.pool.runners, "replaced: it waited for an agent that is not there"
 
@@ -140,13 +140,13 @@ async def test_a_stalled_stream_counts_for_little_in_an_agent_s_silence(
     service, runners = two_nodes_two_runners(nursery)
     index = await reports_of_n2(service, runners[1], 1, 10)  # 1 s of flow since n1's placement
     await trio.sleep(SILENT_SECONDS + 5)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == (), "a stall makes no agent silent"
     index = await reports_of_n2(service, runners[1], SILENT_SECONDS - 3, index)  # the stall, then 1 s each
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == (), "1 s, 2 s for the stall, then 8 s"
     await reports_of_n2(service, runners[1], 1, index)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == ("n1",), "its report did not come after it"
 
 
@@ -161,10 +161,10 @@ async def test_a_stream_lost_and_back_at_once_is_a_pause_too(
     await trio.sleep(0.2)
     service.gate.report(StreamState.UP)
     index = await reports_of_n2(service, runners[1], QUICK_SILENT_SECONDS + 1, index)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == ()
     await reports_of_n2(service, runners[1], SILENT_SECONDS - QUICK_SILENT_SECONDS, index)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == ("n1",)
 
 
@@ -172,12 +172,12 @@ async def test_an_agent_s_report_in_a_covered_batch_ends_the_wait(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
     service, runners = two_nodes_two_runners(nursery)
-    service.last_index = 100  # a listing covered what follows
-    service.apply_batch(
+    service.informer.last_index = 100  # a listing covered what follows
+    service.informer.apply_batch(
         EventBatch(50, [event(placed(runners[0], "n1", 50, received=True), "AllocationUpdated", 50)])
     )
     await reports_of_n2(service, runners[1], SILENT_SECONDS + 1, 100)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == ()
 
 
@@ -187,5 +187,5 @@ async def test_no_agent_is_judged_while_the_stream_is_not_up(
     service, runners = two_nodes_two_runners(nursery)
     await reports_of_n2(service, runners[1], SILENT_SECONDS + 1, 10)
     service.gate.report(StreamState.RECOVERING)
-    service.avoid_silent_agents()
+    service.informer.avoid_silent_agents()
     assert service.pool.nodes.avoided(trio.current_time()) == ()

@@ -123,7 +123,7 @@ async def test_a_listing_answered_before_a_delete_does_not_bring_the_environment
     release = nomad.hold("list")
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(service.relist if read == "relist" else service.environments.load)
+            nursery.start_soon(service.informer.relist if read == "relist" else service.environments.load)
             await nomad.reached["list"].wait()
             nursery.start_soon(service.environments.delete, ENVIRONMENT.id)
             await trio.testing.wait_all_tasks_blocked()
@@ -166,8 +166,8 @@ async def test_a_restart_adopts_the_runners_it_finds_and_creates_none_beside_the
     nomad.jobs[orphan] = runner_job(ExecutionEnvironment(99, "python:3.12", 1, 100.0, 256, False, ()), orphan)
     service = _service(nomad, nursery)
     actions: list[object] = []
-    monkeypatch.setattr(service, "apply", actions.extend)
-    await service.relist()
+    monkeypatch.setattr(service.effects, "apply", actions.extend)
+    await service.informer.relist()
     assert set(service.pool.runners) == set(left), "adopted, and nothing created beside them"
     assert service.pool.used_runner(left[1]) is not None
     assert [a.runner_id for a in actions if isinstance(a, DestroyRunner)] == [orphan]
@@ -226,12 +226,12 @@ async def test_a_request_in_an_adopted_claim_waits_for_its_sweep_from_the_moment
     async def request_in_the_claim() -> None:
         runner = service.pool.used_runner(claimed)
         assert runner is not None, "the first listing adopted the claim"
-        await service.prove(runner)
+        await service.desk.runner_for_work(runner.id)
         proven.set()
 
     with trio.fail_after(5):
         async with trio.open_nursery() as inner:
-            inner.start_soon(service.relist)
+            inner.start_soon(service.informer.relist)
             await nomad.orphans_listed.wait()
             inner.start_soon(request_in_the_claim)
             await nomad.sweep_opened.wait()
@@ -265,7 +265,7 @@ async def test_a_relist_reads_only_the_claimed_jobs_and_adopts_none_purged_since
     nomad.jobs[idle] = runner_job(ENVIRONMENT, idle)
     nomad.jobs[released] = runner_job(ENVIRONMENT, released, used=True, timeout=60)
     service = _service(nomad, nursery)
-    await service.relist()
+    await service.informer.relist()
     assert nomad.reads == [released], "a job never updated since its registration holds no claim"
     assert released not in service.pool.runners, "gone before it was read: never adopted as idle"
     assert idle in service.pool.runners
@@ -280,11 +280,11 @@ async def test_a_job_a_late_claim_write_created_is_adopted_as_claimed_never_as_i
     nomad = _GatedNomad()
     nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
     service = _service(nomad, nursery)
-    await service.relist()
+    await service.informer.relist()
     late = new_runner_id(ENVIRONMENT.id)
     nomad.jobs[late] = runner_job(ENVIRONMENT, late, used=True, timeout=60)
     nomad.created_claimed.add(late)
-    await service.relist()
+    await service.informer.relist()
     assert service.pool.used_runner(late) is not None, "after the start, every unknown runner job is read"
 
 
@@ -318,7 +318,7 @@ async def test_a_relist_reads_the_allocations_while_it_reads_the_runner_jobs(nur
     nomad.jobs[idle] = runner_job(ENVIRONMENT, idle)
     service = _service(nomad, nursery)
     with trio.fail_after(5):  # read one after the other, the runner jobs would wait forever
-        await service.relist()
+        await service.informer.relist()
     assert idle in service.pool.runners
 
 
@@ -327,4 +327,4 @@ async def test_a_relist_whose_read_fails_raises_that_error_alone(nursery: trio.N
     nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
     service = _service(nomad, nursery)
     with trio.fail_after(5), pytest.raises(NomadUnavailableError, match="no cluster leader"):
-        await service.relist()
+        await service.informer.relist()

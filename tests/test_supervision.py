@@ -34,9 +34,9 @@ def fixed_backoff() -> Backoff:
 async def test_a_crashed_child_is_restarted_after_its_backoff(autojump_clock: trio.abc.Clock) -> None:
     child, escalated = Child(crashes=2), list[str]()
     intensity = RestartIntensity(5, 30.0)
-    spec = ChildSpec("flaky", child.run, Restart.TRANSIENT)
+    spec = ChildSpec("flaky", lambda _: child.run, Restart.TRANSIENT)
     async with trio.open_nursery() as nursery:
-        run = partial(supervise, spec, intensity, escalated.append, backoff=fixed_backoff())
+        run = partial(supervise, spec, child.run, intensity, escalated.append, backoff=fixed_backoff())
         assert await nursery.start(run) == "ready"
     assert child.starts == [0.0, 3.0, 6.0], "each crash after 1 s, each restart 2 s later"
     assert intensity.total == 2
@@ -45,15 +45,18 @@ async def test_a_crashed_child_is_restarted_after_its_backoff(autojump_clock: tr
 
 async def test_a_permanent_child_is_restarted_even_when_it_returns(autojump_clock: trio.abc.Clock) -> None:
     child, escalated = Child(), list[str]()
-    spec = ChildSpec("loop", child.run, Restart.PERMANENT)
+    spec = ChildSpec("loop", lambda _: child.run, Restart.PERMANENT)
     with trio.move_on_after(10):
-        await supervise(spec, RestartIntensity(100, 30.0), escalated.append, backoff=fixed_backoff())
+        await supervise(
+            spec, child.run, RestartIntensity(100, 30.0), escalated.append, backoff=fixed_backoff()
+        )
     assert child.starts == [0.0, 3.0, 6.0, 9.0]
 
 
 async def test_a_temporary_child_stays_down(autojump_clock: trio.abc.Clock) -> None:
     child, escalated = Child(crashes=5), list[str]()
-    await supervise(ChildSpec("once", child.run, Restart.TEMPORARY), RestartIntensity(), escalated.append)
+    spec = ChildSpec("once", lambda _: child.run, Restart.TEMPORARY)
+    await supervise(spec, child.run, RestartIntensity(), escalated.append)
     assert child.starts == [0.0]
 
 
@@ -62,7 +65,8 @@ async def test_past_the_intensity_the_supervisor_escalates_instead_of_restarting
 ) -> None:
     child, escalated = Child(crashes=100), list[str]()
     intensity = RestartIntensity(2, 30.0)
-    await supervise(ChildSpec("broken", child.run), intensity, escalated.append, backoff=fixed_backoff())
+    spec = ChildSpec("broken", lambda _: child.run)
+    await supervise(spec, child.run, intensity, escalated.append, backoff=fixed_backoff())
     assert len(child.starts) == 3, "two restarts allowed, the third is one too many"
     assert escalated == ["broken kept failing"]
     assert trio.current_time() == 7.0, "the third crash, 1 s after the second restart"
@@ -79,7 +83,9 @@ async def test_a_crash_before_the_child_is_ready_reaches_the_caller() -> None:
 
     with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="bad configuration")):
         async with trio.open_nursery() as nursery:
-            await nursery.start(supervise, ChildSpec("broken", broken), RestartIntensity(), print)
+            await nursery.start(
+                supervise, ChildSpec("broken", lambda _: broken), broken, RestartIntensity(), print
+            )
 
 
 async def test_nothing_is_restarted_once_the_daemon_is_stopping(autojump_clock: trio.abc.Clock) -> None:
@@ -92,9 +98,8 @@ async def test_nothing_is_restarted_once_the_daemon_is_stopping(autojump_clock: 
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_soon)
-        await supervise(
-            ChildSpec("api", child.run), RestartIntensity(), escalated.append, stopping=stopping.is_set
-        )
+        spec = ChildSpec("api", lambda _: child.run)
+        await supervise(spec, child.run, RestartIntensity(), escalated.append, stopping=stopping.is_set)
     assert child.starts == [0.0], "it crashed after the stop began: over"
     assert escalated == []
 
@@ -105,4 +110,5 @@ async def test_a_child_that_ends_before_it_is_ready_fails_its_start() -> None:
 
     with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match=r"without calling task_status\.started")):
         async with trio.open_nursery() as nursery:
-            await nursery.start(supervise, ChildSpec("quitter", quitter), RestartIntensity(), print)
+            spec = ChildSpec("quitter", lambda _: quitter)
+            await nursery.start(supervise, spec, quitter, RestartIntensity(), print)

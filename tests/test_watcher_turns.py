@@ -1,6 +1,7 @@
-"""The watcher's batches and listings take turns: first come first served, never beside each other,
-and a batch read while a listing fails is never applied over it. A fake service and stream on
-virtual time, so that the order of the turns is the only thing that varies."""
+"""The informer's batches and listings take turns: first come first served, never beside each
+other, and a batch read while a listing fails is never applied over it. An informer whose listing
+and batches are scripted, and a fake stream, on virtual time, so that the order of the turns is the
+only thing that varies."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from typing import Any, cast
 import pytest
 import trio
 
+from supervisor.admission import AdmissionGate
 from supervisor.errors import NomadUnavailableError
+from supervisor.informer import Informer
 from supervisor.levels import Requests
 from supervisor.nomad import EventBatch, StreamStatistics
-from supervisor.service import RunnerService
-from supervisor.watcher import EventStreamWatcher
+from supervisor.nomad.api import NomadApi
 
 
 class FakeStream:
@@ -45,13 +47,15 @@ class FakeGate:
         pass
 
 
-class FakeService:
+class FakeService(Informer):
     """Logs each listing's start and end and each batch applied; a listing runs until let go."""
 
     def __init__(self) -> None:
-        self.client = FakeClient()
-        self.gate = FakeGate()
-        self.relists = Requests()
+        self.fake = FakeClient()
+        unused: Any = None  # the pool, the effects and the environments: the scripted parts need none
+        super().__init__(
+            cast(NomadApi, self.fake), unused, unused, unused, cast(AdmissionGate, FakeGate()), Requests()
+        )
         self.log: list[str] = []
         self.listings = 0
         self.let_go = trio.Event()
@@ -79,8 +83,7 @@ class FakeService:
 
 async def start(nursery: trio.Nursery) -> FakeService:
     service = FakeService()
-    watcher = EventStreamWatcher(cast(RunnerService, service))
-    nursery.start_soon(watcher.run)
+    nursery.start_soon(service.run)
     await trio.sleep(1)
     assert service.log == ["listing 1", "listing 1 done"]
     return service
@@ -91,7 +94,7 @@ async def start_with_a_batch_read_during_a_listing(nursery: trio.Nursery) -> Fak
     service = await start(nursery)
     service.request_relist("periodic")
     await trio.sleep(1)
-    service.client.stream.to_reader.send_nowait(EventBatch(7, []))
+    service.fake.stream.to_reader.send_nowait(EventBatch(7, []))
     await trio.sleep(1)
     return service
 
@@ -127,6 +130,6 @@ async def test_batches_apply_in_order_between_listings(
 ) -> None:
     service = await start(nursery)
     for index in range(2, 2 + batches):
-        service.client.stream.to_reader.send_nowait(EventBatch(index, []))
+        service.fake.stream.to_reader.send_nowait(EventBatch(index, []))
     await trio.sleep(1)
     assert service.log[2:] == [f"batch {i}" for i in range(2, 2 + batches)]

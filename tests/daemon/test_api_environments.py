@@ -91,7 +91,7 @@ async def test_empty_and_malformed_bodies(harness: Harness) -> None:
 
 
 async def test_health_and_version(harness: Harness) -> None:
-    await harness.wait_for(lambda: harness.service.synced.is_set())
+    await harness.wait_for(lambda: harness.service.informer.is_synced())
     assert (await harness.http.get("/health")).status_code == 204
     version = await harness.http.get("/version")
     assert version.status_code == 200

@@ -82,8 +82,7 @@ async def test_no_runner_is_handed_out_twice_and_every_workspace_starts_empty(
     async with trio.open_nursery() as nursery:
         for number in range(WORKERS):
             nursery.start_soon(worker, number)
-    assert harness.daemon.watcher is not None
-    assert harness.daemon.watcher.relists.get("periodic", 0) >= 2, harness.daemon.watcher.relists
+    assert harness.service.informer.relisted.get("periodic", 0) >= 2, harness.service.informer.relisted
     assert cycles >= WORKERS * 15
     assert len(handed_out) == len(set(handed_out)), "a runner ID was handed out twice"
     assert leftovers == {}, "a claimed runner held the last client's files"

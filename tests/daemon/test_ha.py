@@ -30,7 +30,7 @@ async def test_one_daemon_acts_the_other_stands_by_and_a_stop_hands_over(
     environ = {"NOMAD_ADDR": ",".join(cluster.addresses)}
     first = Daemon(HA_ON, environ=environ)
     await nursery.start(first.run)
-    await wait_until(lambda: first.service is not None and first.service.synced.is_set(), within=10)
+    await wait_until(lambda: first.service is not None and first.service.informer.is_synced(), within=10)
     second = Daemon(attrs.evolve(HA_ON), environ=environ)
     await nursery.start(second.run)
     async with httpx.AsyncClient(timeout=10) as http:
@@ -49,6 +49,6 @@ async def test_one_daemon_acts_the_other_stands_by_and_a_stop_hands_over(
         first.stop()
         with trio.fail_after(5):
             await first.ended.wait()
-        await wait_until(lambda: second.service is not None and second.service.synced.is_set(), within=2)
+        await wait_until(lambda: second.service is not None and second.service.informer.is_synced(), within=2)
         assert (await _health(http, second)).status_code == 204
     second.stop()

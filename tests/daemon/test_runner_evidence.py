@@ -42,8 +42,8 @@ def suspect(harness: Harness, runner: str) -> None:
     """Its agent re-registered, as the event stream tells it."""
     node_id = harness.service.pool.runners[runner].node_id
     event = Node(id=node_id, status="initializing", events=[NodeEvent(message="Node re-registered")])
-    harness.service.apply(
-        harness.service.pool.apply_node("NodeRegistration", event, harness.service.last_index)
+    harness.service.effects.apply(
+        harness.service.pool.apply_node("NodeRegistration", event, harness.service.informer.last_index)
     )
 
 

@@ -152,8 +152,7 @@ async def test_jobs_lost_without_an_event_are_replaced_once_the_agents_are_back(
         within=20,
     )
     assert harness.service.pool.found_gone.get("node restart", 0) >= 1
-    assert harness.daemon.watcher is not None
-    assert "periodic" not in harness.daemon.watcher.relists, (
+    assert "periodic" not in harness.service.informer.relisted, (
         "found by the relist the agents' re-registration asked for, not the periodic one (60 s)"
     )
     if claimed in lost:

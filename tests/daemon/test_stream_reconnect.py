@@ -9,8 +9,8 @@ import trio
 import trio.testing
 
 from supervisor.config import Settings
+from supervisor.informer import STREAM_HEALTHY_AFTER
 from supervisor.levels import StreamState
-from supervisor.watcher import STREAM_HEALTHY_AFTER
 
 from .conftest import Harness
 
@@ -31,7 +31,7 @@ async def test_losses_after_healthy_stretches_do_not_grow_the_backoff(
     harness: Harness, clock: trio.testing.MockClock
 ) -> None:
     assert harness.daemon.settings.watcher == Settings().watcher, "default settings"
-    watcher = harness.daemon.watcher
+    watcher = harness.service.informer
     assert watcher is not None
     for _ in range(4):
         await cut_and_wait_until_up(harness)
@@ -42,7 +42,7 @@ async def test_losses_after_healthy_stretches_do_not_grow_the_backoff(
 async def test_losses_in_quick_succession_grow_the_backoff(
     harness: Harness, clock: trio.testing.MockClock
 ) -> None:
-    watcher = harness.daemon.watcher
+    watcher = harness.service.informer
     assert watcher is not None
     for _ in range(4):
         await cut_and_wait_until_up(harness)

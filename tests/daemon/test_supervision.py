@@ -29,7 +29,7 @@ def crash_the_expiry(harness: Harness, monkeypatch: pytest.MonkeyPatch, *, times
         return original(pool, now)
 
     monkeypatch.setattr(RunnerPool, "expired", expired)
-    harness.service.expiry.changed()
+    harness.service.effects.expiry.changed()
 
 
 async def test_a_crashed_child_is_restarted_and_running_executions_never_notice(

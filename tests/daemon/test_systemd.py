@@ -50,10 +50,10 @@ async def test_ready_status_watchdog_and_stopping(
     assert statuses[-1] == "STATUS=stream up; idle runners none; 0 executions running"
     assert sum("WATCHDOG=1" in m for m in first) >= 3, "pinged every half WATCHDOG_USEC"
 
-    assert daemon.watcher is not None
-    daemon.watcher.making_progress = lambda within: False  # type: ignore[method-assign]
+    assert daemon.service is not None
+    daemon.service.informer.making_progress = lambda within: False  # type: ignore[method-assign]
     stuck = await messages_within(sock, 2.0)
-    assert not any("WATCHDOG=1" in m for m in stuck), "a stuck watcher gets the daemon restarted"
+    assert not any("WATCHDOG=1" in m for m in stuck), "a stuck informer gets the daemon restarted"
 
     daemon.stop()
     assert "STOPPING=1" in (await messages_within(sock, 1.0))[0].splitlines()
@@ -74,7 +74,7 @@ def test_an_abstract_socket_name_and_no_socket_at_all() -> None:
     assert SystemdNotifier({"WATCHDOG_USEC": "3000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
 
 
-async def test_a_watcher_stuck_in_a_relist_is_not_making_progress_though_heartbeats_come(
+async def test_an_informer_stuck_in_a_relist_is_not_making_progress_though_heartbeats_come(
     nursery: trio.Nursery, sim_config: SimConfig
 ) -> None:
     """Nomad's heartbeats are read by the stream's task while a relist is stuck (here on a lock
@@ -85,9 +85,8 @@ async def test_a_watcher_stuck_in_a_relist_is_not_making_progress_though_heartbe
     )
     await nursery.start(daemon.run)
     assert daemon.service is not None
-    assert daemon.watcher is not None
-    service, watcher = daemon.service, daemon.watcher
-    await service.synced.wait()
+    service, watcher = daemon.service, daemon.service.informer
+    await watcher.synced.wait()
     await trio.sleep(1.0)
     assert watcher.making_progress(1.0), "a quiet stream with heartbeats is progress"
     release = trio.Event()
@@ -98,7 +97,7 @@ async def test_a_watcher_stuck_in_a_relist_is_not_making_progress_though_heartbe
 
     nursery.start_soon(hold_the_lock)
     await trio.sleep(0.1)
-    service.request_relist("periodic")
+    service.relists.request("periodic")
     await trio.sleep(2.0)
     assert not watcher.making_progress(1.0)
     release.set()
