@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final
 
+import attrs
 import trio
 from attrs import define, field
 from loguru import logger
@@ -88,7 +89,7 @@ TREE: Final = (
         (
             ChildSpec(
                 "api server",
-                lambda p: p.daemon.serve_api,
+                lambda p: partial(p.daemon.serve_api, p.nursery),
                 Restart.TRANSIENT,
                 Shutdown.DRAIN,
                 share=1.0,
@@ -178,10 +179,12 @@ __doc__ = (__doc__ or "").replace("TREE_DRAWING", draw_tree())
 
 @define
 class _Parts:
-    """What a child's spec starts it from: the daemon, and the term's runner service in a term."""
+    """What a child's spec starts it from: the daemon, the term's runner service in a term, and
+    the nursery of the child's tier, for what the child hands work to."""
 
     daemon: Daemon
     service: RunnerService | None = None
+    nursery: trio.Nursery | None = None
 
 
 @define
@@ -269,10 +272,6 @@ class Daemon:
                 if child.ask is not None and (tier.lifetime is Lifetime.DAEMON or parts.service is not None):
                     child.ask(parts)()
 
-    def stopping_now(self) -> bool:
-        """Whether the daemon has been told to stop."""
-        return self._stop.is_set()
-
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``stop()`` (or until a child keeps failing); reports itself once the API
         serves (and, without ``[ha]``, its term has started)."""
@@ -342,7 +341,7 @@ class Daemon:
                 supervised = partial(
                     supervise,
                     child,
-                    child.start(parts),
+                    child.start(attrs.evolve(parts, nursery=opened.nurseries[tier.name])),
                     self.restarts,
                     self._escalate,
                     stopping=self._stop.is_set,
@@ -435,13 +434,18 @@ class Daemon:
 
     # -- the children ---------------------------------------------------------------------------
 
-    async def serve_api(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        """The API server, on ``[server]``'s address (the port it was bound to, after a restart)."""
+    async def serve_api(
+        self, connections: trio.Nursery, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The API server, on ``[server]``'s address (the port it was bound to, after a restart);
+        its connections run in ``connections`` (its tier's nursery), so that they outlive a crash
+        of the server's own task, and an execution's WebSocket with them."""
         server = self.settings.server
         listening = await self.network.listen(server.address, self._api_port, backlog=_LISTEN_BACKLOG)
         self._api_port = listening.port
+        serve = partial(self.server.serve, listening, connection_nursery=connections)
         async with trio.open_nursery() as serving:
-            url = await serving.start(self.server.serve, listening)
+            url = await serving.start(serve)
             self.addresses = [url]
             logger.info("serving the API on {}", url)
             self._serving.set()

@@ -76,6 +76,8 @@ class AsgiServer:
         self._settings = settings
         self._stopping = trio.Event()
         self._connections: set[_Connection] = set()
+        # Set when the last connection has ended.
+        self._drained = trio.Event()
         # The lifespan's state: each request's scope gets a shallow copy (ASGI's "state").
         self._state: dict[str, Any] = {}
 
@@ -85,25 +87,41 @@ class AsgiServer:
         return len(self._connections)
 
     async def serve(
-        self, listening: Listening, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+        self,
+        listening: Listening,
+        *,
+        connection_nursery: trio.Nursery | None = None,
+        task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve until stop() and every connection has ended; started with the base URL
-        'http://host:port' once the app's lifespan startup is complete."""
+        'http://host:port' once the app's lifespan startup is complete. Connections run in
+        ``connection_nursery`` when one is given, so that they outlive a failure of this task
+        (trio's ``serve_listeners`` takes its ``handler_nursery`` so); in a nursery of its own
+        otherwise."""
         try:
             async with trio.open_nursery() as lifespan_nursery:
                 lifespan = _Lifespan(self._app, self._state)
                 lifespan_nursery.start_soon(lifespan.run)
                 await lifespan.start_up()
-                async with trio.open_nursery() as handler_nursery:
-                    url = f"http://{listening.address}"
-                    logger.info("serving on {}", url)
+                url = f"http://{listening.address}"
+                if connection_nursery is not None:
                     task_status.started(url)
-                    await self._accept_until_stopped(listening.listener, handler_nursery)
+                    await self._accept_until_stopped(listening.listener, connection_nursery)
+                    await self._wait_drained()
+                else:
+                    async with trio.open_nursery() as handler_nursery:
+                        task_status.started(url)
+                        await self._accept_until_stopped(listening.listener, handler_nursery)
                 await lifespan.shut_down()
                 lifespan_nursery.cancel_scope.cancel("the server has stopped")
         finally:
             with trio.move_on_after(self._settings.close_timeout, shield=True):
                 await listening.listener.aclose()
+
+    async def _wait_drained(self) -> None:
+        while self._connections:
+            self._drained = trio.Event()
+            await self._drained.wait()
 
     def stop(self) -> None:
         """Graceful stop: stop accepting (close the listener); idle keep-alive connections close at
@@ -159,6 +177,8 @@ class AsgiServer:
         finally:
             self._connections.discard(connection)
             await connection.close()
+            if not self._connections:
+                self._drained.set()
 
 
 class _Lifespan:

@@ -187,7 +187,7 @@ def test_the_daemons_log_is_one_json_stream_without_its_tokens() -> None:
         process.kill()
         process.communicate()
     messages = [json.loads(line)["record"]["message"] for line in lines]
-    assert any(m.startswith("serving on http://127.0.0.1:") for m in messages), "the API server's line"
+    assert any(m.startswith("serving the API on http://127.0.0.1:") for m in messages), "the API's line"
     assert any("/api/v1/statistics/execution-environments" in m and " 401 " in m for m in messages), "access"
     assert any("/api/v1/runners/***/files" in m for m in messages), "the token in a path is masked"
     assert not any("poseidon-s3cret" in line for line in lines)

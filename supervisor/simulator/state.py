@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 from attrs import define, field, frozen
@@ -87,8 +87,13 @@ class Write:
         self.variables[id(variable)] = variable
 
 
-_TOPICS: dict[type, str] = {SimAlloc: "Allocation", SimJob: "Job", SimEval: "Evaluation", SimNode: "Node"}
-_TABLES = {"Allocation": "allocs", "Job": "jobs", "Evaluation": "evals", "Node": "nodes"}
+_TOPICS: Final[dict[type, str]] = {
+    SimAlloc: "Allocation",
+    SimJob: "Job",
+    SimEval: "Evaluation",
+    SimNode: "Node",
+}
+_TABLES: Final = {"Allocation": "allocs", "Job": "jobs", "Evaluation": "evals", "Node": "nodes"}
 
 
 class ClusterState:

@@ -12,7 +12,7 @@ wakes on the task step that makes it true (``tests/waiting.py``), never by polli
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,12 @@ import trio_websocket
 from loguru import logger
 
 from supervisor.config import ServerSettings, Settings
-from supervisor.daemon import Daemon
+from supervisor.daemon import TREE, Daemon
 from supervisor.environments import claim_meta
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.supervision import TierSpec
 
 from ..waiting import wait_until
 
@@ -152,9 +153,17 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-async def harness(nursery: trio.Nursery, sim_config: SimConfig, settings: Settings) -> AsyncIterator[Harness]:
+def tree() -> Sequence[TierSpec]:
+    """The daemon's tree (a test may give it one whose child misbehaves)."""
+    return TREE
+
+
+@pytest.fixture
+async def harness(
+    nursery: trio.Nursery, sim_config: SimConfig, settings: Settings, tree: Sequence[TierSpec]
+) -> AsyncIterator[Harness]:
     cluster = await nursery.start(SimulatedCluster(sim_config).run)
-    daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)})
+    daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)}, tree=tree)
     await nursery.start(daemon.run)
     base = daemon.addresses[0] + "/api/v1"
     headers = {"Poseidon-Token": settings.server.token} if settings.server.token else {}
