@@ -19,6 +19,7 @@ before its tier is cancelled.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
@@ -105,7 +106,7 @@ TREE: Final = (
             ChildSpec(
                 "execution deadline",
                 lambda p: partial(p.daemon.end_executions_in_time, _term_of(p)),
-                Restart.PERMANENT,
+                Restart.TRANSIENT,
                 Shutdown.DRAIN,
                 share=1.0,
                 role="holds the execution nursery; ends executions before the stop's budget",
@@ -204,6 +205,8 @@ class _Term:
     # Set when the term is to end (the stop, or the lock lost); ``why`` says which.
     ending: trio.Event = field(factory=trio.Event)
     why: str = "the daemon stops"
+    # Give the lock up at the term's end (a stop, or a hold that failed), not only let it lapse.
+    release: bool = False
 
 
 class Daemon:
@@ -404,6 +407,8 @@ class Daemon:
                 task_status.started(self)
             await term.ending.wait()
             self.switch.app = None  # new requests get the standby's answer from here on
+            if term.release and not self._stop.is_set():
+                await self.elector.release()  # a standby may take over while executions finish
             service.executions.begin_stop()  # and an execution whose WebSocket came before does not start
             if not self._stop.is_set():
                 logger.warning(
@@ -456,12 +461,13 @@ class Daemon:
         term = self._term
         assert term is not None
         task_status.started()
+        why = "the lock's hold failed"
         try:
-            term.why = await self.elector.hold(term.acquired_at)
-        except Exception:
-            term.why = "the lock's hold failed"
-            raise
+            why = await self.elector.hold(term.acquired_at)
         finally:
+            # Failed (or cancelled): whether the lock is still ours is unknown; let a standby take it now.
+            term.release = why == "the lock's hold failed"
+            term.why = why
             term.ending.set()
 
     async def tell_systemd(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -511,12 +517,14 @@ class Daemon:
     async def end_executions_in_time(
         self, service: RunnerService, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Once stopping: say every few seconds what the stop waits for; end the executions still
-        running _END_MARGIN before the budget passes (at once after a second signal); return once
-        none runs. When the budget has passed, cut whatever connection is left and every stop of a
-        command under way, and everything else."""
+        """Hold the term's executions until they have ended, once the term ends: after a step-down
+        for as long as they run; at the stop, saying every few seconds what the stop waits for and
+        ending those still running _END_MARGIN before the budget passes (at once after a second
+        signal). Returns once none runs, and no stop of a command is under way."""
+        term = self._term
+        assert term is not None
         task_status.started()
-        await self._stop.wait()
+        await term.ending.wait()
         executions = service.executions
         ended = False
         next_line = trio.current_time()
@@ -528,10 +536,15 @@ class Daemon:
                 ended = True
                 executions.shut_down()
                 logger.warning("stopping: ended {} running execution(s): out of time", running)
-            elif not ended and now >= next_line:
+            elif not ended and now >= next_line and self._stop.is_set():
                 logger.info("stopping: waiting for {} execution(s), {:.0f}s left", running, left)
                 next_line = now + _WAIT_LOG_EVERY
-            wake = self._stop_deadline if ended else min(next_line, self._stop_deadline - _END_MARGIN)
+            if not self._stop.is_set():
+                wake = math.inf  # stepped down: they run for as long as they need (or until a stop)
+            elif ended:
+                wake = self._stop_deadline
+            else:
+                wake = min(next_line, self._stop_deadline - _END_MARGIN)
             with trio.move_on_at(wake):
                 await _first(self._stop_changed.wait, executions.all_ended)
         # The stops of their commands still under way (shielded) end with the budget.

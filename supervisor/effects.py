@@ -9,11 +9,10 @@ the informer, and what is only news (a node avoided, runners found gone) is logg
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, Protocol
 
 from loguru import logger
 
-from .executions import ExecutionService
 from .expiry import InactivityExpiry
 from .factory import RunnerFactory
 from .leftovers import LeftoverSweep
@@ -31,12 +30,19 @@ from .runners import (
     RunnerGone,
 )
 
-__all__ = ["Effects"]
+__all__ = ["Effects", "ExecutionEnds"]
 
 # Ends that are not news: a client gave its runner back, or its environment was deleted (one line).
 _ROUTINE_ENDS: Final = frozenset({REASON_DESTROYED, REASON_ENVIRONMENT})
 # Runners named in one such line; more are counted.
 _NAMED: Final = 5
+
+
+class ExecutionEnds(Protocol):
+    """Where the executions of a runner that is gone are ended (the runner desk's executions)."""
+
+    def runner_gone(self, runner_id: str, reason: str) -> None:
+        """End every execution on the runner with ``reason``."""
 
 
 class Effects:
@@ -46,7 +52,7 @@ class Effects:
         self,
         pool: RunnerPool,
         factory: RunnerFactory,
-        executions: ExecutionService,
+        executions: ExecutionEnds,
         relists: Requests,
         leftovers: LeftoverSweep,
     ) -> None:

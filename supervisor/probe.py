@@ -8,8 +8,6 @@ from typing import Any, Final
 import httpx
 import orjson
 
-from .standby import STANDBY_MESSAGE
-
 __all__ = ["EXIT_CODES", "probe"]
 
 EXIT_CODES: Final = {"ok": 0, "warning": 1, "critical": 2}
@@ -31,12 +29,15 @@ def _summary(document: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _standby(response: httpx.Response) -> bool:
+def _standby(response: httpx.Response) -> str | None:
+    """The standby's own word, if this is a standby's answer."""
     try:
         document = orjson.loads(response.content)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(document, dict) and document.get("errorCode") == "STANDBY"
+        return None
+    if not isinstance(document, dict) or document.get("errorCode") != "STANDBY":
+        return None
+    return str(document.get("message") or "the standby")
 
 
 def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, str]:
@@ -54,11 +55,12 @@ def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, 
         response = httpx.get(url.rstrip("/") + "/api/v1/health/details", headers=headers, timeout=timeout)
     except Exception as exc:  # a bad URL included: whatever it is, the answer is UNKNOWN
         return unknown(f"the supervisor at {url} cannot be reached: {exc}")
-    if response.status_code == 503 and _standby(response):
+    standby = _standby(response) if response.status_code == 503 else None
+    if standby is not None:
         # A healthy standby (HA): nothing is wrong with it, and the active one is checked on its own.
         if as_json:
-            return 0, orjson.dumps({"status": "standby", "message": STANDBY_MESSAGE}).decode()
-        return 0, f"OK: standby: {STANDBY_MESSAGE}"
+            return 0, orjson.dumps({"status": "standby", "message": standby}).decode()
+        return 0, f"OK: standby: {standby}"
     if response.status_code != 200:
         return unknown(f"the supervisor at {url} answered HTTP {response.status_code}")
     try:
