@@ -18,7 +18,7 @@ import httpx
 import trio
 from harness import EXIT_0, open_scenario, parse_arguments, run, terminal_messages
 
-from supervisor.runners import REASON_OOM
+from supervisor.core.runners import REASON_OOM
 from supervisor.simulator import SimConfig
 
 

@@ -46,7 +46,7 @@ from harness import (
     start_daemon,
 )
 
-from supervisor.config import HaSettings
+from supervisor.core.config import HaSettings
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
 

@@ -21,11 +21,11 @@ import httpx
 import trio
 import trio_websocket
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.daemon import Daemon
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.desk.service import RunnerService
 from supervisor.nomad import NomadClient, NomadSettings
-from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.tree.daemon import Daemon
 
 ENVIRONMENT_ID = 10
 # The scenarios' environment; its pool size is each scenario's own.

@@ -17,7 +17,7 @@ from typing import Any
 import trio
 from harness import EXIT_0, open_scenario, parse_arguments, run, terminal_messages
 
-from supervisor.runners import REASON_DRAINED
+from supervisor.core.runners import REASON_DRAINED
 from supervisor.simulator import SimConfig
 
 DEADLINE = 3.0

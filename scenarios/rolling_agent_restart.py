@@ -23,7 +23,7 @@ import httpx
 import trio
 from harness import open_scenario, parse_arguments, run
 
-from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
+from supervisor.desk.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
 from supervisor.simulator import SimConfig
 
 DOWNTIME = 2.0

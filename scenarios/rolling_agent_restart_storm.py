@@ -38,7 +38,7 @@ import httpx
 import trio
 from harness import ENVIRONMENT_ID, Scenario, open_scenario, parse_arguments, run
 
-from supervisor.config import FactorySettings, ServerSettings, Settings
+from supervisor.core.config import FactorySettings, ServerSettings, Settings
 from supervisor.simulator import SimConfig
 
 DOWNTIME = 2.0

@@ -21,7 +21,7 @@ import httpx
 import trio
 from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
-from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED, MESSAGE_CONNECTION_LOST
+from supervisor.desk.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED, MESSAGE_CONNECTION_LOST
 from supervisor.simulator import SimConfig
 from supervisor.simulator.handle import SimServer
 from supervisor.simulator.objects import SimNode

@@ -21,8 +21,8 @@ from typing import Any
 import trio
 from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
-from supervisor.executions import MESSAGE_CONNECTION_LOST
-from supervisor.levels import StreamState
+from supervisor.base.levels import StreamState
+from supervisor.desk.executions import MESSAGE_CONNECTION_LOST
 from supervisor.simulator import SimConfig
 
 COMMAND = "echo started; sleep 2; echo done"

@@ -19,7 +19,7 @@ import uuid
 import trio
 from harness import EXIT_0, open_scenario, parse_arguments, run, terminal_messages
 
-from supervisor.environments import ExecutionEnvironment, runner_job, template_job
+from supervisor.core.environments import ExecutionEnvironment, runner_job, template_job
 from supervisor.nomad import NomadClient
 from supervisor.simulator import SimConfig
 

@@ -21,9 +21,9 @@ import trio
 import trio_websocket
 from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
-from supervisor.config import Settings
-from supervisor.informer import STREAM_BACKOFF_CAP
-from supervisor.levels import StreamState
+from supervisor.base.levels import StreamState
+from supervisor.core.config import Settings
+from supervisor.informer.informer import STREAM_BACKOFF_CAP
 from supervisor.simulator import SimConfig
 
 

@@ -31,11 +31,11 @@ import orjson
 import trio
 from targets import target
 
-from supervisor.config import Settings
-from supervisor.environments import ExecutionEnvironment
-from supervisor.errors import EventStreamError
+from supervisor.base.errors import EventStreamError
+from supervisor.core.config import Settings
+from supervisor.core.environments import ExecutionEnvironment
+from supervisor.desk.service import RunnerService
 from supervisor.nomad import NomadClient, NomadSettings
-from supervisor.service import RunnerService
 
 FIXTURES: Final = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 TARGET_RATE: Final = 35_000

@@ -228,7 +228,7 @@ async def measure(
 
 
 async def serve_floor(args: argparse.Namespace) -> None:
-    """The daemon's API stack with nothing behind it: its HTTP server (``supervisor.http_server``,
+    """The daemon's API stack with nothing behind it: its HTTP server (``supervisor.api.http_server``,
     configured as the daemon does) and starlette, answering ``execute`` with a WebSocket URL whose
     socket sends ``start`` and ``exit``. Its CPU time per execution is what the stack costs before
     the daemon does any work."""
@@ -238,8 +238,8 @@ async def serve_floor(args: argparse.Namespace) -> None:
     from starlette.routing import Route, WebSocketRoute
     from starlette.websockets import WebSocket
 
-    from supervisor.http_server import AsgiServer, HttpServerSettings
-    from supervisor.network import TcpNetwork
+    from supervisor.api.http_server import AsgiServer, HttpServerSettings
+    from supervisor.base.network import TcpNetwork
 
     async def execute(request: Request) -> JSONResponse:
         await request.json()

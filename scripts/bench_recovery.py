@@ -44,8 +44,8 @@ from bench_exec import ENVIRONMENT, cpu_seconds, start
 from load_client import HttpPool
 from targets import target
 
-from supervisor.config import WatcherSettings
-from supervisor.environments import (
+from supervisor.core.config import WatcherSettings
+from supervisor.core.environments import (
     TEMPLATE_PREFIX,
     ExecutionEnvironment,
     environment_from_dict,
@@ -54,7 +54,7 @@ from supervisor.environments import (
     runner_prefix,
     template_job,
 )
-from supervisor.informer import LIVE_ALLOCATIONS, STREAM_HEALTHY_AFTER
+from supervisor.informer.informer import LIVE_ALLOCATIONS, STREAM_HEALTHY_AFTER
 from supervisor.nomad import NomadClient, NomadSettings
 
 ENVIRONMENTS = 20

@@ -37,13 +37,13 @@ import trio
 from bench_exec import ENVIRONMENT, start
 from targets import target
 
-from supervisor.environments import TEMPLATE_PREFIX, ExecutionEnvironment, runner_job, runner_prefix
-from supervisor.evidence import Moment
-from supervisor.informer import LIVE_ALLOCATIONS, RELIST_PAGE
+from supervisor.core.environments import TEMPLATE_PREFIX, ExecutionEnvironment, runner_job, runner_prefix
+from supervisor.core.evidence import Moment
+from supervisor.core.pool import RunnerPool
+from supervisor.core.runners import Runner, RunnerState
+from supervisor.informer.informer import LIVE_ALLOCATIONS, RELIST_PAGE
 from supervisor.nomad import JobListStub, NomadClient, NomadSettings, structure_list
 from supervisor.nomad.decode import structure_lean_alloc_stubs
-from supervisor.pool import RunnerPool
-from supervisor.runners import Runner, RunnerState
 from supervisor.simulator import SimConfig
 from supervisor.simulator.encode import alloc_stub, empty_summary, job_stub
 from supervisor.simulator.objects import SimAlloc, SimJob

@@ -50,7 +50,7 @@ from bench_exec import cpu_seconds, percentile, start
 from bench_relist import rss_kib
 from load_client import HttpPool, websocket_messages
 
-from supervisor.environments import ExecutionEnvironment, new_runner_id, runner_job, template_job
+from supervisor.core.environments import ExecutionEnvironment, new_runner_id, runner_job, template_job
 
 ENVIRONMENT_ID: Final = 1
 FULL: Final = dict(runners=10_000, base_runners=1_000, claim_seconds=30, executions=1_000, lines=30, ramp=20)

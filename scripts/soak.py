@@ -64,7 +64,7 @@ from soak_figures import (
     refill,
 )
 
-from supervisor.config import FactorySettings
+from supervisor.core.config import FactorySettings
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 ENVIRONMENTS: Final = (10, 11, 12)

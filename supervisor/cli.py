@@ -14,8 +14,8 @@ import trio
 from loguru import logger
 
 from . import __version__
-from .config import LOG_FORMATS, LOG_LEVELS
-from .errors import leaves
+from .base.errors import leaves
+from .core.config import LOG_FORMATS, LOG_LEVELS
 
 __all__ = ["build_parser", "main", "parse_listen"]
 
@@ -177,7 +177,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 async def _run_until_signalled(daemon: object) -> None:
-    from .daemon import Daemon
+    from .tree.daemon import Daemon
 
     assert isinstance(daemon, Daemon)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -208,11 +208,11 @@ def _run(args: argparse.Namespace) -> int:
 
     import attrs
 
-    from .config import load_settings
-    from .daemon import Daemon
-    from .errors import ConfigError
-    from .logs import configure_logging
-    from .sentry import init_sentry
+    from .base.errors import ConfigError
+    from .core.config import load_settings
+    from .ops.logs import configure_logging
+    from .ops.sentry import init_sentry
+    from .tree.daemon import Daemon
 
     try:
         settings = load_settings(args.config, os.environ)
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "health":
             import os
 
-            from .probe import probe
+            from .ops.probe import probe
 
             token = args.token or os.environ.get("SUPERVISOR_SERVER_TOKEN", "")
             code, text = probe(args.url, token=token, timeout=args.timeout, as_json=args.json)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from supervisor.alerter import AlertStates
-from supervisor.runners import PoolStats
+from supervisor.core.runners import PoolStats
+from supervisor.effects.alerter import AlertStates
 
 
 def stats(idle: int, size: int = 10) -> dict[int, PoolStats]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 import trio
 
-from supervisor.api import create_app
-from supervisor.config import AdmissionSettings, Settings
-from supervisor.service import RunnerService
+from supervisor.api.app import create_app
+from supervisor.core.config import AdmissionSettings, Settings
+from supervisor.desk.service import RunnerService
 
 from .nomad_double import NomadDouble
 

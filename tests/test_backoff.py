@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.backoff import Backoff, BackoffPolicy
+from supervisor.base.backoff import Backoff, BackoffPolicy
 
 
 def test_the_cap_doubles_per_failure_up_to_its_limit() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.commands import (
+from supervisor.core.commands import (
     execution_command,
     nomad_variable_names,
     noted_command,
@@ -17,7 +17,7 @@ from supervisor.commands import (
     stop_every_noted_command,
     unprivileged_command,
 )
-from supervisor.workspace import MISSING_EXIT_CODE, read_file_command
+from supervisor.desk.workspace import MISSING_EXIT_CODE, read_file_command
 
 
 def _alive(pid: int) -> bool:

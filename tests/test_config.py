@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import load_settings
-from supervisor.errors import ConfigError
+from supervisor.base.errors import ConfigError
+from supervisor.core.config import load_settings
 
 FILE = """
 [server]

@@ -24,7 +24,7 @@ import trio_websocket
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.errors import EventStreamError, ExecConnectionLost
+from supervisor.base.errors import EventStreamError, ExecConnectionLost
 from supervisor.nomad import (
     AllocatedResources,
     Allocation,

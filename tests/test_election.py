@@ -1,4 +1,4 @@
-"""The HA election (``supervisor.election``) against the simulated cluster's Nomad locks, on an
+"""The HA election (``supervisor.tree.election``) against the simulated cluster's Nomad locks, on an
 autojump clock: one holder at a time; a standby takes over at once after a release and no sooner
 than the lock's lapse after a holder vanished; a holder that cannot renew steps down before its TTL
 has run out since its last accepted renewal."""
@@ -12,13 +12,13 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.config import HaSettings
-from supervisor.election import STEP_DOWN_MARGIN, LockElector
-from supervisor.errors import NomadUnavailableError
+from supervisor.api.standby import RoleSwitch
+from supervisor.base.errors import NomadUnavailableError
+from supervisor.core.config import HaSettings
 from supervisor.nomad import NomadClient
 from supervisor.nomad.locks import VariableLocks
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.standby import RoleSwitch
+from supervisor.tree.election import STEP_DOWN_MARGIN, LockElector
 from tests.simulator.conftest import make_client
 
 HA = HaSettings(enabled=True, ttl=10.0, lock_delay=5.0)

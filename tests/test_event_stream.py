@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import trio
 
-from supervisor.errors import (
+from supervisor.base.errors import (
     NomadPermissionDenied,
     StreamConnectionLost,
     StreamEnded,

@@ -9,15 +9,15 @@ from typing import Any
 import trio
 import trio.testing
 
-from supervisor.commands import NOMAD_VARIABLES_COMMAND
-from supervisor.config import ExecutionSettings
-from supervisor.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
-from supervisor.evidence import Finding
-from supervisor.executions import ClientSocket, ExecutionRequest, ExecutionService, _Running
+from supervisor.base.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
+from supervisor.core.commands import NOMAD_VARIABLES_COMMAND
+from supervisor.core.config import ExecutionSettings
+from supervisor.core.evidence import Finding
+from supervisor.core.runners import REASON_UNSTOPPABLE
+from supervisor.desk.executions import ClientSocket, ExecutionRequest, ExecutionService, _Running
+from supervisor.effects.stopping import CommandStops
 from supervisor.nomad import ExecExited
 from supervisor.nomad.api import ExecOpener
-from supervisor.runners import REASON_UNSTOPPABLE
-from supervisor.stopping import CommandStops
 
 
 class _Runners:

@@ -9,14 +9,14 @@ import attrs
 import trio
 import trio.testing
 
-from supervisor.config import FactorySettings
-from supervisor.environments import ExecutionEnvironment, claim_meta, runner_job
-from supervisor.errors import NomadUnavailableError
-from supervisor.evidence import Moment
-from supervisor.factory import START_PATIENCE, RunnerFactory
+from supervisor.base.errors import NomadUnavailableError
+from supervisor.core.config import FactorySettings
+from supervisor.core.environments import ExecutionEnvironment, claim_meta, runner_job
+from supervisor.core.evidence import Moment
+from supervisor.core.pool import RunnerPool
+from supervisor.core.runners import CreateRunner, DestroyRunner, MarkUsed, NodeAvoided
+from supervisor.effects.factory import START_PATIENCE, RunnerFactory
 from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse, NodeListStub
-from supervisor.pool import RunnerPool
-from supervisor.runners import CreateRunner, DestroyRunner, MarkUsed, NodeAvoided
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 100.0, 256, False, ())
 

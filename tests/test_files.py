@@ -11,12 +11,12 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.config import ExecutionSettings
-from supervisor.errors import ExecAgentUnreachable, ExecConnectionLost, NomadUnavailableError
-from supervisor.files import FileService
+from supervisor.base.errors import ExecAgentUnreachable, ExecConnectionLost, NomadUnavailableError
+from supervisor.core.config import ExecutionSettings
+from supervisor.desk.files import FileService
+from supervisor.effects.stopping import CommandStops
 from supervisor.nomad import ExecExited, ExecOutput
 from supervisor.nomad.api import ExecOpener
-from supervisor.stopping import CommandStops
 
 
 class _Session:

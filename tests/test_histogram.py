@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.histogram import Histogram
+from supervisor.base.histogram import Histogram
 
 
 def test_each_observation_counts_in_its_bucket_and_every_one_above() -> None:

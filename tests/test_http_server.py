@@ -36,8 +36,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from supervisor.http_server import AsgiServer, HttpServerSettings
-from supervisor.network import Listening, MemoryNetwork, TcpNetwork
+from supervisor.api.http_server import AsgiServer, HttpServerSettings
+from supervisor.base.network import Listening, MemoryNetwork, TcpNetwork
 
 _CAP = 600.0
 _HOST = "127.0.0.1"

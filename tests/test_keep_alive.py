@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from supervisor.config import Settings
-from supervisor.daemon import Daemon
+from supervisor.core.config import Settings
+from supervisor.tree.daemon import Daemon
 
 
 def test_the_api_outlasts_a_clients_idle_connection() -> None:

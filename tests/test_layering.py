@@ -1,4 +1,5 @@
-"""The package is a dependency graph: lower modules never import higher ones.
+"""The package is a dependency graph: lower modules never import higher ones, and its folders are
+floors, each importing only from the floors below it (and within itself, without a cycle).
 
 Every import counts, at the top of a module, inside a function (a lazy import), or under
 ``TYPE_CHECKING``: a cycle hidden in any of them is a cycle.
@@ -63,10 +64,41 @@ def cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_module_imports_one_above_it() -> None:
     graph = imports()
-    assert "supervisor.simulator" in graph["supervisor.daemon"], "an import inside a function counts"
+    assert "supervisor.simulator" in graph["supervisor.tree.daemon"], "an import inside a function counts"
     assert cycle(graph) == [], " -> ".join(cycle(graph))
 
 
 def test_the_check_sees_a_cycle_where_there_is_one() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert cycle(graph) == ["a", "b", "c", "a"]
+
+
+# The floors, lowest first: the ground (and the package's root, which holds only its version), the
+# Nomad client and the simulated cluster, the decisions, then the parts of the tree from the effects
+# up to the daemon, and the command line on top.
+FLOORS = ["base", "nomad", "simulator", "core", "effects", "informer", "desk", "ops", "api", "tree", "top"]
+
+
+def floor(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return 0  # supervisor/__init__.py: the version
+    name = parts[1] if len(parts) > 2 or parts[1] in FLOORS else "top"
+    return FLOORS.index(name)
+
+
+def test_each_floor_imports_only_from_the_floors_below() -> None:
+    graph = imports()
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if floor(target) > floor(module)
+    )
+    assert upward == []
+
+
+def test_every_module_stands_on_a_floor() -> None:
+    graph = imports()
+    top = sorted(m for m in graph if floor(m) == FLOORS.index("top"))
+    assert top == ["supervisor.__main__", "supervisor.cli"], "a module outside the floors' folders"

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from loguru import logger
 
-from supervisor.config import LogSettings
-from supervisor.logs import configure_logging, redact
+from supervisor.core.config import LogSettings
+from supervisor.ops.logs import configure_logging, redact
 
 SECRET = "s3cret-token"
 NOMAD_SECRET = 'nomad"token'

@@ -12,7 +12,7 @@ import pytest
 # before, may have room for the bodies below its top, where glibc gives pages back by itself.
 _SCRIPT = """
 from pathlib import Path
-from supervisor.memory import release_free_memory
+from supervisor.base.memory import release_free_memory
 
 def rss_kib():
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from supervisor.nodes import AWAY_SECONDS, QUICK_SILENT_SECONDS, SILENT_SECONDS, NodeChanges, NodeTracker
+from supervisor.core.nodes import AWAY_SECONDS, QUICK_SILENT_SECONDS, SILENT_SECONDS, NodeChanges, NodeTracker
 from supervisor.nomad import DrainStrategy, Node, NodeEvent, NodeListStub
 
 

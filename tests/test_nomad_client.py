@@ -13,7 +13,7 @@ import orjson
 import pytest
 import trio
 
-from supervisor.errors import (
+from supervisor.base.errors import (
     ConfigError,
     NomadNotFound,
     NomadPermissionDenied,

@@ -14,14 +14,14 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from supervisor.errors import (
+from supervisor.base.errors import (
     ExecConnectionLost,
     ExecRejected,
     NomadUnavailableError,
     TerminalError,
     TransientError,
 )
-from supervisor.network import TcpNetwork
+from supervisor.base.network import TcpNetwork
 from supervisor.nomad import ExecExited, ExecOutput, NomadClient, NomadSettings
 from supervisor.nomad.agents import AgentRoute
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from supervisor.errors import NomadUnavailableError
+from supervisor.base.errors import NomadUnavailableError
 from supervisor.nomad import NomadClient, NomadSettings, RetryPolicy
 from supervisor.nomad.locks import VariableLocks
 from supervisor.simulator import SimConfig, SimulatedCluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from supervisor.observability import metric_line
+from supervisor.ops.observability import metric_line
 
 
 def test_a_count_past_a_million_keeps_every_digit() -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 import supervisor
-import supervisor.errors
+import supervisor.base.errors
 import supervisor.nomad
 from supervisor.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("module", [supervisor, supervisor.nomad, supervisor.errors])
+@pytest.mark.parametrize("module", [supervisor, supervisor.nomad, supervisor.base.errors])
 def test_exported_members_exist_and_are_sorted(module: object) -> None:
     exported = module.__all__  # type: ignore[attr-defined]
     assert exported == sorted(exported, key=lambda n: (not n.isupper(), n))
@@ -26,10 +26,10 @@ def test_exported_members_exist_and_are_sorted(module: object) -> None:
 
 
 def test_every_error_descends_from_one_root() -> None:
-    for name in supervisor.errors.__all__:
-        member = getattr(supervisor.errors, name)
+    for name in supervisor.base.errors.__all__:
+        member = getattr(supervisor.base.errors, name)
         if isinstance(member, type):
-            assert issubclass(member, supervisor.errors.SupervisorError), name
+            assert issubclass(member, supervisor.base.errors.SupervisorError), name
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -41,22 +41,24 @@ def _subclasses(cls: type) -> list[type]:
 
 
 def test_every_error_of_the_tree_lives_in_errors_py_and_its_docstring() -> None:
-    import supervisor.daemon  # every module of the package, imported
     import supervisor.simulator
+    import supervisor.tree.daemon  # every module of the package, imported
 
-    tree = supervisor.errors.__doc__ or ""
-    for cls in _subclasses(supervisor.errors.SupervisorError):
-        assert cls.__module__ == "supervisor.errors", f"{cls.__module__}.{cls.__name__} is outside errors.py"
-        assert cls.__name__ in supervisor.errors.__all__, cls.__name__
+    tree = supervisor.base.errors.__doc__ or ""
+    for cls in _subclasses(supervisor.base.errors.SupervisorError):
+        assert cls.__module__ == "supervisor.base.errors", (
+            f"{cls.__module__}.{cls.__name__} is outside errors.py"
+        )
+        assert cls.__name__ in supervisor.base.errors.__all__, cls.__name__
         assert f" {cls.__name__} " in tree, f"{cls.__name__} is missing from the tree in the docstring"
 
 
 def test_transient_and_terminal_errors_are_disjoint() -> None:
-    errors = [getattr(supervisor.errors, name) for name in supervisor.errors.__all__]
+    errors = [getattr(supervisor.base.errors, name) for name in supervisor.base.errors.__all__]
     for error in [e for e in errors if isinstance(e, type)]:
         assert not (
-            issubclass(error, supervisor.errors.TransientError)
-            and issubclass(error, supervisor.errors.TerminalError)
+            issubclass(error, supervisor.base.errors.TransientError)
+            and issubclass(error, supervisor.base.errors.TerminalError)
         ), error
 
 

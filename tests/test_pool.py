@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from supervisor.environments import ExecutionEnvironment
-from supervisor.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
-from supervisor.evidence import Moment
-from supervisor.nomad import Allocation, AllocListStub, JobListStub, Node, NodeEvent, NodeListStub
-from supervisor.pool import RunnerPool
-from supervisor.runners import (
+from supervisor.base.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
+from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.evidence import Moment
+from supervisor.core.pool import RunnerPool
+from supervisor.core.runners import (
     REASON_ALLOCATION_UNKNOWN,
     REASON_DESTROYED,
     REASON_REPLACED,
@@ -24,6 +23,7 @@ from supervisor.runners import (
     RunnerGone,
     RunnerState,
 )
+from supervisor.nomad import Allocation, AllocListStub, JobListStub, Node, NodeEvent, NodeListStub
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ())
 

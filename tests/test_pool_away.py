@@ -3,11 +3,10 @@ are replaced, and claims take runners elsewhere first."""
 
 from __future__ import annotations
 
-from supervisor.environments import ExecutionEnvironment
-from supervisor.nodes import AWAY_SECONDS, SILENT_SECONDS
-from supervisor.nomad import Allocation, NodeListStub
-from supervisor.pool import RunnerPool
-from supervisor.runners import (
+from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.nodes import AWAY_SECONDS, SILENT_SECONDS
+from supervisor.core.pool import RunnerPool
+from supervisor.core.runners import (
     FOUND_BY_LISTING,
     REASON_AGENT_AWAY,
     Action,
@@ -16,6 +15,7 @@ from supervisor.runners import (
     NodeAvoided,
     RunnerState,
 )
+from supervisor.nomad import Allocation, NodeListStub
 
 from .test_pool import alloc
 from .test_pool_replacements import Clock

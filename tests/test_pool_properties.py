@@ -16,11 +16,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from supervisor.environments import ExecutionEnvironment
-from supervisor.evidence import Moment
+from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.evidence import Moment
+from supervisor.core.pool import RunnerPool
+from supervisor.core.runners import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerState
 from supervisor.nomad import Allocation, AllocListStub, JobListStub
-from supervisor.pool import RunnerPool
-from supervisor.runners import Action, CreateRunner, DestroyRunner, MarkUsed, RunnerState
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 3, 100.0, 256, False, ())
 Listing = tuple[list[JobListStub], list[AllocListStub], int]

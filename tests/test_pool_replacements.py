@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from supervisor.environments import ExecutionEnvironment
-from supervisor.evidence import Moment
+from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.evidence import Moment
+from supervisor.core.pool import RunnerPool
+from supervisor.core.replacements import REFILL_SECONDS, ReplacementBudget
+from supervisor.core.runners import REASON_FAILED_IDLE, CreateRunner, DestroyRunner, RunnerState
 from supervisor.nomad import AllocListStub
-from supervisor.pool import RunnerPool
-from supervisor.replacements import REFILL_SECONDS, ReplacementBudget
-from supervisor.runners import REASON_FAILED_IDLE, CreateRunner, DestroyRunner, RunnerState
 
 from .test_pool import alloc, node
 

@@ -14,10 +14,10 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from supervisor.alerter import AlertStates
-from supervisor.nodes import NodeTracker
+from supervisor.core.nodes import NodeTracker
+from supervisor.core.runners import PoolStats
+from supervisor.effects.alerter import AlertStates
 from supervisor.nomad import Node, NodeEvent, NodeListStub
-from supervisor.runners import PoolStats
 
 EXAMPLES = settings(max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "300")), deadline=None)
 NODES = ("n1", "n2", "n3")

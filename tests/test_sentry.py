@@ -15,9 +15,9 @@ from loguru import logger
 from sentry_sdk.envelope import Envelope
 from sentry_sdk.transport import Transport
 
-from supervisor.config import LogSettings
-from supervisor.logs import configure_logging
-from supervisor.sentry import init_sentry
+from supervisor.core.config import LogSettings
+from supervisor.ops.logs import configure_logging
+from supervisor.ops.sentry import init_sentry
 
 SECRET = "s3cret-token"
 

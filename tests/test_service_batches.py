@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import trio
 
-from supervisor.config import Settings
-from supervisor.environments import ExecutionEnvironment
-from supervisor.levels import StreamState
-from supervisor.nodes import QUICK_SILENT_SECONDS, SILENT_SECONDS
+from supervisor.base.levels import StreamState
+from supervisor.core.config import Settings
+from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.nodes import QUICK_SILENT_SECONDS, SILENT_SECONDS
+from supervisor.desk.service import RunnerService
 from supervisor.nomad import Allocation, Event, EventBatch, Node, NodeEvent, NodeListStub
-from supervisor.service import RunnerService
 
 from .nomad_double import NomadDouble
 

@@ -15,8 +15,9 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.config import Settings
-from supervisor.environments import (
+from supervisor.base.errors import NomadNotFound, NomadUnavailableError
+from supervisor.core.config import Settings
+from supervisor.core.environments import (
     TEMPLATE_PREFIX,
     ExecutionEnvironment,
     claim_meta,
@@ -24,7 +25,8 @@ from supervisor.environments import (
     runner_job,
     template_job,
 )
-from supervisor.errors import NomadNotFound, NomadUnavailableError
+from supervisor.core.runners import CreateRunner, DestroyRunner
+from supervisor.desk.service import RunnerService
 from supervisor.nomad.client import Indexed
 from supervisor.nomad.models import (
     AllocListStub,
@@ -33,8 +35,6 @@ from supervisor.nomad.models import (
     JobListStub,
     JobRegisterResponse,
 )
-from supervisor.runners import CreateRunner, DestroyRunner
-from supervisor.service import RunnerService
 
 from .nomad_double import NomadDouble
 

@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.backoff import Backoff, BackoffPolicy
-from supervisor.supervision import ChildSpec, Restart, RestartIntensity, supervise
+from supervisor.base.backoff import Backoff, BackoffPolicy
+from supervisor.tree.supervision import ChildSpec, Restart, RestartIntensity, supervise
 
 
 class Child:

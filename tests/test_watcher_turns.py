@@ -13,10 +13,10 @@ from typing import Any, cast
 import pytest
 import trio
 
-from supervisor.admission import AdmissionGate
-from supervisor.errors import NomadUnavailableError
-from supervisor.informer import Informer
-from supervisor.levels import Requests
+from supervisor.base.errors import NomadUnavailableError
+from supervisor.base.levels import Requests
+from supervisor.informer.admission import AdmissionGate
+from supervisor.informer.informer import Informer
 from supervisor.nomad import EventBatch, StreamStatistics
 from supervisor.nomad.api import NomadApi
 

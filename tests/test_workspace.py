@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.errors import InvalidRequest
-from supervisor.workspace import (
+from supervisor.base.errors import InvalidRequest
+from supervisor.desk.workspace import (
     ESCAPE_EXIT_CODE,
     MISSING_EXIT_CODE,
     delete_and_copy_command,

@@ -27,12 +27,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from . import __version__
-from .commands import validate_command
-from .config import Settings
-from .desk import RUNNER_GONE
-from .environments import MAX_AMOUNT, MAX_ID, decimal, environment_from_dict
-from .errors import (
+from .. import __version__
+from ..base.errors import (
     FileNotAvailable,
     InvalidRequest,
     NoIdleRunner,
@@ -42,13 +38,17 @@ from .errors import (
     SupervisorError,
     UnknownEnvironment,
 )
-from .executions import ExecutionRequest
-from .files import Download, parse_patch
-from .levels import StreamState
-from .observability import health_details, metrics_text, pool_statistics
+from ..base.levels import StreamState
+from ..core.commands import validate_command
+from ..core.config import Settings
+from ..core.environments import MAX_AMOUNT, MAX_ID, decimal, environment_from_dict
+from ..core.runners import Runner
+from ..desk.desk import RUNNER_GONE
+from ..desk.executions import ExecutionRequest
+from ..desk.files import Download, parse_patch
+from ..desk.service import RunnerService
+from ..ops.observability import health_details, metrics_text, pool_statistics
 from .openapi import FALSE_VALUES, TRUE_VALUES, openapi_document
-from .runners import Runner
-from .service import RunnerService
 
 __all__ = ["create_app"]
 
@@ -63,6 +63,12 @@ _CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.Cl
 
 def client_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"message": message}, status_code=status)
+
+
+def _too_large(message: str) -> JSONResponse:
+    """413: the rest of the body is never read, so the connection cannot carry another request;
+    ``Connection: close`` tells the client so (else it would send its next one on it)."""
+    return JSONResponse({"message": message}, status_code=413, headers={"Connection": "close"})
 
 
 def server_error(message: str, code: str, *, retry_after: int | None = None) -> JSONResponse:
@@ -195,7 +201,7 @@ class _BodyLimit:
             return
         length = dict(scope.get("headers") or ()).get(b"content-length", b"")
         if length.isdigit() and int(length) > self.limit:
-            await client_error(413, self._message())(scope, receive, send)
+            await _too_large(self._message())(scope, receive, send)
             return
         received = 0
 
@@ -433,6 +439,8 @@ def _error_response(status: int, code: str = "") -> Any:
             logger.warning("{} {} failed: {}", request.method, request.url.path, exc)
             return server_error(str(exc), code, retry_after=5 if code == "NOMAD_UNREACHABLE" else None)
         message = str(exc)
+        if status == 413:
+            return _too_large(message)
         if isinstance(exc, RunnerGoneError) and message != RUNNER_GONE:
             message = f"{RUNNER_GONE}: {message}"
         return client_error(status, message)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .commands import MAX_COMMAND_BYTES
-from .config import ServerSettings
-from .environments import MAX_AMOUNT, MAX_ID
+from ..core.commands import MAX_COMMAND_BYTES
+from ..core.config import ServerSettings
+from ..core.environments import MAX_AMOUNT, MAX_ID
 
 __all__ = ["FALSE_VALUES", "TRUE_VALUES", "openapi_document"]
 

@@ -3,7 +3,7 @@ long its task waits to restart. Pure functions of one allocation, from an event 
 
 from __future__ import annotations
 
-from .nomad import Allocation, AllocListStub
+from ..nomad import Allocation, AllocListStub
 from .runners import REASON_ALLOCATION_STOPPED, REASON_DRAINED, REASON_NODE_DOWN, REASON_OOM
 
 __all__ = ["end_reason", "is_live", "is_running", "restart_delay"]

@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from .errors import InvalidRequest
+from ..base.errors import InvalidRequest
 
 __all__ = [
     "MAX_COMMAND_BYTES",

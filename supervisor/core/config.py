@@ -13,11 +13,11 @@ from typing import Any, Final
 
 from attrs import field, frozen
 
+from ..base.errors import ConfigError, InvalidRequest
+from ..nomad import NomadSettings
+from ..nomad.locks import MAX_LOCK_TTL, MIN_LOCK_TTL
+from ..nomad.settings import DIRECT_EXEC_MODES
 from .environments import ExecutionEnvironment, environment_from_dict
-from .errors import ConfigError, InvalidRequest
-from .nomad import NomadSettings
-from .nomad.locks import MAX_LOCK_TTL, MIN_LOCK_TTL
-from .nomad.settings import DIRECT_EXEC_MODES
 
 __all__ = [
     "AdmissionSettings",

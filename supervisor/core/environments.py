@@ -15,7 +15,7 @@ from typing import Any, Final
 import orjson
 from attrs import asdict, frozen
 
-from .errors import InvalidRequest
+from ..base.errors import InvalidRequest
 
 __all__ = [
     "CLAIM_GROUP",

@@ -12,7 +12,7 @@ import enum
 
 from attrs import frozen
 
-from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
+from ..nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
 from .runners import FOUND_BY_EVENT
 
 __all__ = [

@@ -28,7 +28,7 @@ from typing import Final
 
 from attrs import define, field, frozen
 
-from .nomad import Node, NodeListStub
+from ..nomad import Node, NodeListStub
 
 __all__ = [
     "AWAY_SECONDS",

@@ -28,9 +28,11 @@ from collections.abc import Callable, Iterable
 
 from attrs import define, field
 
+from ..base.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
+from ..nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
+from ..nomad.agents import AgentRoute
 from .allocation_state import end_reason, is_live, is_running, restart_delay
 from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_id, runner_environment_id
-from .errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from .evidence import (
     AgentReport,
     AllocationSeen,
@@ -46,8 +48,6 @@ from .evidence import (
     SilentAgent,
 )
 from .nodes import NodeChanges, NodeTracker
-from .nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
-from .nomad.agents import AgentRoute
 from .replacements import SLOWER_THAN_A_START, ReplacementBudget
 from .runners import (
     FOUND_BY_EVENT,

@@ -8,8 +8,8 @@ from typing import Final
 
 from attrs import define, frozen
 
+from ..nomad import PortMapping
 from .environments import ExecutionEnvironment
-from .nomad import PortMapping
 
 __all__ = [
     "FOUND_BY",

@@ -18,27 +18,27 @@ from typing import Any, Final, TypeVar
 import trio
 from loguru import logger
 
-from .admission import AdmissionGate
-from .config import AdmissionSettings
-from .effects import Effects
-from .environment_store import EnvironmentStore
-from .environments import ExecutionEnvironment
-from .errors import (
+from ..base.errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
     NomadNotFound,
     RunnerGoneError,
     UnknownEnvironment,
 )
-from .evidence import AllocationSeen, ExecFinding, Finding
+from ..base.levels import StreamState
+from ..core.config import AdmissionSettings
+from ..core.environments import ExecutionEnvironment
+from ..core.evidence import AllocationSeen, ExecFinding, Finding
+from ..core.pool import RunnerPool
+from ..core.runners import FOUND_BY_NODE_RESTART, REASON_ALLOCATION_UNKNOWN, PoolStats, Runner
+from ..effects.effects import Effects
+from ..effects.environment_store import EnvironmentStore
+from ..effects.leftovers import LeftoverSweep
+from ..informer.admission import AdmissionGate
+from ..informer.informer import Informer
+from ..nomad.api import NomadApi
 from .executions import MESSAGE_AGENT_AWAY, ClientSocket, ExecutionRequest, ExecutionService, wait_for_agent
 from .files import Download, FileService
-from .informer import Informer
-from .leftovers import LeftoverSweep
-from .levels import StreamState
-from .nomad.api import NomadApi
-from .pool import RunnerPool
-from .runners import FOUND_BY_NODE_RESTART, REASON_ALLOCATION_UNKNOWN, PoolStats, Runner
 
 __all__ = ["RUNNER_GONE", "RunnerDesk"]
 

@@ -30,9 +30,7 @@ import trio
 from attrs import define, field, frozen
 from loguru import logger
 
-from .commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
-from .config import ExecutionSettings
-from .errors import (
+from ..base.errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
     ExecConnectionLost,
@@ -41,11 +39,13 @@ from .errors import (
     SupervisorError,
     leaves,
 )
-from .evidence import Finding
-from .nomad import ExecExited, ExecOutput
-from .nomad.api import ExecChannel, ExecOpener
-from .runners import REASON_ALLOCATION_UNKNOWN
-from .stopping import CommandStops, StopOutcome
+from ..core.commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
+from ..core.config import ExecutionSettings
+from ..core.evidence import Finding
+from ..core.runners import REASON_ALLOCATION_UNKNOWN
+from ..effects.stopping import CommandStops, StopOutcome
+from ..nomad import ExecExited, ExecOutput
+from ..nomad.api import ExecChannel, ExecOpener
 
 __all__ = ["ClientSocket", "ExecutionRequest", "ExecutionRunners", "ExecutionService", "wait_for_agent"]
 

@@ -20,18 +20,18 @@ import trio
 from attrs import frozen
 from loguru import logger
 
-from .commands import noted_command, unprivileged_command
-from .config import ExecutionSettings
-from .errors import (
+from ..base.errors import (
     ExecAgentUnreachable,
     FileNotAvailable,
     FileOperationFailed,
     InvalidRequest,
     SupervisorError,
 )
-from .nomad import ExecExited
-from .nomad.api import ExecChannel, ExecOpener
-from .stopping import CommandStops
+from ..core.commands import noted_command, unprivileged_command
+from ..core.config import ExecutionSettings
+from ..effects.stopping import CommandStops
+from ..nomad import ExecExited
+from ..nomad.api import ExecChannel, ExecOpener
 from .workspace import (
     CLEAR_WORKSPACE,
     DIRECTORY_EXIT_CODE,

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import trio
 
-from .admission import AdmissionGate
-from .alerter import PrewarmingPoolAlerter
-from .config import Settings
+from ..base.levels import Requests
+from ..core.config import Settings
+from ..core.pool import RunnerPool
+from ..effects.alerter import PrewarmingPoolAlerter
+from ..effects.effects import Effects
+from ..effects.environment_store import EnvironmentStore
+from ..effects.factory import RunnerFactory
+from ..effects.leftovers import LeftoverSweep
+from ..effects.stopping import CommandStops
+from ..informer.admission import AdmissionGate
+from ..informer.informer import Informer
+from ..nomad.api import NomadApi
 from .desk import RunnerDesk
-from .effects import Effects
-from .environment_store import EnvironmentStore
 from .executions import ExecutionService
-from .factory import RunnerFactory
 from .files import FileService
-from .informer import Informer
-from .leftovers import LeftoverSweep
-from .levels import Requests
-from .nomad.api import NomadApi
-from .pool import RunnerPool
-from .stopping import CommandStops
 
 __all__ = ["RunnerService"]
 

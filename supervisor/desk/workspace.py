@@ -28,7 +28,7 @@ import tarfile
 from collections.abc import Sequence
 from typing import Any, Final
 
-from .errors import InvalidRequest
+from ..base.errors import InvalidRequest
 
 __all__ = [
     "CLEAR_WORKSPACE",

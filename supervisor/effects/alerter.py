@@ -16,10 +16,10 @@ import trio
 from attrs import define, field
 from loguru import logger
 
-from .config import AlertSettings
-from .levels import Requests
-from .pool import RunnerPool
-from .runners import PoolStats
+from ..base.levels import Requests
+from ..core.config import AlertSettings
+from ..core.pool import RunnerPool
+from ..core.runners import PoolStats
 
 __all__ = ["AlertStates", "PrewarmingPoolAlerter"]
 

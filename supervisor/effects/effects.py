@@ -13,13 +13,10 @@ from typing import Final, Protocol
 
 from loguru import logger
 
-from .expiry import InactivityExpiry
-from .factory import RunnerFactory
-from .leftovers import LeftoverSweep
-from .levels import Requests
-from .nodes import AWAY_SECONDS
-from .pool import RunnerPool
-from .runners import (
+from ..base.levels import Requests
+from ..core.nodes import AWAY_SECONDS
+from ..core.pool import RunnerPool
+from ..core.runners import (
     REASON_DESTROYED,
     REASON_ENVIRONMENT,
     Action,
@@ -29,6 +26,9 @@ from .runners import (
     RelistWanted,
     RunnerGone,
 )
+from .expiry import InactivityExpiry
+from .factory import RunnerFactory
+from .leftovers import LeftoverSweep
 
 __all__ = ["Effects", "ExecutionEnds"]
 

@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterable
 import trio
 from loguru import logger
 
-from .backoff import Backoff, BackoffPolicy
-from .environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
-from .errors import NomadNotFound, TerminalError, TransientError
-from .nomad import JobListStub
-from .nomad.api import NomadApi
-from .pool import RunnerPool
-from .runners import Action, DestroyRunner
+from ..base.backoff import Backoff, BackoffPolicy
+from ..base.errors import NomadNotFound, TerminalError, TransientError
+from ..core.environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
+from ..core.pool import RunnerPool
+from ..core.runners import Action, DestroyRunner
+from ..nomad import JobListStub
+from ..nomad.api import NomadApi
 
 __all__ = ["EnvironmentStore"]
 

@@ -12,8 +12,8 @@ from typing import Final, NoReturn
 import trio
 from loguru import logger
 
-from .pool import RunnerPool
-from .runners import REASON_INACTIVITY, Action
+from ..core.pool import RunnerPool
+from ..core.runners import REASON_INACTIVITY, Action
 
 __all__ = ["InactivityExpiry"]
 

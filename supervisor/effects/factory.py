@@ -20,14 +20,14 @@ from typing import Final
 import trio
 from loguru import logger
 
-from .backoff import Backoff, BackoffPolicy
-from .config import FactorySettings
-from .environments import runner_job
-from .errors import TerminalError, TransientError
-from .histogram import Histogram
-from .nomad.api import JobWriter
-from .pool import RunnerPool
-from .runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerState
+from ..base.backoff import Backoff, BackoffPolicy
+from ..base.errors import TerminalError, TransientError
+from ..base.histogram import Histogram
+from ..core.config import FactorySettings
+from ..core.environments import runner_job
+from ..core.pool import RunnerPool
+from ..core.runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerState
+from ..nomad.api import JobWriter
 
 __all__ = ["RunnerFactory"]
 

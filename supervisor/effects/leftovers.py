@@ -15,10 +15,10 @@ from typing import Final
 import trio
 from loguru import logger
 
-from .backoff import Backoff, BackoffPolicy
-from .commands import stop_every_noted_command
-from .errors import ExecAgentUnreachable, SupervisorError, TransientError
-from .nomad.api import ExecOpener
+from ..base.backoff import Backoff, BackoffPolicy
+from ..base.errors import ExecAgentUnreachable, SupervisorError, TransientError
+from ..core.commands import stop_every_noted_command
+from ..nomad.api import ExecOpener
 
 __all__ = ["LeftoverSweep"]
 

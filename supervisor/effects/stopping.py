@@ -19,10 +19,10 @@ from typing import Final
 import trio
 from loguru import logger
 
-from .backoff import Backoff, BackoffPolicy
-from .commands import stop_command
-from .errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
-from .nomad.api import ExecOpener
+from ..base.backoff import Backoff, BackoffPolicy
+from ..base.errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
+from ..core.commands import stop_command
+from ..nomad.api import ExecOpener
 
 __all__ = ["CommandStops", "StopOutcome"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import trio
 
-from .errors import NomadUnreachable
-from .levels import AsyncValue, StreamState
+from ..base.errors import NomadUnreachable
+from ..base.levels import AsyncValue, StreamState
 
 __all__ = ["AdmissionGate"]
 

@@ -11,7 +11,7 @@ it, without a turn of the scheduler while nothing waits and the stream has more 
 busy cluster writes hundreds of batches a second, and handing each to another task cost a turn
 each, which under load is what the events waited for.
 
-Events and listings become typed facts (``supervisor.evidence``) that the pool applies at the
+Events and listings become typed facts (``supervisor.core.evidence``) that the pool applies at the
 informer's ``moment()``: trio's time and how far the stream has flowed, by which agents' silence is
 timed. Every second, while the stream is up, the informer also looks for agents that have said
 nothing of the runners placed on their nodes (``watch_silence``).
@@ -29,14 +29,13 @@ import attrs
 import trio
 from loguru import logger
 
-from .admission import AdmissionGate
-from .backoff import Backoff, BackoffPolicy
-from .config import WatcherSettings
-from .effects import Effects
-from .environment_store import EnvironmentStore
-from .environments import CLAIM_GROUP, TEMPLATE_PREFIX, runner_prefix
-from .errors import NomadNotFound, SupervisorError, raise_alone
-from .evidence import (
+from ..base.backoff import Backoff, BackoffPolicy
+from ..base.errors import NomadNotFound, SupervisorError, raise_alone
+from ..base.levels import Requests, StreamState
+from ..base.memory import release_free_memory
+from ..core.config import WatcherSettings
+from ..core.environments import CLAIM_GROUP, TEMPLATE_PREFIX, runner_prefix
+from ..core.evidence import (
     AgentReport,
     AllocationSeen,
     Fact,
@@ -48,12 +47,13 @@ from .evidence import (
     RunnersListed,
     SilentAgent,
 )
-from .levels import Requests, StreamState
-from .memory import release_free_memory
-from .nomad import Allocation, AllocListStub, EventBatch, EventStream, Indexed, Job, JobListStub, Node
-from .nomad.api import NomadApi
-from .pool import RunnerPool
-from .runners import RunnerState
+from ..core.pool import RunnerPool
+from ..core.runners import RunnerState
+from ..effects.effects import Effects
+from ..effects.environment_store import EnvironmentStore
+from ..nomad import Allocation, AllocListStub, EventBatch, EventStream, Indexed, Job, JobListStub, Node
+from ..nomad.api import NomadApi
+from .admission import AdmissionGate
 
 __all__ = ["LIVE_ALLOCATIONS", "RELIST_PAGE", "Informer"]
 

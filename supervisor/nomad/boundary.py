@@ -8,7 +8,7 @@ from typing import Final
 
 import httpx
 
-from ..errors import NomadNotFound, NomadPermissionDenied, NomadRequestError, NomadUnavailableError
+from ..base.errors import NomadNotFound, NomadPermissionDenied, NomadRequestError, NomadUnavailableError
 
 __all__ = ["release_response", "translate_status", "translate_transport_errors"]
 

@@ -1,6 +1,6 @@
 """The async Nomad REST client: the only code that sends HTTP requests to Nomad.
 
-Every failure leaves here as one of ``supervisor.errors``: transient ones (no answer, 5xx such as
+Every failure leaves here as one of ``supervisor.base.errors``: transient ones (no answer, 5xx such as
 "No cluster leader") are retried with backoff on the next server of ``settings.addresses``, up to
 ``settings.retry.attempts`` tries; terminal ones (400, 403, 404, and the 500s Nomad uses for
 validation) are raised at once with Nomad's text. Every call we make is idempotent in Nomad
@@ -23,14 +23,14 @@ import trio
 from attrs import frozen
 from loguru import logger
 
-from ..errors import (
+from ..base.errors import (
     NomadAddressUnreachable,
     NomadUnavailableError,
     SupervisorError,
     TerminalError,
     TransientError,
 )
-from ..network import Network, TcpNetwork
+from ..base.network import Network, TcpNetwork
 from .agents import AgentDirectory, AgentRoute
 from .boundary import release_response, translate_status, translate_transport_errors
 from .decode import structure, structure_lean_alloc_stubs, structure_list

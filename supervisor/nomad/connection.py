@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from ..network import Network
+from ..base.network import Network
 from .settings import NomadSettings
 
 __all__ = ["NomadConnection"]

@@ -22,7 +22,7 @@ import trio
 from attrs import define
 from loguru import logger
 
-from ..errors import (
+from ..base.errors import (
     StreamConnectionLost,
     StreamEnded,
     StreamHeartbeatTimeout,

@@ -31,7 +31,7 @@ import trio_websocket
 from attrs import frozen
 from loguru import logger
 
-from ..errors import (
+from ..base.errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
     ExecConnectionLost,

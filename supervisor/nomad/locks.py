@@ -27,7 +27,7 @@ from typing import Final
 import orjson
 from loguru import logger
 
-from ..errors import NomadNotFound, NomadRequestError
+from ..base.errors import NomadNotFound, NomadRequestError
 from .client import NomadClient
 
 __all__ = ["DEFAULT_LOCK_DELAY", "DEFAULT_LOCK_TTL", "MAX_LOCK_TTL", "MIN_LOCK_TTL", "VariableLocks"]

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 from attrs import field, frozen
 
-from ..backoff import BackoffPolicy
-from ..errors import ConfigError
+from ..base.backoff import BackoffPolicy
+from ..base.errors import ConfigError
 
 __all__ = ["DEFAULT_NOMAD_ADDR", "DIRECT_EXEC_MODES", "NomadSettings", "RetryPolicy"]
 

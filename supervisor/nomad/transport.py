@@ -1,4 +1,4 @@
-"""httpx's requests to Nomad carried over the network seam (``supervisor.network``).
+"""httpx's requests to Nomad carried over the network seam (``supervisor.base.network``).
 
 httpcore, under httpx, takes a network backend: the one here opens its connections with the
 ``Network`` it is given, so the Nomad client speaks to a real cluster over TCP, or to a simulated one
@@ -19,7 +19,7 @@ import httpcore
 import httpx
 import trio
 
-from ..network import Network
+from ..base.network import Network
 
 __all__ = ["network_transport"]
 

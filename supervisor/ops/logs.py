@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final, TextIO
 
 from loguru import logger
 
-from .config import LogSettings
+from ..core.config import LogSettings
 
 if TYPE_CHECKING:
     from loguru import Record

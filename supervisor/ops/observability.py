@@ -8,12 +8,12 @@ from typing import Any, Final
 
 import trio
 
-from .config import Settings
-from .errors import SupervisorError
-from .factory import START_PATIENCE
-from .levels import StreamState
-from .runners import FOUND_BY, PoolStats, RunnerState
-from .service import RunnerService
+from ..base.errors import SupervisorError
+from ..base.levels import StreamState
+from ..core.config import Settings
+from ..core.runners import FOUND_BY, PoolStats, RunnerState
+from ..desk.service import RunnerService
+from ..effects.factory import START_PATIENCE
 
 __all__ = ["health_details", "metric_line", "metrics_text", "pool_statistics", "status_line"]
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from . import __version__
+from .. import __version__
 from .logs import redact
 
 __all__ = ["CAUSE", "init_sentry"]

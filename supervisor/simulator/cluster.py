@@ -19,7 +19,7 @@ import trio
 from attrs import define
 from loguru import logger
 
-from ..network import Network, TcpNetwork
+from ..base.network import Network, TcpNetwork
 from .agents import Agents
 from .api import NomadAPI
 from .broker import EventBroker, Subscription

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import trio
 from attrs import define
 
-from ..network import Network
+from ..base.network import Network
 from .agents import Agents
 from .broker import EventBroker, Subscription
 from .config import SimConfig

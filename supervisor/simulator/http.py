@@ -24,7 +24,7 @@ from wsproto.connection import ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import generate_accept_token
 
-from ..network import Listening, Network
+from ..base.network import Listening, Network
 
 __all__ = [
     "HttpServer",

@@ -1,6 +1,25 @@
 """The daemon: one tree of supervised children, written as data (``TREE``), for both modes.
 
-TREE_DRAWING
+Daemon.run
+├── platform
+│   ├── systemd notifier             transient           READY=1, STATUS=, WATCHDOG=1
+│   └── stop budget                  permanent           cuts what is left when the budget ends
+├── intake
+│   └── api server                   transient, drains   /api/v1, /metrics; 503 between terms
+└── term: from the start to the stop; with [ha], one per election won
+    ├── executions
+    │   ├── execution deadline       transient, drains   ends executions before the budget
+    │   └── one task per execution, each in its own cancel scope
+    ├── knowledge
+    │   ├── informer                 permanent           list + watch Nomad -> evidence
+    │   └── node tracker             permanent           agents silent while others report
+    ├── effects
+    │   ├── factory                  permanent           Nomad's writes, paced and spread
+    │   ├── inactivity expiry        permanent           claims past their timeout
+    │   └── prewarming-pool alerter  permanent           depleting pools relisted
+    └── acting
+        ├── configured environments  transient           [[environments]] ensured in Nomad
+        └── lock hold                temporary, [ha]     renews the lock; its end ends the term
 
 Tiers start in order and stop in reverse, each one a nursery nested in the one before. The daemon's
 tiers live as long as it runs; the term's tiers live for one term as the active daemon: without
@@ -30,19 +49,20 @@ import trio
 from attrs import define, field
 from loguru import logger
 
-from .api import create_app
-from .config import Settings
+from ..api.app import create_app
+from ..api.http_server import AsgiServer, HttpServerSettings
+from ..api.standby import RoleSwitch
+from ..base.network import Network, TcpNetwork
+from ..core.config import Settings
+from ..desk.service import RunnerService
+from ..nomad import NomadClient, NomadSettings
+from ..nomad.api import NomadApi
+from ..nomad.locks import VariableLocks
+from ..ops.observability import status_line
+from ..ops.systemd import SystemdNotifier
 from .election import AlwaysActive, Elector, LockElector
-from .http_server import AsgiServer, HttpServerSettings
-from .network import Network, TcpNetwork
-from .nomad import NomadClient, NomadSettings
-from .nomad.api import NomadApi
-from .nomad.locks import VariableLocks
-from .observability import status_line
-from .service import RunnerService
-from .standby import RoleSwitch
-from .supervision import ChildSpec, Lifetime, Restart, RestartIntensity, Shutdown, TierSpec, supervise
-from .systemd import SystemdNotifier
+from .spec import TREE, draw_tree
+from .supervision import Lifetime, RestartIntensity, Shutdown, TierSpec, supervise
 
 __all__ = ["TREE", "Daemon", "draw_tree"]
 
@@ -59,123 +79,6 @@ _WAIT_LOG_EVERY: Final = 5.0
 _END_MARGIN: Final = 2.0
 _LISTEN_BACKLOG: Final = 2048
 KEEP_ALIVE_TIMEOUT: Final = 75.0
-
-
-def _term_of(parts: _Parts) -> RunnerService:
-    assert parts.service is not None, "a term's child runs in a term"
-    return parts.service
-
-
-TREE: Final = (
-    TierSpec(
-        "platform",
-        Lifetime.DAEMON,
-        (
-            ChildSpec(
-                "systemd notifier",
-                lambda p: p.daemon.tell_systemd,
-                Restart.TRANSIENT,
-                role="READY=1, STATUS=, WATCHDOG=1",
-            ),
-            ChildSpec(
-                "stop budget",
-                lambda p: p.daemon.enforce_budget,
-                role="at the stop's deadline, cuts what is left",
-            ),
-        ),
-    ),
-    TierSpec(
-        "intake",
-        Lifetime.DAEMON,
-        (
-            ChildSpec(
-                "api server",
-                lambda p: partial(p.daemon.serve_api, p.nursery),
-                Restart.TRANSIENT,
-                Shutdown.DRAIN,
-                share=1.0,
-                ask=lambda p: p.daemon.server.stop,
-                role="Poseidon's /api/v1 and /metrics; the standby's 503 between terms",
-            ),
-        ),
-    ),
-    TierSpec(
-        "executions",
-        Lifetime.TERM,
-        (
-            ChildSpec(
-                "execution deadline",
-                lambda p: partial(p.daemon.end_executions_in_time, _term_of(p)),
-                Restart.TRANSIENT,
-                Shutdown.DRAIN,
-                share=1.0,
-                role="holds the execution nursery; ends executions before the stop's budget",
-            ),
-        ),
-    ),
-    TierSpec(
-        "knowledge",
-        Lifetime.TERM,
-        (
-            ChildSpec("informer", lambda p: _term_of(p).informer.run, role="list + watch Nomad -> evidence"),
-            ChildSpec(
-                "node tracker",
-                lambda p: _term_of(p).informer.watch_silence,
-                role="agents silent while others report",
-            ),
-        ),
-    ),
-    TierSpec(
-        "effects",
-        Lifetime.TERM,
-        (
-            ChildSpec("factory", lambda p: _term_of(p).factory.run, role="Nomad's writes, paced and spread"),
-            ChildSpec(
-                "inactivity expiry",
-                lambda p: _term_of(p).effects.expiry.run,
-                role="claims past their timeout",
-            ),
-            ChildSpec(
-                "prewarming-pool alerter", lambda p: _term_of(p).alerter.run, role="depleting pools relisted"
-            ),
-        ),
-    ),
-    TierSpec(
-        "acting",
-        Lifetime.TERM,
-        (
-            ChildSpec(
-                "configured environments",
-                lambda p: partial(p.daemon.ensure_configured_environments, _term_of(p)),
-                Restart.TRANSIENT,
-                role="[[environments]] ensured in Nomad",
-            ),
-            ChildSpec(
-                "lock hold",
-                lambda p: p.daemon.hold_lock,
-                Restart.TEMPORARY,
-                ha_only=True,
-                role="renews the HA lock; its end ends the term",
-            ),
-        ),
-    ),
-)
-
-
-def draw_tree(tree: Sequence[TierSpec] = TREE) -> str:
-    """The tree as the README and this module's docstring draw it."""
-    lines = ["Daemon.run"]
-    for tier in tree:
-        lines.append(f"├── tier {tier.name} ({tier.lifetime.value})")
-        for child in tier.children:
-            how = child.restart.value + (", drains" if child.shutdown is Shutdown.DRAIN else "")
-            only = ", [ha] only" if child.ha_only else ""
-            lines.append(f"│   ├── {child.name} ({how}{only}): {child.role}")
-    lines.append("└── one task per execution, in the executions tier's nursery")
-    return "\n".join(lines)
-
-
-__doc__ = (__doc__ or "").replace("TREE_DRAWING", draw_tree())
 
 
 @define
@@ -298,7 +201,7 @@ class Daemon:
             root.cancel_scope.cancel("the daemon stopped")
 
     async def _start_embedded_cluster(self, nursery: trio.Nursery) -> NomadSettings:
-        from .simulator import SimConfig, SimulatedCluster
+        from ..simulator import SimConfig, SimulatedCluster
 
         cluster = await nursery.start(SimulatedCluster(SimConfig(nodes=2), network=self.network).run)
         self.cluster = cluster

@@ -18,9 +18,9 @@ from typing import Final, NoReturn, Protocol
 import trio
 from loguru import logger
 
-from .config import HaSettings
-from .errors import NomadRequestError, TransientError
-from .nomad.locks import VariableLocks
+from ..base.errors import NomadRequestError, TransientError
+from ..core.config import HaSettings
+from ..nomad.locks import VariableLocks
 
 __all__ = ["STEP_DOWN_MARGIN", "AlwaysActive", "Elector", "LockElector"]
 

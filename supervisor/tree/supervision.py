@@ -27,7 +27,7 @@ import trio
 from attrs import define, field, frozen
 from loguru import logger
 
-from .backoff import Backoff, BackoffPolicy
+from ..base.backoff import Backoff, BackoffPolicy
 
 __all__ = [
     "ChildSpec",

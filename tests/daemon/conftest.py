@@ -24,13 +24,13 @@ import trio
 import trio_websocket
 from loguru import logger
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.daemon import TREE, Daemon
-from supervisor.environments import claim_meta
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.core.environments import claim_meta
+from supervisor.desk.service import RunnerService
 from supervisor.nomad import NomadClient, NomadSettings
-from supervisor.service import RunnerService
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.supervision import TierSpec
+from supervisor.tree.daemon import TREE, Daemon
+from supervisor.tree.supervision import TierSpec
 
 from ..waiting import wait_until
 

@@ -9,8 +9,8 @@ import pytest
 import trio
 import trio_websocket
 
-from supervisor.config import AdmissionSettings, ServerSettings, Settings
-from supervisor.levels import StreamState
+from supervisor.base.levels import StreamState
+from supervisor.core.config import AdmissionSettings, ServerSettings, Settings
 
 from .conftest import ENVIRONMENT, Harness
 

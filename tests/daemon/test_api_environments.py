@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import trio
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.daemon import Daemon
-from supervisor.environments import TEMPLATE_PREFIX, environment_from_dict
-from supervisor.levels import StreamState
+from supervisor.base.levels import StreamState
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.core.environments import TEMPLATE_PREFIX, environment_from_dict
 from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.tree.daemon import Daemon
 
 from ..waiting import wait_until
 from .conftest import ENVIRONMENT, Harness

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio_websocket
 
-from supervisor.executions import MESSAGE_CONNECTION_LOST
+from supervisor.desk.executions import MESSAGE_CONNECTION_LOST
 
 from .conftest import MESSAGES, Harness, output
 

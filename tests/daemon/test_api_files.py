@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from supervisor.errors import FileOperationFailed
+from supervisor.base.errors import FileOperationFailed
 
 from .conftest import Harness, output
 

@@ -12,9 +12,9 @@ import trio
 import trio_websocket
 from starlette.routing import Route, WebSocketRoute
 
-from supervisor.api import create_app
-from supervisor.commands import MAX_COMMAND_BYTES
-from supervisor.config import ServerSettings, Settings
+from supervisor.api.app import create_app
+from supervisor.core.commands import MAX_COMMAND_BYTES
+from supervisor.core.config import ServerSettings, Settings
 
 from .conftest import ENVIRONMENT, Harness
 
@@ -232,7 +232,7 @@ async def test_the_token_is_compared_in_constant_time(
         compared.append((a, b))
         return original(a, b)
 
-    monkeypatch.setattr("supervisor.api.hmac.compare_digest", recording)
+    monkeypatch.setattr("supervisor.api.app.hmac.compare_digest", recording)
     app = create_app(harness.service, Settings(server=ServerSettings(token="s3cret")))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:

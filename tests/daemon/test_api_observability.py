@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from supervisor.levels import StreamState
+from supervisor.base.levels import StreamState
 
 from .conftest import Harness
 

@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.config import Settings
+from supervisor.core.config import Settings
 from supervisor.simulator import SimConfig
 
 from .conftest import Harness, output

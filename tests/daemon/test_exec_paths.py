@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from supervisor.config import NomadSection, ServerSettings, Settings
+from supervisor.core.config import NomadSection, ServerSettings, Settings
 
 from .conftest import Harness, output
 

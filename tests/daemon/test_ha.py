@@ -9,10 +9,10 @@ import attrs
 import httpx
 import trio
 
-from supervisor.config import HaSettings, ServerSettings, Settings
-from supervisor.daemon import Daemon
-from supervisor.probe import probe
+from supervisor.core.config import HaSettings, ServerSettings, Settings
+from supervisor.ops.probe import probe
 from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.tree.daemon import Daemon
 
 from ..waiting import wait_until
 

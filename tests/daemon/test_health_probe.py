@@ -7,9 +7,9 @@ import json
 import pytest
 import trio
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.levels import StreamState
-from supervisor.probe import probe
+from supervisor.base.levels import StreamState
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.ops.probe import probe
 
 from .conftest import Harness
 

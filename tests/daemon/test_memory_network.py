@@ -16,11 +16,11 @@ import pytest
 import trio
 import trio_websocket
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.daemon import Daemon
-from supervisor.network import MemoryNetwork
+from supervisor.base.network import MemoryNetwork
+from supervisor.core.config import ServerSettings, Settings
 from supervisor.nomad.transport import network_transport
 from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.tree.daemon import Daemon
 
 from .conftest import ENVIRONMENT
 

@@ -12,11 +12,11 @@ import base64
 import pytest
 import trio
 
-from supervisor.config import AdmissionSettings, ServerSettings, Settings
-from supervisor.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
-from supervisor.nodes import SILENT_SECONDS
+from supervisor.core.config import AdmissionSettings, ServerSettings, Settings
+from supervisor.core.nodes import SILENT_SECONDS
+from supervisor.core.runners import REASON_ALLOCATION_UNKNOWN, RunnerState
+from supervisor.desk.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
 from supervisor.nomad import Node, NodeEvent
-from supervisor.runners import REASON_ALLOCATION_UNKNOWN, RunnerState
 from supervisor.simulator import SimConfig
 
 from .conftest import Harness

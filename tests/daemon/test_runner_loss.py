@@ -6,9 +6,9 @@ import httpx
 import pytest
 import trio
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.daemon import Daemon
-from supervisor.runners import REASON_DRAINED, REASON_OOM
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.core.runners import REASON_DRAINED, REASON_OOM
+from supervisor.tree.daemon import Daemon
 
 from ..waiting import wait_until
 from .conftest import Harness

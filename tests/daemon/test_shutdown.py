@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio_websocket
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.levels import StreamState
+from supervisor.base.levels import StreamState
+from supervisor.core.config import ServerSettings, Settings
 
 from .conftest import Harness
 

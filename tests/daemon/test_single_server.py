@@ -6,8 +6,8 @@ from functools import partial
 
 import pytest
 
-from supervisor.config import ExecutionSettings, ServerSettings, Settings
-from supervisor.executions import MESSAGE_CONNECTION_LOST
+from supervisor.core.config import ExecutionSettings, ServerSettings, Settings
+from supervisor.desk.executions import MESSAGE_CONNECTION_LOST
 from supervisor.simulator import SimConfig
 
 from .conftest import Harness

@@ -8,9 +8,9 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.config import Settings
-from supervisor.informer import STREAM_HEALTHY_AFTER
-from supervisor.levels import StreamState
+from supervisor.base.levels import StreamState
+from supervisor.core.config import Settings
+from supervisor.informer.informer import STREAM_HEALTHY_AFTER
 
 from .conftest import Harness
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.config import ServerSettings, Settings, SupervisionSettings
-from supervisor.pool import RunnerPool
+from supervisor.core.config import ServerSettings, Settings, SupervisionSettings
+from supervisor.core.pool import RunnerPool
 
 from .conftest import Harness, output
 

@@ -11,9 +11,9 @@ import attrs
 import pytest
 import trio
 
-from supervisor.config import ServerSettings, Settings
-from supervisor.daemon import Daemon
+from supervisor.core.config import ServerSettings, Settings
 from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.tree.daemon import Daemon
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ async def test_ready_status_watchdog_and_stopping(
 
 
 def test_an_abstract_socket_name_and_no_socket_at_all() -> None:
-    from supervisor.systemd import SystemdNotifier
+    from supervisor.ops.systemd import SystemdNotifier
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
         listener.bind("\0supervisor-test-notify")

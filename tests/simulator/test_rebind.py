@@ -8,7 +8,7 @@ import socket
 import trio
 import trio.testing
 
-from supervisor.network import Listening, TcpNetwork
+from supervisor.base.network import Listening, TcpNetwork
 from supervisor.simulator.http import open_listener
 
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 import trio
 
-from supervisor.errors import NomadNotFound, NomadRequestError
+from supervisor.base.errors import NomadNotFound, NomadRequestError
 from supervisor.nomad import Event, NomadClient
 from supervisor.simulator import SimConfig, SimulatedCluster
 

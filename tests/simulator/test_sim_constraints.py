@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.errors import NomadRequestError
+from supervisor.base.errors import NomadRequestError
 from supervisor.nomad import NomadClient
 from supervisor.simulator import SimulatedCluster
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import trio
 
-from supervisor.errors import StreamConnectionLost
+from supervisor.base.errors import StreamConnectionLost
 from supervisor.nomad import Allocation, Event, Node, NomadClient
 from supervisor.simulator import SimConfig, SimulatedCluster
 

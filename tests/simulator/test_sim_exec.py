@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio_websocket
 
-from supervisor.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
+from supervisor.base.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
 from supervisor.nomad import ExecExited, NomadClient
 from supervisor.simulator import SimConfig, SimulatedCluster
 

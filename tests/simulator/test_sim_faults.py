@@ -6,7 +6,7 @@ import httpx
 import pytest
 import trio
 
-from supervisor.errors import NomadUnavailableError
+from supervisor.base.errors import NomadUnavailableError
 from supervisor.nomad import Node, NomadClient, RetryPolicy
 from supervisor.simulator import SimConfig, SimulatedCluster
 from supervisor.simulator.objects import SimNode

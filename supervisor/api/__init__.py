@@ -1,0 +1,2 @@
+"""Poseidon's HTTP/WebSocket API on starlette, its OpenAPI document, the standby's answer, and the HTTP
+server it runs on."""
