@@ -19,10 +19,11 @@ a trivial command, ``--concurrency`` at a time, three ways in one run:
 Then all three again one at a time, where nothing waits for a CPU. Prints throughput, p50/p99
 latency, each process's CPU time per execution, the added latency, and the daemon's CPU budget that
 the throughput of the direct path would leave it once the client and the simulator have had their
-share (every process shares this machine's cores), for information. Targets, against the bare stack
-measured in the same run: the daemon's CPU per execution at most 1.5x the bare stack's; the latency
-it adds one at a time at most 1.5x the bare stack's round trip at p50; its p99 one at a time at most
-3x its own p50.
+share (every process shares this machine's cores), for information. Targets, against baselines
+measured in the same run: the daemon's CPU per execution at most 1.3x that of its two parts by
+themselves, the bare stack plus the bare exec client (what a proxy of executions cannot do without);
+the latency it adds one at a time at most 2.5x the bare stack's round trip at p50; its p99 one at a
+time at most 3x its own p50.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Final
 
 import httpx
 import orjson
@@ -48,6 +50,8 @@ from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.nomad.exec import exec_url
 
 COMMAND = "true"
+CPU_TARGET: Final = 1.3
+LATENCY_TARGET: Final = 2.5
 FLOOR_MARKER = "serving the bare stack on "
 # CPU seconds per execution, by (path, process).
 CPU: dict[tuple[str, str], float] = {}
@@ -404,16 +408,21 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         f"client (trio-websocket, run from this process) {client_cpu * 1000:.2f} ms, {parts * 1000:.2f} ms "
         f"together; the daemon {daemon_cpu * 1000:.2f} ms, {daemon_cpu / parts:.2f}x their sum"
     )
-    cpu_ratio = daemon_cpu / stack_cpu
+    cpu_ratio = daemon_cpu / parts
     added_ratio = unloaded_p50 / rows["floor 1"]["p50"]
     tail_ratio = rows["api 1"]["p99"] / rows["api 1"]["p50"]
     met = [
-        target("daemon CPU per execution", cpu_ratio <= 1.5, f"{cpu_ratio:.2f}x the stack", "<= 1.5x"),
+        target(
+            "daemon CPU per execution",
+            cpu_ratio <= CPU_TARGET,
+            f"{cpu_ratio:.2f}x the bare stack plus the bare exec client",
+            f"<= {CPU_TARGET:g}x",
+        ),
         target(
             "added p50 one at a time",
-            added_ratio <= 1.5,
+            added_ratio <= LATENCY_TARGET,
             f"{added_ratio:.2f}x the bare stack's round trip",
-            "<= 1.5x",
+            f"<= {LATENCY_TARGET:g}x",
         ),
         target("p99 one at a time", tail_ratio <= 3, f"{tail_ratio:.2f}x its own p50", "<= 3x"),
     ]
