@@ -1,0 +1,123 @@
+"""What the runner pool says of its runners, without changing them: the reads of the rest of the
+daemon (the desk, the informer, the reports) and of the pool itself. ``RunnerPool`` holds the state
+and changes it; this is its face for questions.
+"""
+
+from __future__ import annotations
+
+from ..nomad.agents import AgentRoute
+from .environments import ExecutionEnvironment
+from .evidence import Moment
+from .nodes import NodeTracker
+from .runners import PoolStats, Runner, RunnerState, Tombstone
+
+__all__ = ["PoolView"]
+
+
+class PoolView:
+    """The pool's reads; the state they read is ``RunnerPool``'s."""
+
+    environments: dict[int, ExecutionEnvironment]
+    runners: dict[str, Runner]
+    nodes: NodeTracker
+    tombstones: dict[str, Tombstone]
+    _idle: dict[int, dict[str, None]]
+    _by_alloc: dict[str, str]
+    _of_environment: dict[int, dict[str, Runner]]
+    _used: dict[str, Runner]
+
+    def runner_of_alloc(self, alloc_id: str) -> Runner | None:
+        """The runner whose allocation this is, if any."""
+        runner = self.runners.get(self._by_alloc.get(alloc_id, ""))
+        return runner if runner is not None and runner.alloc_id == alloc_id else None
+
+    def used_runner(self, runner_id: str) -> Runner | None:
+        """The runner if a client holds it, else None."""
+        runner = self.runners.get(runner_id)
+        return runner if runner is not None and runner.state is RunnerState.USED else None
+
+    def serving_runner(self, runner_id: str) -> Runner | None:
+        """A used runner that may start something new: not on a draining node."""
+        runner = self.used_runner(runner_id)
+        return runner if runner is not None and not runner.moving else None
+
+    def used_alloc_id(self, runner_id: str) -> str | None:
+        """The allocation of the used runner, while it is one."""
+        runner = self.used_runner(runner_id)
+        return runner.alloc_id if runner is not None and runner.alloc_id else None
+
+    def knows_alloc(self, alloc_id: str) -> bool:
+        """Whether the allocation is a runner's."""
+        return self.runner_of_alloc(alloc_id) is not None
+
+    def runners_in(self, state: RunnerState) -> list[str]:
+        """The runners in ``state``."""
+        return [r.id for r in self.runners.values() if r.state is state]
+
+    def environment_ids(self) -> list[int]:
+        """The environments the pool knows, by ID."""
+        return sorted(self.environments)
+
+    def unknown(self, job_id: str) -> bool:
+        """Whether the pool neither knows the runner job nor removed it."""
+        return job_id not in self.runners and job_id not in self.tombstones
+
+    def suspect_runners(self) -> list[str]:
+        """The runners whose agent restarted and that nothing has proven since."""
+        return [r.id for r in self.runners.values() if r.suspect_since]
+
+    def expired(self, now: float) -> list[str]:
+        """Used runners idle past their inactivity timeout (never while an execution runs)."""
+        return [
+            r.id
+            for r in self._used.values()
+            if r.inactivity_timeout > 0
+            and r.executions == 0
+            and now - r.last_activity >= r.inactivity_timeout
+        ]
+
+    def next_expiry(self) -> float | None:
+        """The soonest inactivity deadline of a used runner with nothing running in it."""
+        deadlines = [
+            r.last_activity + r.inactivity_timeout
+            for r in self._used.values()
+            if r.inactivity_timeout > 0 and r.executions == 0
+        ]
+        return min(deadlines, default=None)
+
+    def agent_route(self, alloc_id: str) -> AgentRoute | None:
+        """Where the allocation's agent is, for exec straight to it: the node tracker knows the
+        node's address (from its events) and its generation (the index of its agent's last
+        restart)."""
+        runner = self.runner_of_alloc(alloc_id)
+        if runner is None or not runner.node_id:
+            return None
+        node = self.nodes.nodes.get(runner.node_id)
+        if node is None:
+            return AgentRoute(runner.node_id)
+        return AgentRoute(node.id, node.restarted_at, node.http_addr, node.tls, down=node.status == "down")
+
+    def silent_nodes(self, at: Moment) -> list[str]:
+        """The nodes whose agents are silent at ``at`` (``NodeTracker.silent``)."""
+        return self.nodes.silent(at.flowed, at.now)
+
+    def depleting(self, threshold: float) -> list[int]:
+        """The environments whose pools are depleting (see PoolStats.is_depleting)."""
+        return [k for k, stats in self.stats().items() if stats.is_depleting(threshold)]
+
+    def stats(self) -> dict[int, PoolStats]:
+        """Each environment's pool, by environment ID, in ID order."""
+        stats = {}
+        for environment_id, environment in sorted(self.environments.items()):
+            runners = self._runners_of(environment_id)
+            stats[environment_id] = PoolStats(
+                environment_id=environment_id,
+                size=environment.prewarming_pool_size,
+                idle=len(self._idle.get(environment_id, ())),
+                used=sum(1 for r in runners if r.state is RunnerState.USED),
+                suspect=sum(1 for r in runners if r.suspect_since),
+            )
+        return stats
+
+    def _runners_of(self, environment_id: int) -> list[Runner]:
+        return list(self._of_environment.get(environment_id, {}).values())
