@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 from supervisor.nomad import Allocation, AllocListStub, EventStream, Indexed, Job, JobListStub, NodeListStub
-from supervisor.nomad.agents import AgentDirectory
+from supervisor.nomad.agents import AgentDirectory, AgentRoute
 from supervisor.nomad.api import ExecChannel
 from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
 
@@ -23,6 +23,11 @@ class NomadDouble:
 
     def __init__(self) -> None:
         self.agents = AgentDirectory()
+
+    def located(self, locate: Callable[[str], AgentRoute | None]) -> NomadDouble:
+        """The double itself, told where allocations' agents run (it has none to reach)."""
+        self.agents = AgentDirectory(locate)
+        return self
 
     def rotate_address(self) -> None:
         _unexpected("rotate_address")

@@ -33,10 +33,11 @@ class RunnerService:
     """One term of the runner tiers (the daemon's run, or an HA term): their parts, wired."""
 
     def __init__(self, client: NomadApi, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
-        self.client = client
+        self.pool = RunnerPool()
+        # The term's client: where each allocation's agent runs, for exec straight to it, is the pool's.
+        self.client = client = client.located(self.pool.agent_route)
         self.settings = settings
         execution = settings.execution
-        self.pool = RunnerPool()
         self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.relists = relists = Requests()
         self.stops = CommandStops(
@@ -77,4 +78,3 @@ class RunnerService:
             admission=settings.admission,
         )
         self.alerter = PrewarmingPoolAlerter(self.pool, relists, settings.alert)
-        client.agents.locate = self.pool.agent_route

@@ -7,11 +7,11 @@ the cluster's state, needs all of ``NomadApi``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from .agents import AgentDirectory
+from .agents import AgentDirectory, AgentRoute
 from .client import Indexed
 from .events import EventStream
 from .exec import ExecExited, ExecOutput
@@ -72,6 +72,10 @@ class NomadApi(JobWriter, ExecOpener, Protocol):
 
     # Where the allocations' client agents are, for exec straight to them.
     agents: AgentDirectory
+
+    def located(self, locate: Callable[[str], AgentRoute | None]) -> NomadApi:
+        """This client, told where each allocation's agent runs by ``locate``."""
+        ...
 
     @property
     def address(self) -> str:

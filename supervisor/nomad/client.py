@@ -10,6 +10,7 @@ retrying writes is safe.
 
 from __future__ import annotations
 
+import copy
 import random
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -118,6 +119,14 @@ class NomadClient:
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
+
+    def located(self, locate: Callable[[str], AgentRoute | None]) -> NomadClient:
+        """This client (its connection pool, settings and network), told where each allocation's
+        agent runs by ``locate``, for exec straight to it: a term's runner pool knows where its
+        runners run. The original keeps its own locator, and is the one to close."""
+        term = copy.copy(self)
+        term.agents = AgentDirectory(locate)
+        return term
 
     @property
     def address(self) -> str:
