@@ -34,7 +34,7 @@ from supervisor.core.runners import (
 from supervisor.effects.effects import Effects
 from supervisor.effects.factory import RunnerFactory
 from supervisor.effects.leftovers import LeftoverSweep
-from supervisor.nomad import JobListStub, NodeListStub
+from supervisor.nomad import AllocListStub, JobListStub, NodeListStub
 
 from .nomad_double import NomadDouble
 from .test_pool import AT, ENVIRONMENT, alloc, warm_pool
@@ -61,7 +61,8 @@ def test_a_listing_is_reconciled_at_the_moment_it_is_given() -> None:
     pool.set_environment(ENVIRONMENT)
     left = new_runner_id(10)  # left by a previous run
     listed = [JobListStub(id=left, status="running", create_index=3, modify_index=3, job_modify_index=3)]
-    pool.evidence(RunnersListed(listed, [alloc(left, "a-left", "running", 4)], 10), Moment(7.0))
+    stub = AllocListStub(id="a-left", job_id=left, client_status="running", create_index=4, modify_index=4)
+    pool.evidence(RunnersListed(listed, [stub], 10), Moment(7.0))
     assert left in pool.runners, "adopted"
     assert pool.listed_index == 10
 
