@@ -121,3 +121,11 @@ class PoolView:
 
     def _runners_of(self, environment_id: int) -> list[Runner]:
         return list(self._of_environment.get(environment_id, {}).values())
+
+    def avoided_nodes(self, now: float) -> tuple[str, ...]:
+        """The nodes new runners avoid at ``now`` (``NodeTracker.avoided``)."""
+        return self.nodes.avoided(now)
+
+    def placeable_nodes(self) -> list[str]:
+        """The nodes Nomad may place new runners on."""
+        return [node.id for node in self.nodes.nodes.values() if node.placeable]

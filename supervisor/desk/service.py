@@ -8,10 +8,13 @@ what it uses, in the order that needs no later assignment.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import trio
 
 from ..base.levels import Requests
 from ..core.config import Settings
+from ..core.environments import ExecutionEnvironment
 from ..core.pool import RunnerPool
 from ..effects.alerter import PrewarmingPoolAlerter
 from ..effects.effects import Effects
@@ -78,3 +81,35 @@ class RunnerService:
             admission=settings.admission,
         )
         self.alerter = PrewarmingPoolAlerter(self.pool, relists, settings.alert)
+
+    # -- what the tree asks of a term -------------------------------------------------------------
+
+    @property
+    def running_count(self) -> int:
+        """Executions running now."""
+        return self.executions.running_count
+
+    def begin_stop(self) -> None:
+        """Nothing new starts: an execution whose WebSocket connects from now on does not run."""
+        self.executions.begin_stop()
+
+    async def wait_synced(self) -> None:
+        """Return once the first listing of Nomad is reconciled."""
+        await self.informer.synced.wait()
+
+    def making_progress(self, within: float) -> bool:
+        """Whether the informer moved on within the last ``within`` seconds."""
+        return self.informer.making_progress(within)
+
+    async def ensure_environments(self, environments: Sequence[ExecutionEnvironment]) -> None:
+        """The configured environments, in Nomad once its first listing is in."""
+        await self.wait_synced()
+        await self.environments.ensure(environments)
+
+    async def wait_stops_idle(self) -> None:
+        """Return once no stop of a command is under way."""
+        await self.stops.wait_idle()
+
+    def abandon_stops(self) -> int:
+        """Cancel every stop of a command under way, shield and all; how many there were."""
+        return self.stops.abandon()

@@ -88,9 +88,8 @@ class RunnerFactory:
         to and starts the fewest (if the node tracker knows of no such agent, those of the last
         ``START_PATIENCE`` seconds on the agent that starts the most)."""
         unplaced, recent, placed = self._load()
-        nodes = self._pool.nodes
-        away = nodes.avoided(trio.current_time())
-        open_nodes = [placed.get(n.id, 0) for n in nodes.nodes.values() if n.placeable and n.id not in away]
+        away = self._pool.avoided_nodes(trio.current_time())
+        open_nodes = [placed.get(n, 0) for n in self._pool.placeable_nodes() if n not in away]
         if not open_nodes:
             return unplaced + max(recent.values(), default=0)
         return unplaced + min(open_nodes)
@@ -119,12 +118,11 @@ class RunnerFactory:
         """The nodes the runner's new job avoids: those whose agent is away, and those where
         ``max_starting`` of this factory's new jobs may be waiting to start, however long they have
         waited (counting the ones not placed yet), unless that leaves no node Nomad could place it on."""
-        nodes = self._pool.nodes
-        away = nodes.avoided(trio.current_time())
+        away = self._pool.avoided_nodes(trio.current_time())
         unplaced, _, placed = self._load(excluding=runner_id)
         most = self._settings.max_starting
         full = tuple(n for n, count in placed.items() if count + unplaced >= most and n not in away)
-        if full and any(n.placeable and n.id not in away and n.id not in full for n in nodes.nodes.values()):
+        if full and any(n not in away and n not in full for n in self._pool.placeable_nodes()):
             return away + full
         return away
 

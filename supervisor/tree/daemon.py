@@ -161,7 +161,7 @@ class Daemon:
             self.systemd.notify("STOPPING=1", "STATUS=stopping")
             self._ask_to_stop()
             if self.service is not None:
-                self.service.executions.begin_stop()
+                self.service.begin_stop()
             if self._term is not None:
                 self._term.ending.set()
         else:  # the running executions are told at once, and get _END_MARGIN to hear it
@@ -301,7 +301,7 @@ class Daemon:
             term = self._term = _Term(service, acquired)
             self.service = service
             if self._stop.is_set():
-                service.executions.begin_stop()
+                service.begin_stop()
                 term.ending.set()
             await self._start_tiers(term_tiers, _Parts(self, service), opened)
             self.switch.app = create_app(service, settings)
@@ -312,12 +312,12 @@ class Daemon:
             self.switch.app = None  # new requests get the standby's answer from here on
             if term.release and not self._stop.is_set():
                 await self.elector.release()  # a standby may take over while executions finish
-            service.executions.begin_stop()  # and an execution whose WebSocket came before does not start
+            service.begin_stop()  # and an execution whose WebSocket came before does not start
             if not self._stop.is_set():
                 logger.warning(
                     "stepping down: {}; nothing new starts here, {} running execution(s) may finish",
                     term.why,
-                    service.executions.running_count,
+                    service.running_count,
                 )
 
         await self._nest(term_tiers, body)
@@ -386,7 +386,7 @@ class Daemon:
             await self._serving.wait()
             await self._term_started.wait()
             assert self.service is not None
-            await self.service.informer.synced.wait()
+            await self.service.wait_synced()
             readiness.set()
 
         async with trio.open_nursery() as waiting:
@@ -408,9 +408,7 @@ class Daemon:
             if status != told:
                 told = status
                 lines.append(f"STATUS={status}")
-            if notifier.watchdog_interval and (
-                service is None or service.informer.making_progress(_INFORMER_STUCK)
-            ):
+            if notifier.watchdog_interval and (service is None or service.making_progress(_INFORMER_STUCK)):
                 lines.append("WATCHDOG=1")
             if lines:
                 notifier.notify(*lines)
@@ -451,7 +449,7 @@ class Daemon:
             with trio.move_on_at(wake):
                 await _first(self._stop_changed.wait, executions.all_ended)
         # The stops of their commands still under way (shielded) end with the budget.
-        await service.stops.wait_idle()
+        await service.wait_stops_idle()
 
     async def enforce_budget(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """When the stop's budget has passed: cut whatever connection is left and every stop of a
@@ -462,7 +460,7 @@ class Daemon:
             with trio.move_on_at(self._stop_deadline):
                 await self._stop_changed.wait()  # a second signal brings the deadline nearer
         closed = self.server.close_connections()
-        abandoned = self.service.stops.abandon() if self.service is not None else 0
+        abandoned = self.service.abandon_stops() if self.service is not None else 0
         logger.warning(
             "stopping: the budget has passed; {} connection(s) cut, {} command stop(s) left to the next "
             "start",
@@ -478,8 +476,7 @@ class Daemon:
         task_status.started()
         if not self.settings.environments:
             return
-        await service.informer.synced.wait()
-        await service.environments.ensure(self.settings.environments)
+        await service.ensure_environments(self.settings.environments)
 
     def _server_settings(self) -> HttpServerSettings:
         # Longer than clients keep an idle connection (httpx 5 s): at equal timeouts a client could
