@@ -129,3 +129,19 @@ class PoolView:
     def placeable_nodes(self) -> list[str]:
         """The nodes Nomad may place new runners on."""
         return [node.id for node in self.nodes.nodes.values() if node.placeable]
+
+    def draining_node_names(self) -> list[str]:
+        """The nodes that drain, by name (their ID when they have none)."""
+        return sorted(node.name or node.id for node in self.nodes.draining_nodes())
+
+    def avoided_node_names(self, now: float) -> list[str]:
+        """The nodes new runners avoid at ``now``, by name."""
+        return sorted(self.nodes.nodes[n].name or n for n in self.nodes.avoided(now))
+
+    def runner_counts(self) -> dict[tuple[int, RunnerState], int]:
+        """How many runners each environment has in each state."""
+        counts: dict[tuple[int, RunnerState], int] = {}
+        for runner in self.runners.values():
+            key = (runner.environment_id, runner.state)
+            counts[key] = counts.get(key, 0) + 1
+        return counts

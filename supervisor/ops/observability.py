@@ -34,7 +34,13 @@ def pool_statistics(stats: PoolStats) -> dict[str, int]:
 async def health_details(service: RunnerService, settings: Settings) -> dict[str, Any]:
     """``{"status": "ok"|"warning"|"critical", "checks": {...}}``; each check has its own status."""
     now = trio.current_time()
-    gate = service.gate
+    gate, informer, client, pool, executions = (
+        service.gate,
+        service.informer,
+        service.client,
+        service.pool,
+        service.executions,
+    )
     stream = gate.state
     down_for = now - gate.since if stream is not StreamState.UP else 0.0
     checks: dict[str, dict[str, Any]] = {}
@@ -46,32 +52,31 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "status": stream_status,
         "state": stream.value,
         "for_seconds": round(now - gate.since, 3),
-        "last_index": service.informer.last_index,
+        "last_index": informer.last_index,
         "losses": gate.losses,
     }
-    nomad: dict[str, Any] = {"status": "ok", "address": service.client.address}
+    nomad: dict[str, Any] = {"status": "ok", "address": client.address}
     try:
         timeout = settings.health.nomad_check_timeout
         with trio.fail_after(timeout):
-            nomad["leader"] = await service.client.leader(attempts=1, http_timeout=timeout)
+            nomad["leader"] = await client.leader(attempts=1, http_timeout=timeout)
     except (SupervisorError, trio.TooSlowError) as exc:
         nomad.update(status="critical", error=str(exc) or "no answer in time")
     checks["nomad"] = nomad
-    draining = sorted(node.name or node.id for node in service.pool.nodes.draining_nodes())
+    draining = pool.draining_node_names()
     checks["draining_nodes"] = {"status": "warning" if draining else "ok", "nodes": draining}
-    away = [service.pool.nodes.nodes[n] for n in service.pool.nodes.avoided(now)]
-    checks["away_nodes"] = {"status": "ok", "nodes": sorted(node.name or node.id for node in away)}
-    suspect = service.pool.suspect_runners()
+    checks["away_nodes"] = {"status": "ok", "nodes": pool.avoided_node_names(now)}
+    suspect = pool.suspect_runners()
     checks["runners"] = {
         "status": "ok",
         "suspect": len(suspect),
         "suspect_ids": suspect[:20],
-        "found_gone": dict(service.pool.found_gone),
+        "found_gone": dict(pool.found_gone),
     }
     threshold = settings.alert.prewarming_pool_threshold
-    stats = service.pool.stats()
+    stats = pool.stats()
     pools = {str(k): {**pool_statistics(v), "suspectRunners": v.suspect} for k, v in stats.items()}
-    depleting = [str(k) for k in service.pool.depleting(threshold)]
+    depleting = [str(k) for k in pool.depleting(threshold)]
     checks["pools"] = {
         "status": "warning" if depleting else "ok",
         "threshold": threshold,
@@ -80,11 +85,11 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
     }
     checks["executions"] = {
         "status": "ok",
-        "running": service.executions.running_count,
-        "ended": dict(service.executions.outcomes),
-        "by_path": dict(service.executions.paths),
+        "running": executions.running_count,
+        "ended": dict(executions.outcomes),
+        "by_path": dict(executions.paths),
     }
-    agents = service.client.agents
+    agents = client.agents
     checks["exec_paths"] = {
         "status": "ok",
         "mode": settings.nomad.direct_exec,
@@ -129,6 +134,13 @@ def _task_count() -> int:
 
 def metrics_text(service: RunnerService) -> str:
     """The daemon's state in Prometheus' text exposition format (version 0.0.4)."""
+    gate, informer, client, pool, executions = (
+        service.gate,
+        service.informer,
+        service.client,
+        service.pool,
+        service.executions,
+    )
     lines: list[str] = []
 
     def metric(
@@ -148,53 +160,46 @@ def metrics_text(service: RunnerService) -> str:
         "supervisor_event_stream_up",
         "gauge",
         "1 while the Nomad event stream is followed.",
-        [(None, 1.0 if service.gate.state is StreamState.UP else 0.0)],
+        [(None, 1.0 if gate.state is StreamState.UP else 0.0)],
     )
     metric(
         "supervisor_event_stream_losses_total",
         "counter",
         "Times the event stream was lost.",
-        [(None, service.gate.losses)],
+        [(None, gate.losses)],
     )
     metric(
         "supervisor_event_stream_last_index",
         "gauge",
         "Raft index of the last applied event.",
-        [(None, service.informer.last_index)],
+        [(None, informer.last_index)],
     )
-    counts: dict[tuple[str, str], int] = {}
-    for runner in service.pool.runners.values():
-        key = (str(runner.environment_id), runner.state.value)
-        counts[key] = counts.get(key, 0) + 1
-    samples: list[tuple[dict[str, str] | None, float]] = []
-    for environment_id in sorted(str(e) for e in service.pool.environments):
-        for state in RunnerState:
-            samples.append(
-                (
-                    {"environment": environment_id, "state": state.value},
-                    counts.get((environment_id, state.value), 0),
-                )
-            )
+    counts = pool.runner_counts()
+    samples: list[tuple[dict[str, str] | None, float]] = [
+        ({"environment": str(environment_id), "state": state.value}, counts.get((environment_id, state), 0))
+        for environment_id in sorted(pool.environment_ids(), key=str)
+        for state in RunnerState
+    ]
     metric("supervisor_runners", "gauge", "Runners by environment and state.", samples)
     metric(
         "supervisor_runners_suspect",
         "gauge",
         "Runners whose agent restarted since they were last seen running, not handed out until proven.",
-        [(None, len(service.pool.suspect_runners()))],
+        [(None, len(pool.suspect_runners()))],
     )
     metric(
         "supervisor_nodes_avoided",
         "gauge",
         "Nodes new runners avoid: an exec could not reach their agent lately.",
-        [(None, len(service.pool.nodes.avoided(trio.current_time())))],
+        [(None, len(pool.avoided_nodes(trio.current_time())))],
     )
     metric(
         "supervisor_runners_found_gone_total",
         "counter",
         "Runners found gone, by how: event, listing, node restart, exec refusal.",
-        [({"path": path}, service.pool.found_gone.get(path, 0)) for path in FOUND_BY],
+        [({"path": path}, pool.found_gone.get(path, 0)) for path in FOUND_BY],
     )
-    agents = service.client.agents
+    agents = client.agents
     metric(
         "supervisor_exec_sessions_total",
         "counter",
@@ -217,13 +222,13 @@ def metrics_text(service: RunnerService) -> str:
         "supervisor_executions_running",
         "gauge",
         "Executions running now.",
-        [(None, service.executions.running_count)],
+        [(None, executions.running_count)],
     )
     metric(
         "supervisor_executions_total",
         "counter",
         "Ended executions by terminal message.",
-        [({"outcome": k}, v) for k, v in sorted(service.executions.outcomes.items())],
+        [({"outcome": k}, v) for k, v in sorted(executions.outcomes.items())],
     )
     factory = service.factory
     metric(
@@ -272,11 +277,12 @@ def metrics_text(service: RunnerService) -> str:
 def status_line(service: RunnerService) -> str:
     """One line of what the daemon is doing, for systemd's ``STATUS=``: the stream, the pools (each
     while there are few, else how many are below strength), the running executions."""
-    pools = sorted(service.pool.stats().values(), key=lambda p: p.environment_id)
+    pool, executions = service.pool, service.executions
+    pools = sorted(pool.stats().values(), key=lambda p: p.environment_id)
     if len(pools) <= _POOLS_NAMED:
         fill = ", ".join(f"{p.environment_id}: {p.idle}/{p.size}" for p in pools) or "none"
     else:
         short = sum(p.idle < p.size for p in pools)
         fill = f"{len(pools)} pools, {short} below strength"
-    running = service.executions.running_count
+    running = executions.running_count
     return f"stream {service.gate.state.value}; idle runners {fill}; {running} executions running"
