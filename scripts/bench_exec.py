@@ -2,9 +2,9 @@
 
     python scripts/bench_exec.py [--executions 500] [--concurrency 50] [--runners 10]
 
-Starts ``supervisor simulate``, ``supervisor run`` (pointed at it) and a bare http server + starlette
-server as separate processes, claims ``--runners`` runners, then runs ``--executions`` executions of
-a trivial command, ``--concurrency`` at a time, three ways in one run:
+Starts ``supervisor simulate``, ``supervisor run`` (pointed at it) and the bare API stack (the
+daemon's HTTP server and starlette) as separate processes, claims ``--runners`` runners, then runs
+``--executions`` executions of a trivial command, ``--concurrency`` at a time, three ways in one run:
 
 - directly: the simulated cluster's exec WebSocket on the runners' allocations, up to ``exited``
   (the baseline);

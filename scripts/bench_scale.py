@@ -16,8 +16,9 @@ of 100, 10,000 runners would take almost 2 minutes. Requests go through a lean c
    4 KB (4,096 bytes) per runner.
 2. Executions, on the second daemon: ``--executions`` of a command printing a line a second for
    ``--lines`` seconds, ``--per-runner`` on each claimed runner (the daemon runs several at once on
-   a runner), started evenly over ``--ramp`` seconds (50 a second: at 100, the daemon's listen
-   backlog, hypercorn's default of 100, overflowed here and some starts were reset). Targets: every
+   a runner), started evenly over ``--ramp`` seconds (50 a second: at 100, a listen backlog of 100,
+   the default of the daemon's first HTTP server, overflowed here and some starts were reset; the
+   daemon's is 2048 now). Targets: every
    execution gets every line, in order, and ``exit`` 0; the daemon under one core (CPU seconds over
    wall seconds, from /proc) while at least 90% of them run. The simulator's CPU (its own, and its
    commands') and this client's are shown beside it.

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 from supervisor.nomad import Allocation, AllocListStub, EventStream, Indexed, Job, JobListStub, NodeListStub
-from supervisor.nomad.agents import AgentDirectory, AgentRoute
+from supervisor.nomad.agents import AgentLocator, NoAgents
 from supervisor.nomad.api import ExecChannel
 from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
 
@@ -22,11 +23,12 @@ class NomadDouble:
     address = "http://nomad.invalid:4646"
 
     def __init__(self) -> None:
-        self.agents = AgentDirectory()
+        self.agents: AgentLocator = NoAgents()
+        self.exec_paths: Counter[str] = Counter()
 
-    def located(self, locate: Callable[[str], AgentRoute | None]) -> NomadDouble:
+    def located(self, locator: AgentLocator) -> NomadDouble:
         """The double itself, told where allocations' agents run (it has none to reach)."""
-        self.agents = AgentDirectory(locate)
+        self.agents = locator
         return self
 
     def rotate_address(self) -> None:

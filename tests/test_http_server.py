@@ -1,4 +1,4 @@
-"""The API's ASGI server (``supervisor/http_server.py``): HTTP/1.1, WebSocket, lifespan, stop and cut.
+"""The API's ASGI server (``supervisor/api/http_server.py``): HTTP/1.1, WebSocket, lifespan, stop and cut.
 
 Rules of this module:
 - pytest-trio in trio_mode. A test in which time passes takes ``autojump_clock`` and asserts exact

@@ -22,6 +22,7 @@ from supervisor.base.errors import (
     TransientError,
 )
 from supervisor.base.network import TcpNetwork
+from supervisor.core.nodes import NodeTracker, TrackedNode
 from supervisor.nomad import ExecExited, ExecOutput, NomadClient, NomadSettings
 from supervisor.nomad.agents import AgentRoute
 
@@ -217,8 +218,31 @@ async def _start_silent_peer(nursery: trio.Nursery) -> str:
     return f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
 
 
-def _located(client: NomadClient, http_addr: str) -> None:
-    client.agents.locate = lambda alloc_id: AgentRoute("node-1", 7, http_addr)
+class _Locator:
+    """Every allocation runs on node-1, whose agent (registered at index ``generation``) listens on
+    ``http_addr``: as a node tracker would say, and one does."""
+
+    def __init__(self, http_addr: str, generation: int = 7) -> None:
+        self.tracker = NodeTracker()
+        self.registered(http_addr, generation)
+
+    def registered(self, http_addr: str, generation: int) -> None:
+        """Node-1's agent registered again, at ``generation``, on ``http_addr``."""
+        node = TrackedNode("node-1", status="ready", http_addr=http_addr, restarted_at=generation)
+        self.tracker.nodes["node-1"] = node
+
+    def agent_route(self, alloc_id: str) -> AgentRoute | None:
+        return self.tracker.agent_route("node-1")
+
+    def agent_learned(self, route: AgentRoute, http_addr: str, tls: bool) -> AgentRoute:
+        return self.tracker.agent_learned(route, http_addr, tls)
+
+    def agent_unreachable(self, route: AgentRoute) -> None:
+        self.tracker.agent_unreachable(route)
+
+
+def _located(client: NomadClient, http_addr: str) -> NomadClient:
+    return client.located(_Locator(http_addr))
 
 
 async def test_a_session_the_agent_started_is_never_retried_on_a_server() -> None:
@@ -236,14 +260,14 @@ async def test_a_session_the_agent_started_is_never_retried_on_a_server() -> Non
         agent_url = await start_exec_server(nursery, agent)
         server_url = await start_exec_server(nursery, server)
         async with client_for(server_url) as client:
-            _located(client, agent_url.removeprefix("http://"))
+            client = _located(client, agent_url.removeprefix("http://"))
             with pytest.raises(ExecConnectionLost):
                 async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                     assert session.path == "agent"
                     await session.wait_exit()
         nursery.cancel_scope.cancel("test over")
     assert served == ["agent"]
-    assert client.agents.sessions["fallback"] == 0
+    assert client.exec_paths["fallback"] == 0
 
 
 async def test_an_agent_that_refuses_connections_is_passed_over_for_its_generation() -> None:
@@ -253,26 +277,27 @@ async def test_an_agent_that_refuses_connections_is_passed_over_for_its_generati
     async with trio.open_nursery() as nursery:
         server_url = await start_exec_server(nursery, server)
         async with client_for(server_url) as client:
-            _located(client, await _refused_port())
+            locator = _Locator(await _refused_port())
+            client = client.located(locator)
             for _ in range(2):
                 async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                     assert session.path == "server"
                     assert (await session.wait_exit())[0] == ExecExited(0)
-            assert client.agents.sessions["fallback"] == 1, "the agent was tried once"
-            client.agents.locate = lambda alloc_id: AgentRoute("node-1", 8, "127.0.0.1:1")
+            assert client.exec_paths["fallback"] == 1, "the agent was tried once"
+            locator.registered("127.0.0.1:1", generation=8)
             async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                 await session.wait_exit()
-            assert client.agents.sessions["fallback"] == 2, "a new generation is tried again"
+            assert client.exec_paths["fallback"] == 2, "a new generation is tried again"
         nursery.cancel_scope.cancel("test over")
 
 
 async def test_direct_exec_always_never_falls_back() -> None:
     async with client_for("http://127.0.0.1:1", direct_exec="always") as client:
-        _located(client, await _refused_port())
+        client = _located(client, await _refused_port())
         with pytest.raises(NomadUnavailableError):
             async with client.open_exec(ALLOC, task="t", command=["true"]):
                 pass  # pragma: no cover
-    assert client.agents.sessions["fallback"] == 0
+    assert client.exec_paths["fallback"] == 0
 
 
 async def test_a_peer_that_accepts_and_never_answers_is_an_unknown_outcome_at_the_connect_timeout(
@@ -305,13 +330,13 @@ async def test_an_agent_whose_upgrade_never_comes_is_never_retried_on_a_server(
         agent = await _start_silent_peer(nursery)
         server_url = await start_exec_server(nursery, server)
         async with client_for(server_url) as client:
-            _located(client, agent)
+            client = _located(client, agent)
             with pytest.raises(ExecConnectionLost):
                 async with client.open_exec(ALLOC, task="t", command=["true"]):
                     pass  # pragma: no cover
         nursery.cancel_scope.cancel("test over")
     assert asked == []
-    assert client.agents.sessions["fallback"] == 0
+    assert client.exec_paths["fallback"] == 0
 
 
 async def test_an_exec_on_an_agent_is_its_only_connection_there() -> None:
@@ -324,7 +349,7 @@ async def test_an_exec_on_an_agent_is_its_only_connection_there() -> None:
     async with trio.open_nursery() as nursery:
         agent_url = await start_exec_server(nursery, agent, connections=accepted)
         async with client_for("http://127.0.0.1:1") as client:
-            _located(client, agent_url.removeprefix("http://"))
+            client = _located(client, agent_url.removeprefix("http://"))
             for _ in range(3):
                 async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                     assert (await session.wait_exit())[0] == ExecExited(0)
@@ -354,13 +379,13 @@ async def test_an_agent_not_connected_within_its_timeout_is_passed_over_for_the_
         server_url = await start_exec_server(nursery, server)
         settings = NomadSettings(addresses=(server_url,), agent_connect_timeout=1)
         async with NomadClient(settings, network=_DroppingPort9()) as client:
-            _located(client, "127.0.0.1:9")
+            client = _located(client, "127.0.0.1:9")
             started = trio.current_time()
             async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                 assert session.path == "server"
                 assert (await session.wait_exit())[0] == ExecExited(0)
             assert trio.current_time() - started == pytest.approx(1, abs=0.1)
-            assert client.agents.sessions["fallback"] == 1
+            assert client.exec_paths["fallback"] == 1
             async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                 assert session.path == "server", "the agent is passed over until it registers again"
                 await session.wait_exit()
@@ -390,7 +415,7 @@ async def test_an_agent_address_that_is_not_one_sends_exec_to_the_servers() -> N
     async with trio.open_nursery() as nursery:
         server_url = await start_exec_server(nursery, server)
         async with client_for(server_url) as client:
-            _located(client, "127.0.0.1:not-a-port")
+            client = _located(client, "127.0.0.1:not-a-port")
             async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                 assert session.path == "server"
                 assert (await session.wait_exit())[0] == ExecExited(0)
@@ -408,7 +433,7 @@ async def test_an_agent_that_answers_with_an_error_status_sends_exec_to_the_serv
         agent_url = await start_exec_server(nursery, unused, reject_status=404)
         server_url = await start_exec_server(nursery, server)
         async with client_for(server_url) as client:
-            _located(client, agent_url.removeprefix("http://"))
+            client = _located(client, agent_url.removeprefix("http://"))
             async with client.open_exec(ALLOC, task="t", command=["true"]) as session:
                 assert session.path == "server", "a stale address must not declare the runner lost"
                 assert (await session.wait_exit())[0] == ExecExited(0)

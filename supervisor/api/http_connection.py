@@ -160,7 +160,7 @@ class Connection:
         pairs = [(bytes(name).lower(), bytes(value)) for name, value in headers]
         if not any(name == b"date" for name, _ in pairs):
             pairs.append((b"date", email.utils.formatdate(usegmt=True).encode()))
-        if close or self.stopping.is_set():
+        if (close or self.stopping.is_set()) and (b"connection", b"close") not in pairs:
             pairs.append((b"connection", b"close"))
         return h11.Response(status_code=status, headers=pairs)
 

@@ -29,6 +29,7 @@ from typing import Final
 from attrs import define, field, frozen
 
 from ..nomad import Node, NodeListStub
+from ..nomad.agents import AgentRoute
 
 __all__ = [
     "AWAY_SECONDS",
@@ -121,6 +122,11 @@ class NodeTracker:
     # Runners whose allocation is placed on a node and not reported by its agent yet: runner ID ->
     # (node, allocation, since when by the stream's flow).
     _waiting: dict[str, tuple[str, str, float]] = field(factory=dict, init=False)
+    # Agents an exec could not connect to, by node and generation (the index of the agent's last
+    # restart): the servers serve them until the node registers again. And the addresses read from
+    # Nomad for nodes whose events did not say, by node and generation.
+    _unreachable_agents: set[tuple[str, int]] = field(factory=set, init=False)
+    _learned_addresses: dict[tuple[str, int], tuple[str, bool]] = field(factory=dict, init=False)
     # When the event stream last went on after a pause, by its flow.
     _paused_at: float = field(default=0.0, init=False)
 
@@ -221,6 +227,39 @@ class NodeTracker:
             for node_id, placed in sorted(first.items(), key=lambda item: item[1])
             if any(n.heard_at > placed for n in self.nodes.values() if n.id != node_id)
         ]
+
+    # -- where agents listen, for exec straight to them --------------------------------------------
+
+    def agent_route(self, node_id: str) -> AgentRoute | None:
+        """The node's agent, if exec should try it: not down, and not found out of reach since it
+        last registered; with the address its events gave, or the one read from Nomad."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            route = AgentRoute(node_id)
+        else:
+            route = AgentRoute(
+                node.id, node.restarted_at, node.http_addr, node.tls, down=node.status == "down"
+            )
+        if route.down or (route.node_id, route.generation) in self._unreachable_agents:
+            return None
+        if not route.http_addr and (learned := self._learned_addresses.get((node_id, route.generation))):
+            return AgentRoute(node_id, route.generation, *learned)
+        return route
+
+    def agent_learned(self, route: AgentRoute, http_addr: str, tls: bool) -> AgentRoute:
+        """The address Nomad gave for the route's node, kept for this generation."""
+        self._learned_addresses = {k: v for k, v in self._learned_addresses.items() if k[0] != route.node_id}
+        self._learned_addresses[(route.node_id, route.generation)] = (http_addr, tls)
+        return AgentRoute(route.node_id, route.generation, http_addr, tls)
+
+    def agent_unreachable(self, route: AgentRoute) -> None:
+        """The agent could not be reached: the servers serve its node until it registers again."""
+        self._unreachable_agents = {k for k in self._unreachable_agents if k[0] != route.node_id}
+        self._unreachable_agents.add((route.node_id, route.generation))
+
+    def unreachable_agents(self) -> list[str]:
+        """The nodes whose agent could not be reached since it last registered."""
+        return sorted(node_id for node_id, _ in self._unreachable_agents)
 
     def avoided(self, now: float) -> tuple[str, ...]:
         """The nodes new runners avoid at ``now``: none if that would leave no usable node."""

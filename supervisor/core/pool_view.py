@@ -86,16 +86,24 @@ class PoolView:
         return min(deadlines, default=None)
 
     def agent_route(self, alloc_id: str) -> AgentRoute | None:
-        """Where the allocation's agent is, for exec straight to it: the node tracker knows the
-        node's address (from its events) and its generation (the index of its agent's last
-        restart)."""
+        """Where the allocation's agent is, for exec straight to it (``AgentLocator``): its runner's
+        node, as the node tracker knows it."""
         runner = self.runner_of_alloc(alloc_id)
         if runner is None or not runner.node_id:
             return None
-        node = self.nodes.nodes.get(runner.node_id)
-        if node is None:
-            return AgentRoute(runner.node_id)
-        return AgentRoute(node.id, node.restarted_at, node.http_addr, node.tls, down=node.status == "down")
+        return self.nodes.agent_route(runner.node_id)
+
+    def agent_learned(self, route: AgentRoute, http_addr: str, tls: bool) -> AgentRoute:
+        """The address Nomad gave for the route's node (``NodeTracker.agent_learned``)."""
+        return self.nodes.agent_learned(route, http_addr, tls)
+
+    def agent_unreachable(self, route: AgentRoute) -> None:
+        """The agent could not be reached (``NodeTracker.agent_unreachable``)."""
+        self.nodes.agent_unreachable(route)
+
+    def unreachable_agents(self) -> list[str]:
+        """The nodes whose agent could not be reached since it last registered."""
+        return self.nodes.unreachable_agents()
 
     def silent_nodes(self, at: Moment) -> list[str]:
         """The nodes whose agents are silent at ``at`` (``NodeTracker.silent``)."""

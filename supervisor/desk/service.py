@@ -37,8 +37,9 @@ class RunnerService:
 
     def __init__(self, client: NomadApi, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
         self.pool = RunnerPool()
-        # The term's client: where each allocation's agent runs, for exec straight to it, is the pool's.
-        self.client = client = client.located(self.pool.agent_route)
+        # The term's client: where each allocation's agent runs, for exec straight to it, the pool
+        # says (its node tracker owns what is known of agents).
+        self.client = client = client.located(self.pool)
         self.settings = settings
         execution = settings.execution
         self.gate = AdmissionGate(settings.admission.wait_timeout)
@@ -92,6 +93,10 @@ class RunnerService:
     def begin_stop(self) -> None:
         """Nothing new starts: an execution whose WebSocket connects from now on does not run."""
         self.executions.begin_stop()
+
+    async def wait_executions_ended(self) -> None:
+        """Return once no execution runs."""
+        await self.executions.all_ended()
 
     async def wait_synced(self) -> None:
         """Return once the first listing of Nomad is reconciled."""

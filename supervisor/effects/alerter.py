@@ -1,7 +1,7 @@
 """The prewarming-pool alerter: per environment, ok -> depleting -> due for a reload.
 
 An environment whose idle runners stay below ``alert.prewarming_pool_threshold`` of its pool size for
-``alert.reload_timeout`` seconds is reloaded: the event-stream watcher is asked to list Nomad again
+``alert.reload_timeout`` seconds is reloaded: the informer is asked to list Nomad again
 and reconcile the pool, which finds runners lost without an event and refills what is missing.
 Poseidon's alert is the only way it ever replaced lost runners; here the pool refills on every loss
 and relists periodically, so this is the last line, and it says loudly when it had to act.

@@ -153,7 +153,7 @@ class Informer:
             self._gate.report(StreamState.DOWN)  # crashed or cancelled: nobody follows Nomad
 
     def making_progress(self, within: float) -> bool:
-        """Whether the watcher moved on within the last ``within`` seconds: on a quiet stream,
+        """Whether the informer moved on within the last ``within`` seconds: on a quiet stream,
         Nomad's heartbeats count."""
         now = trio.current_time()
         if self._busy_since is not None:  # heartbeats arrive on their own: they prove nothing then

@@ -7,11 +7,12 @@ the cluster's state, needs all of ``NomadApi``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from .agents import AgentDirectory, AgentRoute
+from .agents import AgentLocator
 from .client import Indexed
 from .events import EventStream
 from .exec import ExecExited, ExecOutput
@@ -70,11 +71,11 @@ class JobWriter(Protocol):
 class NomadApi(JobWriter, ExecOpener, Protocol):
     """Everything the runner service and its children use: writes, exec, listings and the stream."""
 
-    # Where the allocations' client agents are, for exec straight to them.
-    agents: AgentDirectory
+    # Exec sessions by the path they took ("agent", "server", "fallback").
+    exec_paths: Counter[str]
 
-    def located(self, locate: Callable[[str], AgentRoute | None]) -> NomadApi:
-        """This client, told where each allocation's agent runs by ``locate``."""
+    def located(self, locator: AgentLocator) -> NomadApi:
+        """This client, told by ``locator`` where each allocation's agent runs."""
         ...
 
     @property

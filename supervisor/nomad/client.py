@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import random
 import ssl
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Generic, TypeVar
@@ -32,7 +33,7 @@ from ..base.errors import (
     TransientError,
 )
 from ..base.network import Network, TcpNetwork
-from .agents import AgentDirectory, AgentRoute
+from .agents import AgentLocator, AgentRoute, NoAgents, agent_url
 from .boundary import release_response, translate_status, translate_transport_errors
 from .decode import structure, structure_lean_alloc_stubs, structure_list
 from .events import EventStream, open_event_stream
@@ -99,7 +100,11 @@ class NomadClient:
         self.ssl_context = settings.ssl_context()
         self._agent_ssl: ssl.SSLContext | None = None
         # Where each allocation's client agent listens; the runner service says how to find them.
-        self.agents = AgentDirectory()
+        # Where allocations' agents listen (none known until a term's pool says: ``located``), and
+        # exec sessions by the path they took: "agent", "server", and "fallback" (a server's, after
+        # the agent could not be reached).
+        self.agents: AgentLocator = NoAgents()
+        self.exec_paths: Counter[str] = Counter()
         headers = {"User-Agent": "nomad-runner-supervisor"}
         if settings.token:
             headers["X-Nomad-Token"] = settings.token
@@ -120,12 +125,12 @@ class NomadClient:
         """Close the connection pool."""
         await self._http.aclose()
 
-    def located(self, locate: Callable[[str], AgentRoute | None]) -> NomadClient:
-        """This client (its connection pool, settings and network), told where each allocation's
-        agent runs by ``locate``, for exec straight to it: a term's runner pool knows where its
-        runners run. The original keeps its own locator, and is the one to close."""
+    def located(self, locator: AgentLocator) -> NomadClient:
+        """This client (its connection pool, settings, network and counts), told by ``locator``
+        where each allocation's agent runs, for exec straight to it: a term's runner pool knows
+        where its runners run. The original keeps its own locator, and is the one to close."""
         term = copy.copy(self)
-        term.agents = AgentDirectory(locate)
+        term.agents = locator
         return term
 
     @property
@@ -431,13 +436,13 @@ class NomadClient:
                     task=task,
                     command=command,
                     tty=tty,
-                    address=self.agents.url(route),
+                    address=agent_url(route),
                     ssl_context=self._agent_ssl_context() if route.tls else None,
                     tcp_timeout=self.settings.agent_connect_timeout,
                 ) as session:
                     started = True
                     session.path = "agent"
-                    self.agents.sessions["agent"] += 1
+                    self.exec_paths["agent"] += 1
                     yield session
                 return
             except NomadAddressUnreachable as exc:
@@ -459,14 +464,14 @@ class NomadClient:
                 f"exec in allocation {alloc_id}: its client agent is not known or down"
             )
         async with self._exec_via_servers(alloc_id, task=task, command=command, tty=tty) as session:
-            self.agents.sessions["server"] += 1
-            self.agents.sessions["fallback"] += route is not None
+            self.exec_paths["server"] += 1
+            self.exec_paths["fallback"] += route is not None
             yield session
 
     def _agent_unreachable(self, route: AgentRoute, error: NomadAddressUnreachable) -> None:
         """The agent did not take the exec's connection within ``agent_connect_timeout``, so nothing
         was sent: it is passed over until its node registers again."""
-        self.agents.mark_unreachable(route)
+        self.agents.agent_unreachable(route)
         logger.warning(
             "the client agent of node {} ({}) could not be reached ({!r}); exec goes through the "
             "servers until it registers again",
@@ -478,7 +483,7 @@ class NomadClient:
     async def _agent_route(self, alloc_id: str) -> AgentRoute | None:
         """The allocation's agent, with its address read from Nomad (once, in one try bounded by
         the agent connect timeout) if no event gave it yet."""
-        route = self.agents.route(alloc_id)
+        route = self.agents.agent_route(alloc_id)
         if route is None or route.http_addr:
             return route
         try:
@@ -497,7 +502,7 @@ class NomadClient:
             return None
         if not node.http_addr or node.status == "down":
             return None
-        return self.agents.learn(route, node.http_addr, node.tls_enabled)
+        return self.agents.agent_learned(route, node.http_addr, node.tls_enabled)
 
     def _agent_ssl_context(self) -> ssl.SSLContext | None:
         if self._agent_ssl is None:

@@ -89,13 +89,13 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "ended": dict(executions.outcomes),
         "by_path": dict(executions.paths),
     }
-    agents = client.agents
+    paths = client.exec_paths
     checks["exec_paths"] = {
         "status": "ok",
         "mode": settings.nomad.direct_exec,
-        "sessions": {"agent": agents.sessions["agent"], "server": agents.sessions["server"]},
-        "fallbacks": agents.sessions["fallback"],
-        "unreachable_agents": sorted(node_id for node_id, _ in agents.unreachable),
+        "sessions": {"agent": paths["agent"], "server": paths["server"]},
+        "fallbacks": paths["fallback"],
+        "unreachable_agents": pool.unreachable_agents(),
     }
     statuses = {check["status"] for check in checks.values()}
     status = "critical" if "critical" in statuses else "warning" if "warning" in statuses else "ok"
@@ -199,18 +199,18 @@ def metrics_text(service: RunnerService) -> str:
         "Runners found gone, by how: event, listing, node restart, exec refusal.",
         [({"path": path}, pool.found_gone.get(path, 0)) for path in FOUND_BY],
     )
-    agents = client.agents
+    paths = client.exec_paths
     metric(
         "supervisor_exec_sessions_total",
         "counter",
         "Exec sessions (executions, file commands, stops) by who held them: the agent or a server.",
-        [({"path": path}, agents.sessions[path]) for path in ("agent", "server")],
+        [({"path": path}, paths[path]) for path in ("agent", "server")],
     )
     metric(
         "supervisor_exec_agent_fallbacks_total",
         "counter",
         "Exec sessions that went through a server because the allocation's agent could not be reached.",
-        [(None, agents.sessions["fallback"])],
+        [(None, paths["fallback"])],
     )
     metric(
         "supervisor_command_stops_waiting",

@@ -26,7 +26,8 @@ tiers live as long as it runs; the term's tiers live for one term as the active 
 ``[ha]`` one term, from the start to the stop; with it, one each time the election (a Nomad
 Variables lock) makes this daemon active, while the API answers as the standby in between. The
 execution nursery is the term's outermost tier, so that stepping down (the lock lost) stops the
-informer and the effects at once (another daemon acts now) while running executions finish.
+informer and the effects at once (another daemon acts now) while running executions finish; at a
+stop they go on until the executions have ended.
 
 Every child runs under ``supervise`` with its spec: a crash is logged and the child restarted as
 its policy says, touching no sibling and no execution (they are not its descendants); past the
@@ -309,16 +310,21 @@ class Daemon:
             if task_status is not None:
                 task_status.started(self)
             await term.ending.wait()
-            self.switch.app = None  # new requests get the standby's answer from here on
-            if term.release and not self._stop.is_set():
+            service.begin_stop()  # an execution whose WebSocket connects from now on does not start
+            if self._stop.is_set():
+                # The informer and the effects go on while running executions finish: a runner given
+                # back meanwhile is purged, one found gone ends its executions. The stop's budget
+                # cuts what is left.
+                await service.wait_executions_ended()
+                return
+            self.switch.app = None  # stepped down: new requests get the standby's answer
+            if term.release:
                 await self.elector.release()  # a standby may take over while executions finish
-            service.begin_stop()  # and an execution whose WebSocket came before does not start
-            if not self._stop.is_set():
-                logger.warning(
-                    "stepping down: {}; nothing new starts here, {} running execution(s) may finish",
-                    term.why,
-                    service.running_count,
-                )
+            logger.warning(
+                "stepping down: {}; nothing new starts here, {} running execution(s) may finish",
+                term.why,
+                service.running_count,
+            )
 
         await self._nest(term_tiers, body)
         self._term = None

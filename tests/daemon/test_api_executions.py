@@ -161,7 +161,7 @@ async def test_a_leader_restart_leaves_an_execution_held_by_its_agent_alone(harn
     )
     assert messages[-1] == {"type": "exit", "data": 0}
     assert output(messages) == "go\ndone\n"
-    assert harness.service.client.agents.sessions["agent"] >= 1
+    assert harness.service.client.exec_paths["agent"] >= 1
 
 
 async def test_a_lost_exec_connection_is_an_error_not_an_exit(harness: Harness) -> None:

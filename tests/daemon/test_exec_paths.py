@@ -18,9 +18,9 @@ async def test_every_command_goes_to_the_agent_when_it_can_be_reached(harness: H
     assert (await harness.http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
     messages = await harness.execute(runner, command="cat a.txt")
     assert output(messages) == "hi\n"
-    agents = harness.service.client.agents
-    assert agents.sessions["server"] == 0, "executions, file commands and the rest all went direct"
-    assert agents.sessions["agent"] >= 3
+    paths = harness.service.client.exec_paths
+    assert paths["server"] == 0, "executions, file commands and the rest all went direct"
+    assert paths["agent"] >= 3
     assert harness.service.executions.paths == {"agent": 1, "server": 0}
     details = (await harness.http.get("/health/details")).json()["checks"]["exec_paths"]
     assert details["sessions"]["server"] == 0
@@ -33,11 +33,11 @@ async def test_an_unreachable_agent_is_tried_once_per_registration_then_the_serv
     await harness.firewall_agents()
     await harness.environment(10)
     runner = await harness.runner(10)
-    agents = harness.service.client.agents
+    paths = harness.service.client.exec_paths
     for _ in range(3):
         assert output(await harness.execute(runner, command="echo ok")) == "ok\n"
-    assert agents.sessions["fallback"] == 1, "one wait for the agent, then straight to the servers"
-    assert agents.sessions["agent"] == 0
+    assert paths["fallback"] == 1, "one wait for the agent, then straight to the servers"
+    assert paths["agent"] == 0
     assert harness.service.executions.paths == {"agent": 0, "server": 3}
 
     node_id = harness.service.pool.runners[runner].node_id
@@ -47,7 +47,7 @@ async def test_an_unreachable_agent_is_tried_once_per_registration_then_the_serv
     tracker = harness.service.pool.nodes
     await harness.wait_for(lambda: tracker.back(node_id) and tracker.nodes[node_id].restarted_at > 0)
     assert output(await harness.execute(runner, command="echo again")) == "again\n"
-    assert agents.sessions["fallback"] == 2, "the node registered again: its agent is tried again"
+    assert paths["fallback"] == 2, "the node registered again: its agent is tried again"
 
 
 @pytest.mark.parametrize(
@@ -57,5 +57,5 @@ async def test_direct_exec_never_goes_through_the_servers_only(harness: Harness,
     await harness.environment(10)
     runner = await harness.runner(10)
     assert output(await harness.execute(runner, command="echo ok")) == "ok\n"
-    assert harness.service.client.agents.sessions["agent"] == 0
+    assert harness.service.client.exec_paths["agent"] == 0
     assert harness.service.executions.paths == {"agent": 0, "server": 1}

@@ -1,4 +1,4 @@
-"""The watcher applies the stream's batches in the task that reads them; a relist asked for
+"""The informer applies the stream's batches in the task that reads them; a relist asked for
 meanwhile runs between two of them, never beside one (tests/test_watcher_turns.py has the order of
 the turns)."""
 
