@@ -11,14 +11,24 @@ import trio
 from ..base.errors import SupervisorError
 from ..base.levels import StreamState
 from ..core.config import Settings
+from ..core.pool import RunnerPool
 from ..core.runners import FOUND_BY, PoolStats, RunnerState
+from ..desk.executions import ExecutionService
 from ..desk.service import RunnerService
 from ..effects.factory import START_PATIENCE
+from ..informer.admission import AdmissionGate
+from ..informer.informer import Informer
+from ..nomad.api import NomadApi
 
 __all__ = ["health_details", "metric_line", "metrics_text", "pool_statistics", "status_line"]
 
 # Pools named one by one in a status line; past that, counted.
 _POOLS_NAMED: Final = 5
+
+
+def _parts(service: RunnerService) -> tuple[AdmissionGate, Informer, NomadApi, RunnerPool, ExecutionService]:
+    """The parts of the term a report reads."""
+    return service.gate, service.informer, service.client, service.pool, service.executions
 
 
 def pool_statistics(stats: PoolStats) -> dict[str, int]:
@@ -34,13 +44,7 @@ def pool_statistics(stats: PoolStats) -> dict[str, int]:
 async def health_details(service: RunnerService, settings: Settings) -> dict[str, Any]:
     """``{"status": "ok"|"warning"|"critical", "checks": {...}}``; each check has its own status."""
     now = trio.current_time()
-    gate, informer, client, pool, executions = (
-        service.gate,
-        service.informer,
-        service.client,
-        service.pool,
-        service.executions,
-    )
+    gate, informer, client, pool, executions = _parts(service)
     stream = gate.state
     down_for = now - gate.since if stream is not StreamState.UP else 0.0
     checks: dict[str, dict[str, Any]] = {}
@@ -134,13 +138,7 @@ def _task_count() -> int:
 
 def metrics_text(service: RunnerService) -> str:
     """The daemon's state in Prometheus' text exposition format (version 0.0.4)."""
-    gate, informer, client, pool, executions = (
-        service.gate,
-        service.informer,
-        service.client,
-        service.pool,
-        service.executions,
-    )
+    gate, informer, client, pool, executions = _parts(service)
     lines: list[str] = []
 
     def metric(
