@@ -243,6 +243,8 @@ def _run(args: argparse.Namespace) -> int:
     if code == 0 and daemon.failure is not None:
         print(f"supervisor run: stopped: {daemon.failure}", file=sys.stderr)
         return 1
+    if code == 0:
+        logger.info("stopped")
     return code
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any, Final, final
 from urllib.parse import unquote
 
@@ -162,7 +163,7 @@ class Connection:
             pairs.append((b"date", email.utils.formatdate(usegmt=True).encode()))
         if (close or self.stopping.is_set()) and (b"connection", b"close") not in pairs:
             pairs.append((b"connection", b"close"))
-        return h11.Response(status_code=status, headers=pairs)
+        return h11.Response(status_code=status, headers=pairs, reason=_reason(status))
 
     async def refuse(self, status: int) -> None:
         """Answer a request that cannot be served (unparsable, a bad handshake) before closing."""
@@ -596,3 +597,11 @@ def _address(address: tuple[str, int] | None) -> str:
         return "-"
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _reason(status: int) -> bytes:
+    """The status line's reason phrase, as Python's HTTP status list has it ("" if unknown)."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
