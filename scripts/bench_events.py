@@ -9,7 +9,7 @@ and Node events (5%), in batches of one to three events, about 2.5 KB per alloca
 about a runner the pool knows (``--runners`` in 20 environments on 20 nodes).
 
 (a) The daemon's path: ``NomadClient.open_event_stream`` (read, split, decode into typed models)
-    and ``RunnerService.apply_batch`` into the pool and its node tracker, as the watcher does.
+    and ``Informer.apply_batch`` into the pool and its node tracker, as the daemon does.
 (b) The baseline: the same stream read with httpx, split into lines, each ``orjson.loads``-ed.
 
 Targets: (a) handles at least 35,000 events/s, and takes at most 3x the time of (b). Each figure is

@@ -16,7 +16,7 @@ would take almost 2 minutes to fill 10,000); then PUTs each environment again, u
    relist is reconciled and the new stream open. Less the backoff the WARNING line names, that is
    the daemon's own work (connect, list, decode, reconcile); the line gives the backoff to the
    millisecond. Daemon and simulator CPU of each recovery from /proc.
-3. The watcher's own periodic relist, ``watcher.resync_interval`` after the last recovery: the
+3. The informer's own periodic relist, ``watcher.resync_interval`` after the last recovery: the
    daemon's and the simulator's CPU over it, less their idle rates; its end is the DEBUG line
    "relisted ... (periodic)", so the daemon logs at DEBUG (one line per relist, nothing else here);
    and the bytes a relist reads. On a shared machine the wall-clock figures follow its load, so the

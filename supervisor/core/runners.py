@@ -72,7 +72,7 @@ class RunnerGone:
 
 @frozen
 class RelistWanted:
-    """Only a fresh listing can prove or dismiss some runners: ask the watcher for one now."""
+    """Only a fresh listing can prove or dismiss some runners: ask the informer for one now."""
 
     reason: str
 

@@ -1,7 +1,7 @@
 """The admission gate: the one owner of the event stream's health, and what claims and new executions
 wait at.
 
-Its level (UP, DOWN, RECOVERING) has one writer, the event-stream watcher, which reports each change;
+Its level (UP, DOWN, RECOVERING) has one writer, the informer, which reports each change;
 everyone else reads it or waits on it (trio-util's AsyncValue: one setter, many waiters). A claim, a
 new execution, and the WebSocket connect of an execution prepared before a loss wait for UP up to
 ``admission.wait_timeout``, then are refused with NomadUnreachable (HTTP 500 ``NOMAD_UNREACHABLE``).
@@ -19,7 +19,7 @@ __all__ = ["AdmissionGate"]
 
 
 class AdmissionGate:
-    """The stream's health (one writer: the watcher) and the wait of claims and new executions."""
+    """The stream's health (one writer: the informer) and the wait of claims and new executions."""
 
     def __init__(self, wait_timeout: float) -> None:
         self.wait_timeout = wait_timeout
@@ -38,7 +38,7 @@ class AdmissionGate:
         return self._level.since
 
     def report(self, state: StreamState) -> None:
-        """The watcher's word on the stream (its only writer)."""
+        """The informer's word on the stream (its only writer)."""
         if state is StreamState.DOWN and self._level.value is not StreamState.DOWN:
             self.losses += 1
         self._level.value = state

@@ -4,7 +4,7 @@ sends them. Without that variable every call does nothing.
 
 The daemon says ``READY=1`` once its first listing is reconciled and its API serves, ``STATUS=``
 lines with the stream's state and the pools, ``WATCHDOG=1`` while its event loop runs and its
-event-stream watcher makes progress (``$WATCHDOG_USEC``, from ``WatchdogSec=``), and ``STOPPING=1``
+informer makes progress (``$WATCHDOG_USEC``, from ``WatchdogSec=``), and ``STOPPING=1``
 when it begins to stop.
 """
 

@@ -1,5 +1,5 @@
 """systemd's notify protocol, against a datagram socket of our own as systemd's: READY=1 after the
-first listing, STATUS= lines, WATCHDOG=1 only while the watcher moves on, STOPPING=1 at the stop."""
+first listing, STATUS= lines, WATCHDOG=1 only while the informer moves on, STOPPING=1 at the stop."""
 
 from __future__ import annotations
 
