@@ -141,8 +141,9 @@ class Informer:
         """Now, for the pool: trio's time and how far the event stream has flowed."""
         return Moment(trio.current_time(), self._flowed)
 
-    def _apply(self, fact: Fact) -> None:
-        self._effects.apply(self._pool.evidence(fact, self.moment()))
+    def _apply(self, fact: Fact, at: Moment | None = None) -> None:
+        """Hand the pool a fact, at ``at`` (now, when not given), and its actions to the effects."""
+        self._effects.apply(self._pool.evidence(fact, at if at is not None else self.moment()))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
         """Never returns; starts at once, with the stream DOWN until the first listing is in."""
@@ -261,8 +262,9 @@ class Informer:
         while other agents reported (``NodeTracker.silent``). Nomad keeps placing runners
         there until the agent's heartbeats have been missed for their TTL and grace, 20 s or more."""
         if self._gate.state is StreamState.UP:
-            for node_id in self._pool.silent_nodes(self.moment()):
-                self._apply(SilentAgent(node_id))
+            at = self.moment()
+            for node_id in self._pool.silent_nodes(at):
+                self._apply(SilentAgent(node_id), at)
 
     # -- listing --------------------------------------------------------------------------------
 
@@ -384,18 +386,19 @@ class Informer:
             # A pause, or the stream was lost since the last batch (a leader's restart, say).
             self._pool.stream_paused(self._flowed)
         self.last_batch_at = now
+        at = Moment(now, self._flowed)  # one batch, one moment
         for event in batch.events:
             payload = event.payload
             if isinstance(payload, Allocation) and event.type == "AllocationUpdated":
-                self._apply(AgentReport(payload))  # a listing does not say what the agents reported
+                self._apply(AgentReport(payload), at)  # a listing does not say what agents reported
             if covered and not isinstance(payload, Node):
                 continue
             if isinstance(payload, Allocation):
-                self._apply(AllocationSeen(payload))
+                self._apply(AllocationSeen(payload), at)
             elif isinstance(payload, Job):
-                self._apply(JobSeen(payload.id, deleted=event.deleted, stopped=payload.stop))
+                self._apply(JobSeen(payload.id, deleted=event.deleted, stopped=payload.stop), at)
             elif isinstance(payload, Node):
-                self._apply(NodeSeen(event.type, payload, event.index))
+                self._apply(NodeSeen(event.type, payload, event.index), at)
         self.last_index = max(self.last_index, batch.index)
 
 

@@ -334,16 +334,12 @@ class Daemon:
     async def _until_stopped(self, wait: Callable[[], Awaitable[float]]) -> float | None:
         """``wait()``'s result, or None if the daemon is told to stop first."""
         result: float | None = None
-        async with trio.open_nursery() as racing:
 
-            async def waiting() -> None:
-                nonlocal result
-                result = await wait()
-                racing.cancel_scope.cancel()
+        async def waiting() -> None:
+            nonlocal result
+            result = await wait()
 
-            racing.start_soon(waiting)
-            await self._stop.wait()
-            racing.cancel_scope.cancel()
+        await _first(waiting, self._stop.wait)
         return result
 
     # -- the children ---------------------------------------------------------------------------
