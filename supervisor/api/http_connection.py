@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import email.utils
 from collections.abc import Callable, Iterable
-from http import HTTPStatus
 from typing import Any, Final, final
 from urllib.parse import unquote
 
@@ -24,6 +23,8 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.events import Event as WsEvent
 from wsproto.utilities import LocalProtocolError as WsProtocolError
 from wsproto.utilities import generate_accept_token
+
+from . import http_head
 
 __all__ = ["PEER_ERRORS", "Connection", "HttpServerSettings"]
 
@@ -72,7 +73,7 @@ class Connection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.max_head)
         self.send_lock = trio.Lock()
         self.cut_scope = trio.CancelScope()
-        self.client, self.server = _addresses(stream)
+        self.client, self.server = http_head.addresses(stream)
         self.read_closed = False
         self.write_broken = False
         self._idle: trio.CancelScope | None = None
@@ -113,7 +114,7 @@ class Connection:
     async def run(self) -> None:
         """Serve exchanges until the connection closes, or a WebSocket takes it over and ends."""
         while (request := await self._wait_for_request()) is not None:
-            if b"websocket" in _header_tokens(request, b"upgrade"):
+            if b"websocket" in http_head.header_tokens(request, b"upgrade"):
                 await self._serve_websocket(request)
                 return
             if not await self._serve_exchange(request):
@@ -163,7 +164,7 @@ class Connection:
             pairs.append((b"date", email.utils.formatdate(usegmt=True).encode()))
         if (close or self.stopping.is_set()) and (b"connection", b"close") not in pairs:
             pairs.append((b"connection", b"close"))
-        return h11.Response(status_code=status, headers=pairs, reason=_reason(status))
+        return h11.Response(status_code=status, headers=pairs, reason=http_head.reason(status))
 
     async def refuse(self, status: int) -> None:
         """Answer a request that cannot be served (unparsable, a bad handshake) before closing."""
@@ -192,9 +193,9 @@ class Connection:
         if self.settings.access_log:
             logger.info(
                 '{} "{} {} {}" {} {} B {:.1f} ms',
-                _address(self.client),
+                http_head.address(self.client),
                 request.method.decode("latin-1"),
-                _path(request),
+                http_head.path(request),
                 protocol,
                 "-" if status is None else status,
                 sent,
@@ -213,7 +214,7 @@ class Connection:
         self._idle = None
         if not isinstance(event, h11.Request):
             return None
-        if _head_size(event) > self.settings.max_head:  # h11 limits only a head still incomplete
+        if http_head.head_size(event) > self.settings.max_head:  # h11 limits only a head still incomplete
             await self.refuse(431)
             return None
         return event
@@ -226,7 +227,7 @@ class Connection:
             raised = await self.call_app(_scope("http", request, self), exchange.receive, exchange.send)
             if not exchange.written:
                 if not raised and not exchange.gone:
-                    logger.error("the app sent no response to {}", _path(request))
+                    logger.error("the app sent no response to {}", http_head.path(request))
                 await exchange.answer(500, _ERROR_BODY)
         finally:
             exchange.detach()
@@ -249,7 +250,7 @@ class Connection:
 
     async def _serve_websocket(self, request: h11.Request) -> None:
         began = trio.current_time()
-        key = _handshake_key(request)
+        key = http_head.handshake_key(request)
         if key is None or not isinstance(self.h11.next_event(), h11.EndOfMessage):
             await self.refuse(400)
             return
@@ -546,62 +547,7 @@ def _scope(kind: str, request: h11.Request, connection: Connection) -> Scope:
     if kind == "http":
         scope["method"] = request.method.decode("latin-1")
     else:
-        offered = _header_tokens(request, b"sec-websocket-protocol", lower=False)
+        offered = http_head.header_tokens(request, b"sec-websocket-protocol", lower=False)
         scope["subprotocols"] = [protocol.decode("latin-1") for protocol in offered if protocol]
         scope["extensions"] = {"websocket.http.response": {}}
     return scope
-
-
-def _path(request: h11.Request) -> str:
-    """The path as it came, without the query (it may hold secrets)."""
-    return request.target.partition(b"?")[0].decode("latin-1")
-
-
-def _head_size(request: h11.Request) -> int:
-    """The size of a request line and headers on the wire, give or take their whitespace."""
-    fields = sum(len(name) + len(value) + 4 for name, value in request.headers)
-    return len(request.method) + len(request.target) + 12 + fields
-
-
-def _header_tokens(request: h11.Request, name: bytes, *, lower: bool = True) -> list[bytes]:
-    """The comma-separated tokens of a header, over all its lines."""
-    tokens = [
-        token.strip() for header, value in request.headers if header == name for token in value.split(b",")
-    ]
-    return [token.lower() for token in tokens] if lower else tokens
-
-
-def _handshake_key(request: h11.Request) -> bytes | None:
-    """The Sec-WebSocket-Key of a valid opening handshake (RFC 6455, 4.2.1), else None."""
-    headers = dict(request.headers)
-    if request.method != b"GET" or b"upgrade" not in _header_tokens(request, b"connection"):
-        return None
-    return (
-        headers.get(b"sec-websocket-key") or None if headers.get(b"sec-websocket-version") == b"13" else None
-    )
-
-
-def _addresses(stream: trio.abc.Stream) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
-    """The peer's and our own (host, port) on TCP; None for a stream that has none (in memory)."""
-    if not isinstance(stream, trio.SocketStream):
-        return None, None
-    try:
-        peer, own = stream.socket.getpeername(), stream.socket.getsockname()
-    except OSError:  # the peer has already gone
-        return None, None
-    return (peer[0], peer[1]), (own[0], own[1])
-
-
-def _address(address: tuple[str, int] | None) -> str:
-    if address is None:
-        return "-"
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _reason(status: int) -> bytes:
-    """The status line's reason phrase, as Python's HTTP status list has it ("" if unknown)."""
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
