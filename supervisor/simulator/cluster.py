@@ -25,6 +25,7 @@ from .api import NomadAPI
 from .broker import EventBroker, Subscription
 from .client_api import AgentEndpoint
 from .config import SimConfig
+from .containers import Containers, ProcessContainers
 from .control import ControlAPI
 from .exec import ExecSessions
 from .handle import SimServer
@@ -105,6 +106,7 @@ class SimulatedCluster:
         ports: Sequence[int] = (),
         workspace_root: Path | None = None,
         network: Network | None = None,
+        containers: Callable[[ClusterState], Containers] | None = None,
     ) -> None:
         self.config = config or SimConfig()
         self.host = host
@@ -116,9 +118,12 @@ class SimulatedCluster:
         self.jobs = JobService(self.state, self.scheduler)
         self.variables = VariableService(self.state)
         self.control = ControlAPI(self)
-        self._own_root = workspace_root is None
-        root = workspace_root or Path(tempfile.mkdtemp(prefix="nomad-sim-"))
-        self.execs = ExecSessions(self.state, root)
+        self._own_root = workspace_root is None and containers is None
+        if containers is None:
+            root = workspace_root or Path(tempfile.mkdtemp(prefix="nomad-sim-"))
+            self.execs = ExecSessions(ProcessContainers(self.state, root))
+        else:
+            self.execs = ExecSessions(containers(self.state))
         self.agents.exec = self.execs
         self.servers = [
             SimServer(

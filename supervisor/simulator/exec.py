@@ -1,12 +1,10 @@
-"""Exec sessions of the simulated cluster: each runs the command as a local process.
+"""Exec sessions of the simulated cluster: each runs the command in its task's container (see
+``containers.py``: a local process by default, a model in the deterministic simulation).
 
-This is a development driver, not an isolation boundary. The process runs in the allocation's own
-directory (its workspace, wiped when the task restarts) with an environment that carries nothing of
-the host's but PATH, plus HOME and TMPDIR in the allocation's directory and the ``NOMAD_*``
-variables Nomad gives every task. It is killed when its
-allocation stops. Frames follow Nomad's (nomad-api.md §5): base64 output chunks of at most 4 KiB,
-stream closes, ``exited`` with ``"result": {}`` for exit 0, then the TCP connection is dropped
-without a close frame. A session cut by a server restart or an agent going away gets no ``exited``.
+The command is killed when its allocation stops. Frames follow Nomad's (nomad-api.md §5): base64
+output chunks of at most 4 KiB, stream closes, ``exited`` with ``"result": {}`` for exit 0, then the
+TCP connection is dropped without a close frame. A session cut by a server restart or an agent going
+away gets no ``exited``.
 
 As with Nomad's shared executor, a session that ends before its command (the client went away, the
 server or agent proxying it restarted) does not kill the command: its stdin is never closed and its
@@ -17,12 +15,6 @@ allocation stopping kills it; the client has to stop it itself.
 from __future__ import annotations
 
 import base64
-import contextlib
-import os
-import shutil
-import signal
-import subprocess
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -30,9 +22,9 @@ import trio
 from attrs import define, field
 from loguru import logger
 
+from .containers import Containers, RunningCommand
 from .http import ServerWebSocket
 from .objects import SimAlloc
-from .state import ClusterState
 
 __all__ = ["ExecSessions"]
 
@@ -45,38 +37,28 @@ class _Session:
     node_id: str
     server: str
     scope: trio.CancelScope = field(factory=trio.CancelScope)
-    process: trio.Process | None = None
+    process: RunningCommand | None = None
     killed: bool = False
 
     def kill(self) -> None:
         self.killed = True
-        _kill_group(self.process)
+        if self.process is not None:
+            self.process.kill()
 
 
-def _kill_group(process: trio.Process | None) -> None:
-    if process is None or process.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-async def _reap(process: trio.Process | None) -> None:
+async def _reap(process: RunningCommand | None) -> None:
     """Close the pipes of a killed process and wait for it, so nothing is left to the GC."""
-    if process is None:
-        return
-    for pipe in (process.stdin, process.stdout, process.stderr):
-        if pipe is not None:
-            await pipe.aclose()
-    await process.wait()
+    if process is not None:
+        await process.reap()
 
 
 class ExecSessions:
     """Every open exec session; the agents' ExecHooks."""
 
-    def __init__(self, state: ClusterState, root: Path) -> None:
-        self.state = state
-        self.root = root
-        self._sessions: set[_Session] = set()
+    def __init__(self, containers: Containers) -> None:
+        self.containers = containers
+        # Every session, in the order they started (a dict: iteration in a fixed order).
+        self._sessions: dict[_Session, None] = {}
         # Where the commands of ended sessions are waited for; the cluster's own nursery.
         self.nursery: trio.Nursery | None = None
 
@@ -84,34 +66,6 @@ class ExecSessions:
     def count(self) -> int:
         """Commands started by exec that still run, with or without their session."""
         return len(self._sessions)
-
-    def workspace(self, alloc: SimAlloc, task: str) -> Path:
-        """The directory the allocation's task runs in (created on first use)."""
-        path = self.root / alloc.id / task
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def environment(self, alloc: SimAlloc, task: str) -> dict[str, str]:
-        """The environment a command of the task gets: PATH, HOME and TMPDIR in the allocation, NOMAD_*."""
-        directory = str(self.workspace(alloc, task))
-        scratch = self.root / alloc.id / "tmp"
-        scratch.mkdir(parents=True, exist_ok=True)
-        return {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "HOME": directory,
-            "TMPDIR": str(scratch),
-            "NOMAD_ALLOC_ID": alloc.id,
-            "NOMAD_ALLOC_NAME": alloc.name,
-            "NOMAD_ALLOC_DIR": str(self.root / alloc.id),
-            "NOMAD_TASK_DIR": directory,
-            "NOMAD_TASK_NAME": task,
-            "NOMAD_GROUP_NAME": alloc.task_group,
-            "NOMAD_JOB_ID": alloc.job_id,
-            "NOMAD_JOB_NAME": alloc.job_id,
-            "NOMAD_NAMESPACE": alloc.namespace,
-            "NOMAD_DC": self.state.config.datacenter,
-            "NOMAD_REGION": self.state.config.region,
-        }
 
     # -- ExecHooks ------------------------------------------------------------------------------
 
@@ -123,7 +77,7 @@ class ExecSessions:
 
     def reset_workspace(self, alloc: SimAlloc) -> None:
         """Wipe the allocation's workspace (its task restarted in a fresh container)."""
-        shutil.rmtree(self.root / alloc.id, ignore_errors=True)
+        self.containers.reset(alloc)
 
     def drop_node(self, node_id: str) -> None:
         """End every session the node's agent holds, without an exit (its agent stopped)."""
@@ -145,7 +99,7 @@ class ExecSessions:
 
     def remove_all_workspaces(self) -> None:
         """Remove every workspace (the cluster stopped)."""
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.containers.remove_all()
 
     async def kill_all(self) -> None:
         """The cluster stops: every command goes, and is waited for."""
@@ -164,7 +118,7 @@ class ExecSessions:
         """Run ``command`` in the allocation's task for one exec WebSocket, with Nomad's frames;
         ``server`` names the server that forwards the session, "" for one held by the agent."""
         session = _Session(alloc.id, alloc.node_id, server)
-        self._sessions.add(session)
+        self._sessions[session] = None
         try:
             with session.scope:
                 await self._run(websocket, session, alloc, task, command)
@@ -173,7 +127,7 @@ class ExecSessions:
             if running and not session.killed and self.nursery is not None:
                 self.nursery.start_soon(self._outlive, session)
             else:
-                self._sessions.discard(session)
+                self._sessions.pop(session, None)
                 session.kill()
                 with trio.move_on_after(2, shield=True):
                     await _reap(session.process)
@@ -186,7 +140,7 @@ class ExecSessions:
         try:
             await session.process.wait()
         finally:
-            self._sessions.discard(session)
+            self._sessions.pop(session, None)
             session.kill()  # the cluster is stopping, if the command still runs
             with trio.move_on_after(2, shield=True):
                 await _reap(session.process)
@@ -195,15 +149,7 @@ class ExecSessions:
         self, websocket: ServerWebSocket, session: _Session, alloc: SimAlloc, task: str, command: list[str]
     ) -> None:
         try:
-            process = await trio.lowlevel.open_process(
-                command,
-                cwd=self.workspace(alloc, task),
-                env=self.environment(alloc, task),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            process = await self.containers.start(alloc, task, command)
         except OSError as exc:
             await websocket.close(1011, f"failed to exec into task: {exc.strerror or exc}")
             return
