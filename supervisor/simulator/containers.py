@@ -32,16 +32,24 @@ class RunningCommand(Protocol):
     """A command started in a task: its pipes, its exit, and a way to kill it (and what it started)."""
 
     @property
-    def stdin(self) -> trio.abc.SendStream | None: ...
+    def stdin(self) -> trio.abc.SendStream | None:
+        """The command's standard input."""
+        ...
 
     @property
-    def stdout(self) -> trio.abc.ReceiveStream | None: ...
+    def stdout(self) -> trio.abc.ReceiveStream | None:
+        """The command's standard output."""
+        ...
 
     @property
-    def stderr(self) -> trio.abc.ReceiveStream | None: ...
+    def stderr(self) -> trio.abc.ReceiveStream | None:
+        """The command's standard error."""
+        ...
 
     @property
-    def returncode(self) -> int | None: ...
+    def returncode(self) -> int | None:
+        """The exit status, None while it runs."""
+        ...
 
     async def wait(self) -> int:
         """The exit status once it exits; negative: killed by that signal."""
@@ -59,8 +67,11 @@ class RunningCommand(Protocol):
 class Containers(Protocol):
     """The tasks' containers, as exec sees them."""
 
-    async def start(self, alloc: SimAlloc, task: str, command: list[str]) -> RunningCommand:
-        """Start ``command`` in the task; OSError when it cannot be started."""
+    async def start(
+        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery
+    ) -> RunningCommand:
+        """Start ``command`` in the task (a command that runs as tasks runs them in ``nursery``, the
+        cluster's); OSError when it cannot be started."""
         ...
 
     def reset(self, alloc: SimAlloc) -> None:
@@ -125,7 +136,10 @@ class ProcessContainers:
             **nomad_variables(self.state, alloc, task, alloc_dir=str(self.root / alloc.id)),
         }
 
-    async def start(self, alloc: SimAlloc, task: str, command: list[str]) -> RunningCommand:
+    async def start(
+        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery
+    ) -> RunningCommand:
+        """A local process in the task's directory, in a session of its own."""
         process = await trio.lowlevel.open_process(
             command,
             cwd=self.workspace(alloc, task),
@@ -138,9 +152,11 @@ class ProcessContainers:
         return _Process(process)
 
     def reset(self, alloc: SimAlloc) -> None:
+        """Remove the allocation's directory."""
         shutil.rmtree(self.root / alloc.id, ignore_errors=True)
 
     def remove_all(self) -> None:
+        """Remove every allocation's directory."""
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -149,7 +149,8 @@ class ExecSessions:
         self, websocket: ServerWebSocket, session: _Session, alloc: SimAlloc, task: str, command: list[str]
     ) -> None:
         try:
-            process = await self.containers.start(alloc, task, command)
+            assert self.nursery is not None, "the cluster is not running"
+            process = await self.containers.start(alloc, task, command, nursery=self.nursery)
         except OSError as exc:
             await websocket.close(1011, f"failed to exec into task: {exc.strerror or exc}")
             return
