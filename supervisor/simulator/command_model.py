@@ -199,7 +199,7 @@ class ModelContainers:
         return await _unknown(running, script[:80])
 
 
-async def _write(running: _Command, data: bytes, *, errors: bool = False) -> None:
+async def _write(running: _Command, data: bytes | bytearray, *, errors: bool = False) -> None:
     if data:
         await (running._errors if errors else running._output).send_all(data)
 

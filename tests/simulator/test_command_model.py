@@ -52,12 +52,13 @@ async def _run(
     containers: Containers, nursery: trio.Nursery, argv: Sequence[str], stdin: bytes = b""
 ) -> tuple[int, bytes, bytes]:
     running = await containers.start(ALLOC, "default-task", list(argv), nursery=nursery)
-    out, err = [], []
+    out: list[bytes] = []
+    err: list[bytes] = []
 
     async def drain(stream: trio.abc.ReceiveStream | None, into: list[bytes]) -> None:
         assert stream is not None
         while chunk := await stream.receive_some():
-            into.append(chunk)
+            into.append(bytes(chunk))
 
     async with trio.open_nursery() as pumps:
         pumps.start_soon(drain, running.stdout, out)
