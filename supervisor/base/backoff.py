@@ -8,10 +8,11 @@ Backoff And Jitter").
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 
 from attrs import define, field, frozen
+
+from .entropy import Entropy
 
 __all__ = ["Backoff", "BackoffPolicy"]
 
@@ -36,7 +37,9 @@ class Backoff:
 
     policy: BackoffPolicy = field(factory=BackoffPolicy)
     healthy_after: float = 0.0
-    random_fraction: Callable[[], float] = random.random
+    # The jitter's draws: its owner's ``Entropy.fraction`` (a seeded one in a simulation); the
+    # process's randomness by default.
+    random_fraction: Callable[[], float] = field(factory=lambda: Entropy().fraction)
     failures: int = 0
     _healthy_since: float | None = None
 
