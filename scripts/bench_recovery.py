@@ -44,6 +44,7 @@ from bench_exec import ENVIRONMENT, cpu_seconds, start
 from load_client import HttpPool
 from targets import target
 
+from supervisor.base.entropy import Entropy
 from supervisor.core.config import WatcherSettings
 from supervisor.core.environments import (
     TEMPLATE_PREFIX,
@@ -135,7 +136,12 @@ async def populate(nomad: str, envs: list[ExecutionEnvironment], concurrency: in
     """Register every environment's template job and its pool's runner jobs; wait until every
     runner's allocation runs."""
     jobs = [template_job(e) for e in envs]
-    jobs += [runner_job(e, new_runner_id(e.id)) for e in envs for _ in range(e.prewarming_pool_size)]
+    entropy = Entropy()
+    jobs += [
+        runner_job(e, new_runner_id(e.id, entropy.uuid()))
+        for e in envs
+        for _ in range(e.prewarming_pool_size)
+    ]
     pool = HttpPool(nomad)
 
     async def register() -> None:

@@ -51,6 +51,7 @@ from bench_exec import cpu_seconds, percentile, start
 from bench_relist import rss_kib
 from load_client import HttpPool, websocket_messages
 
+from supervisor.base.entropy import Entropy
 from supervisor.core.environments import ExecutionEnvironment, new_runner_id, runner_job, template_job
 
 ENVIRONMENT_ID: Final = 1
@@ -115,7 +116,7 @@ async def register_runners(nomad: HttpPool, pool_size: int, count: int) -> None:
     environment = ExecutionEnvironment(ENVIRONMENT_ID, "python:3.12-slim", pool_size, 100.0, 256, False, ())
     status, body = await nomad.post_json("/v1/jobs", {"Job": template_job(environment)})
     assert status == 200, (status, body)
-    pending = iter([new_runner_id(ENVIRONMENT_ID) for _ in range(count)])
+    pending = iter([new_runner_id(ENVIRONMENT_ID, Entropy().uuid()) for _ in range(count)])
 
     async def worker() -> None:
         for runner_id in pending:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import trio
 
+from supervisor.base.entropy import Entropy
 from supervisor.base.levels import Requests
 from supervisor.core.config import FactorySettings
 from supervisor.core.environments import new_runner_id
@@ -59,7 +60,7 @@ def test_nomads_facts_do_what_the_pools_own_entries_do() -> None:
 def test_a_listing_is_reconciled_at_the_moment_it_is_given() -> None:
     pool = RunnerPool()
     pool.set_environment(ENVIRONMENT)
-    left = new_runner_id(10)  # left by a previous run
+    left = new_runner_id(10, Entropy().uuid())  # left by a previous run
     listed = [JobListStub(id=left, status="running", create_index=3, modify_index=3, job_modify_index=3)]
     stub = AllocListStub(id="a-left", job_id=left, client_status="running", create_index=4, modify_index=4)
     pool.evidence(RunnersListed(listed, [stub], 10), Moment(7.0))

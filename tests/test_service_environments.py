@@ -15,6 +15,7 @@ import pytest
 import trio
 import trio.testing
 
+from supervisor.base.entropy import Entropy
 from supervisor.base.errors import NomadNotFound, NomadUnavailableError
 from supervisor.core.config import Settings
 from supervisor.core.environments import (
@@ -159,10 +160,10 @@ async def test_a_restart_adopts_the_runners_it_finds_and_creates_none_beside_the
     not doubled. Runner jobs of an environment whose template is gone are destroyed."""
     nomad = _GatedNomad()
     nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
-    left = [new_runner_id(ENVIRONMENT.id), new_runner_id(ENVIRONMENT.id)]
+    left = [new_runner_id(ENVIRONMENT.id, Entropy().uuid()), new_runner_id(ENVIRONMENT.id, Entropy().uuid())]
     nomad.jobs[left[0]] = runner_job(ENVIRONMENT, left[0])
     nomad.jobs[left[1]] = runner_job(ENVIRONMENT, left[1], used=True, timeout=60)
-    orphan = new_runner_id(99)
+    orphan = new_runner_id(99, Entropy().uuid())
     nomad.jobs[orphan] = runner_job(ExecutionEnvironment(99, "python:3.12", 1, 100.0, 256, False, ()), orphan)
     service = _service(nomad, nursery)
     actions: list[object] = []
@@ -216,7 +217,7 @@ async def test_a_request_in_an_adopted_claim_waits_for_its_sweep_from_the_moment
     """The first listing makes a previous run's claim known; the sweep that stops that run's
     commands is due from that same step, so a request in the runner that comes while the rest of the
     start is under way waits for it, and the sweep never stops the request's own command."""
-    claimed = new_runner_id(ENVIRONMENT.id)
+    claimed = new_runner_id(ENVIRONMENT.id, Entropy().uuid())
     nomad = _RestartedNomad(claimed)
     nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
     nomad.jobs[claimed] = runner_job(ENVIRONMENT, claimed, used=True, timeout=60)
@@ -261,7 +262,7 @@ async def test_a_relist_reads_only_the_claimed_jobs_and_adopts_none_purged_since
 ) -> None:
     nomad = _PurgedAfterListingNomad()
     nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
-    idle, released = new_runner_id(ENVIRONMENT.id), new_runner_id(ENVIRONMENT.id)
+    idle, released = (new_runner_id(ENVIRONMENT.id, Entropy().uuid()) for _ in range(2))
     nomad.jobs[idle] = runner_job(ENVIRONMENT, idle)
     nomad.jobs[released] = runner_job(ENVIRONMENT, released, used=True, timeout=60)
     service = _service(nomad, nursery)
@@ -281,7 +282,7 @@ async def test_a_job_a_late_claim_write_created_is_adopted_as_claimed_never_as_i
     nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
     service = _service(nomad, nursery)
     await service.informer.relist()
-    late = new_runner_id(ENVIRONMENT.id)
+    late = new_runner_id(ENVIRONMENT.id, Entropy().uuid())
     nomad.jobs[late] = runner_job(ENVIRONMENT, late, used=True, timeout=60)
     nomad.created_claimed.add(late)
     await service.informer.relist()
@@ -314,7 +315,7 @@ class _OverlappingNomad(_GatedNomad):
 async def test_a_relist_reads_the_allocations_while_it_reads_the_runner_jobs(nursery: trio.Nursery) -> None:
     nomad = _OverlappingNomad()
     nomad.jobs[TEMPLATE] = template_job(ENVIRONMENT)
-    idle = new_runner_id(ENVIRONMENT.id)
+    idle = new_runner_id(ENVIRONMENT.id, Entropy().uuid())
     nomad.jobs[idle] = runner_job(ENVIRONMENT, idle)
     service = _service(nomad, nursery)
     with trio.fail_after(5):  # read one after the other, the runner jobs would wait forever

@@ -8,7 +8,6 @@ collected) and whose meta holds the environment's definition. Its runners are ba
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -202,9 +201,10 @@ def runner_prefix(environment_id: int) -> str:
     return f"{environment_id}-"
 
 
-def new_runner_id(environment_id: int) -> str:
-    """A fresh runner ID of the environment, which is its job's ID too."""
-    return f"{runner_prefix(environment_id)}{uuid.uuid4()}"
+def new_runner_id(environment_id: int, unique: str) -> str:
+    """A runner ID of the environment, which is its job's ID too, made unique by ``unique`` (a
+    fresh UUID's text, from the daemon's ``Entropy``)."""
+    return f"{runner_prefix(environment_id)}{unique}"
 
 
 def runner_environment_id(job_id: str) -> int | None:

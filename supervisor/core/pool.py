@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 
 from attrs import define, field
 
+from ..base.entropy import Entropy
 from ..base.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from ..nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
 from .allocation_state import end_reason, is_live, is_running, restart_delay
@@ -114,6 +115,8 @@ class RunnerPool(PoolView):
     # Told the ID of each runner whose allocation runs for the first time (the factory times it).
     on_started: Callable[[str], None] | None = None
     _replacements: ReplacementBudget = field(factory=ReplacementBudget)
+    # Where new runners' IDs come from: the daemon's source, which a simulation seeds.
+    entropy: Entropy = field(factory=Entropy, kw_only=True)
 
     # -- evidence -------------------------------------------------------------------------------
 
@@ -196,7 +199,10 @@ class RunnerPool(PoolView):
         actions: list[Action] = []
         for _ in range(environment.prewarming_pool_size - self._warm.get(environment_id, 0)):
             runner = Runner(
-                new_runner_id(environment_id), environment_id, RunnerState.STARTING, environment=environment
+                new_runner_id(environment_id, self.entropy.uuid()),
+                environment_id,
+                RunnerState.STARTING,
+                environment=environment,
             )
             self._keep(runner)
             actions.append(CreateRunner(runner.id, environment_id))
