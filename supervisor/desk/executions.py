@@ -22,7 +22,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import sys
-import uuid
 from functools import partial
 from typing import Any, Final, Protocol, cast
 
@@ -30,6 +29,7 @@ import trio
 from attrs import define, field, frozen
 from loguru import logger
 
+from ..base.entropy import Entropy
 from ..base.errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
@@ -146,10 +146,13 @@ class ExecutionService:
         stops: CommandStops,
         *,
         execution_nursery: trio.Nursery,
+        entropy: Entropy | None = None,
     ) -> None:
         self._client = client
         self._settings = settings
         self._stops = stops
+        # Where execution IDs come from.
+        self._entropy = Entropy() if entropy is None else entropy
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
         # Each runner's allocation and its NOMAD_* variable names, until the runner goes.
         self._variables: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -174,7 +177,7 @@ class ExecutionService:
     def prepare(self, request: ExecutionRequest) -> str:
         """Store a pending execution; returns its single-use ID."""
         self._forget_stale()
-        execution_id = str(uuid.uuid4())
+        execution_id = self._entropy.uuid()
         self._pending[execution_id] = (request, trio.current_time())
         return execution_id
 

@@ -11,7 +11,6 @@ import base64
 import binascii
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any, Final
@@ -20,6 +19,7 @@ import trio
 from attrs import frozen
 from loguru import logger
 
+from ..base.entropy import Entropy
 from ..base.errors import (
     ExecAgentUnreachable,
     FileNotAvailable,
@@ -130,9 +130,12 @@ class FileService:
         *,
         execution_nursery: trio.Nursery,
         allocation_in_use: Callable[[str], bool],
+        entropy: Entropy | None = None,
     ) -> None:
         self._client = client
         self._stops = stops
+        # Where the IDs that note each command (for a later stop to find it) come from.
+        self._entropy = Entropy() if entropy is None else entropy
         self._allocation_in_use = allocation_in_use
         self._task = settings.task
         self._unprivileged_wrapper = settings.unprivileged_wrapper
@@ -142,7 +145,7 @@ class FileService:
 
     @contextlib.asynccontextmanager
     async def _session(self, alloc_id: str, argv: Sequence[str]) -> AsyncIterator[ExecChannel]:
-        note_id = str(uuid.uuid4())
+        note_id = self._entropy.uuid()
         started = unreachable = False
         try:
             async with self._client.open_exec(

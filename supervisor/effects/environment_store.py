@@ -13,6 +13,7 @@ import trio
 from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
+from ..base.entropy import Entropy
 from ..base.errors import NomadNotFound, TerminalError, TransientError
 from ..core.environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
 from ..core.pool import RunnerPool
@@ -26,10 +27,19 @@ __all__ = ["EnvironmentStore"]
 class EnvironmentStore:
     """The environments' template jobs in Nomad, kept in step with the pool."""
 
-    def __init__(self, client: NomadApi, pool: RunnerPool, apply: Callable[[Iterable[Action]], None]) -> None:
+    def __init__(
+        self,
+        client: NomadApi,
+        pool: RunnerPool,
+        apply: Callable[[Iterable[Action]], None],
+        *,
+        entropy: Entropy | None = None,
+    ) -> None:
         self._client = client
         self._pool = pool
         self._apply = apply
+        # The retries' jitter.
+        self._entropy = Entropy() if entropy is None else entropy
         self.lock = trio.Lock()
 
     async def put(self, environment: ExecutionEnvironment) -> bool:
@@ -88,7 +98,7 @@ class EnvironmentStore:
         """Register the environments declared in the configuration, retrying until Nomad answers;
         one Nomad refuses for good is logged and skipped."""
         for environment in environments:
-            backoff = Backoff(BackoffPolicy(1.0, 30.0))
+            backoff = Backoff(BackoffPolicy(1.0, 30.0), random_fraction=self._entropy.fraction)
             while True:
                 try:
                     await self.put(environment)

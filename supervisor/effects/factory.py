@@ -13,14 +13,13 @@ is leaked).
 from __future__ import annotations
 
 import math
-import random
-from collections.abc import Callable
 from typing import Final
 
 import trio
 from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
+from ..base.entropy import Entropy
 from ..base.errors import TerminalError, TransientError
 from ..base.histogram import Histogram
 from ..core.config import FactorySettings
@@ -53,12 +52,13 @@ class RunnerFactory:
         pool: RunnerPool,
         settings: FactorySettings,
         *,
-        random_fraction: Callable[[], float] = random.random,
+        entropy: Entropy | None = None,
     ) -> None:
         self._client = client
         self._pool = pool
         self._settings = settings
-        self._random_fraction = random_fraction
+        # The retries' jitter (the runners' IDs are the pool's to draw).
+        self._entropy = Entropy() if entropy is None else entropy
         # Two lanes: new runner jobs, and purges and claims' writes.
         self._to_paced, self._paced = trio.open_memory_channel[FactoryAction](math.inf)
         self._to_unpaced, self._unpaced = trio.open_memory_channel[FactoryAction](math.inf)
@@ -161,7 +161,7 @@ class RunnerFactory:
 
     async def _retrying(self, action: FactoryAction) -> None:
         backoff = Backoff(
-            BackoffPolicy(0.5, self._settings.max_backoff), random_fraction=self._random_fraction
+            BackoffPolicy(0.5, self._settings.max_backoff), random_fraction=self._entropy.fraction
         )
         attempted = False
         while self._still_wanted(action):

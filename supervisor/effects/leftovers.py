@@ -16,6 +16,7 @@ import trio
 from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
+from ..base.entropy import Entropy
 from ..base.errors import ExecAgentUnreachable, SupervisorError, TransientError
 from ..core.commands import stop_every_noted_command
 from ..nomad.api import ExecOpener
@@ -36,12 +37,15 @@ class LeftoverSweep:
         grace: float,
         alloc_of: Callable[[str], str | None],
         nursery: trio.Nursery,
+        entropy: Entropy | None = None,
     ) -> None:
         self._client = client
         self._task = task
         self._grace = grace
         self._alloc_of = alloc_of
         self._nursery = nursery
+        # The retries' jitter.
+        self._entropy = Entropy() if entropy is None else entropy
         self._pending: dict[str, trio.Event] = {}
         self.swept = 0
 
@@ -59,7 +63,7 @@ class LeftoverSweep:
             await done.wait()
 
     async def _sweep(self, runner_id: str, done: trio.Event) -> None:
-        backoff = Backoff(_RETRY)
+        backoff = Backoff(_RETRY, random_fraction=self._entropy.fraction)
         try:
             while (alloc_id := self._alloc_of(runner_id)) is not None:
                 try:

@@ -20,6 +20,7 @@ import trio
 from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
+from ..base.entropy import Entropy
 from ..base.errors import ExecAgentUnreachable, ExecAllocationUnknown, SupervisorError, TransientError
 from ..core.commands import stop_command
 from ..nomad.api import ExecOpener
@@ -56,11 +57,21 @@ class CommandStops:
     their command again, each a task in ``nursery`` (the execution nursery: they outlive the
     request that left the command behind)."""
 
-    def __init__(self, client: ExecOpener, *, task: str, grace: float, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        client: ExecOpener,
+        *,
+        task: str,
+        grace: float,
+        nursery: trio.Nursery,
+        entropy: Entropy | None = None,
+    ) -> None:
         self._client = client
         self._task = task
         self._grace = grace
         self._nursery = nursery
+        # The retries' jitter.
+        self._entropy = Entropy() if entropy is None else entropy
         # The shielded scopes of the stops under way, for the daemon's stop to abandon when its
         # budget ends.
         self._under_way: set[trio.CancelScope] = set()
@@ -139,7 +150,7 @@ class CommandStops:
         on_failure: Callable[[], None],
         needed: Callable[[], bool],
     ) -> None:
-        backoff = Backoff(_RETRY)
+        backoff = Backoff(_RETRY, random_fraction=self._entropy.fraction)
         self.waiting += 1
         try:
             while True:

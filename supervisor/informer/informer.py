@@ -30,6 +30,7 @@ import trio
 from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
+from ..base.entropy import Entropy
 from ..base.errors import NomadNotFound, SupervisorError, raise_alone
 from ..base.levels import Requests, StreamState
 from ..base.memory import release_free_memory
@@ -97,6 +98,7 @@ class Informer:
         settings: WatcherSettings | None = None,
         *,
         backoff: Backoff | None = None,
+        entropy: Entropy | None = None,
     ) -> None:
         self.client = client
         self._pool = pool
@@ -107,11 +109,14 @@ class Informer:
         settings = settings or WatcherSettings()
         self.heartbeat_timeout = settings.heartbeat_timeout
         self.resync_interval = settings.resync_interval
+        entropy = Entropy() if entropy is None else entropy
         # A stream must stay up this long before its failures are forgotten: a server that flaps
         # must not earn a full relist every half second, but one that restarted after serving a
         # while must not cost the next reconnect the growing pause of a flapping one.
         self.backoff = backoff or Backoff(
-            BackoffPolicy(0.5, STREAM_BACKOFF_CAP), healthy_after=STREAM_HEALTHY_AFTER
+            BackoffPolicy(0.5, STREAM_BACKOFF_CAP),
+            healthy_after=STREAM_HEALTHY_AFTER,
+            random_fraction=entropy.fraction,
         )
         # Since when the stream is down (None while it is up, or before it first was).
         self._lost_at: float | None = None

@@ -11,7 +11,6 @@ retrying writes is safe.
 from __future__ import annotations
 
 import copy
-import random
 import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ import trio
 from attrs import frozen
 from loguru import logger
 
+from ..base.entropy import Entropy
 from ..base.errors import (
     NomadAddressUnreachable,
     NomadUnavailableError,
@@ -91,10 +91,11 @@ class NomadClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         network: Network | None = None,
-        random_fraction: Callable[[], float] = random.random,
+        random_fraction: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
-        self._random_fraction = random_fraction
+        # The retries' jitter: the daemon hands its Entropy's, which a simulation seeds.
+        self._random_fraction = Entropy().fraction if random_fraction is None else random_fraction
         self._current = 0
         # Built once: loading the CA bundle costs milliseconds, too much for every exec session.
         self.ssl_context = settings.ssl_context()

@@ -28,6 +28,7 @@ from attrs import define, field, frozen
 from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
+from ..base.entropy import Entropy
 
 __all__ = [
     "ChildSpec",
@@ -122,6 +123,7 @@ async def supervise(
     escalate: Callable[[str], None],
     *,
     backoff: Backoff | None = None,
+    entropy: Entropy | None = None,
     stopping: Callable[[], bool] = lambda: False,
     task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -131,8 +133,11 @@ async def supervise(
     The first start reports readiness through ``task_status`` (a crash before it reaches the
     caller of ``nursery.start``, as an ordinary start would); restarts report nothing. Once
     ``stopping()`` is true, a child that ends is not restarted: the daemon is on its way out.
+    Without a ``backoff``, the pauses between restarts draw their jitter from ``entropy``.
     """
-    backoff = backoff or Backoff(BackoffPolicy(0.5, 10.0), healthy_after=intensity.period)
+    if backoff is None:
+        fraction = (Entropy() if entropy is None else entropy).fraction
+        backoff = Backoff(BackoffPolicy(0.5, 10.0), healthy_after=intensity.period, random_fraction=fraction)
     readiness: _Readiness | None = _Readiness(task_status)
     while True:
         crashed = False
