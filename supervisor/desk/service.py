@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
+from ..base.entropy import Entropy
 from ..base.levels import Requests
 from ..core.config import Settings
 from ..core.environments import ExecutionEnvironment
@@ -35,8 +36,17 @@ __all__ = ["RunnerService"]
 class RunnerService:
     """One term of the runner tiers (the daemon's run, or an HA term): their parts, wired."""
 
-    def __init__(self, client: NomadApi, settings: Settings, *, execution_nursery: trio.Nursery) -> None:
-        self.pool = RunnerPool()
+    def __init__(
+        self,
+        client: NomadApi,
+        settings: Settings,
+        *,
+        execution_nursery: trio.Nursery,
+        entropy: Entropy | None = None,
+    ) -> None:
+        # Every random choice and generated ID of the term's parts comes from ``entropy``.
+        self.entropy = entropy = Entropy() if entropy is None else entropy
+        self.pool = RunnerPool(entropy=entropy)
         # The term's client: where each allocation's agent runs, for exec straight to it, the pool
         # says (its node tracker owns what is known of agents).
         self.client = client = client.located(self.pool)
@@ -45,10 +55,16 @@ class RunnerService:
         self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.relists = relists = Requests()
         self.stops = CommandStops(
-            client, task=execution.task, grace=execution.stop_grace, nursery=execution_nursery
+            client,
+            task=execution.task,
+            grace=execution.stop_grace,
+            nursery=execution_nursery,
+            entropy=entropy,
         )
-        self.executions = ExecutionService(client, execution, self.stops, execution_nursery=execution_nursery)
-        self.factory = RunnerFactory(client, self.pool, settings.factory)
+        self.executions = ExecutionService(
+            client, execution, self.stops, execution_nursery=execution_nursery, entropy=entropy
+        )
+        self.factory = RunnerFactory(client, self.pool, settings.factory, entropy=entropy)
         self.pool.on_started = self.factory.started
         leftovers = LeftoverSweep(
             client,
@@ -56,11 +72,19 @@ class RunnerService:
             grace=execution.stop_grace,
             alloc_of=self.pool.used_alloc_id,
             nursery=execution_nursery,
+            entropy=entropy,
         )
         self.effects = Effects(self.pool, self.factory, self.executions, relists, leftovers)
-        self.environments = EnvironmentStore(client, self.pool, self.effects.apply)
+        self.environments = EnvironmentStore(client, self.pool, self.effects.apply, entropy=entropy)
         self.informer = Informer(
-            client, self.pool, self.effects, self.environments, self.gate, relists, settings.watcher
+            client,
+            self.pool,
+            self.effects,
+            self.environments,
+            self.gate,
+            relists,
+            settings.watcher,
+            entropy=entropy,
         )
         self.files = files = FileService(
             client,
@@ -68,6 +92,7 @@ class RunnerService:
             self.stops,
             execution_nursery=execution_nursery,
             allocation_in_use=self.pool.knows_alloc,
+            entropy=entropy,
         )
         self.desk = RunnerDesk(
             client,

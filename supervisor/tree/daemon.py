@@ -53,6 +53,7 @@ from loguru import logger
 from ..api.app import create_app
 from ..api.http_server import AsgiServer, HttpServerSettings
 from ..api.standby import RoleSwitch
+from ..base.entropy import Entropy
 from ..base.network import Network, TcpNetwork
 from ..core.config import Settings
 from ..desk.service import RunnerService
@@ -123,10 +124,14 @@ class Daemon:
         *,
         network: Network | None = None,
         tree: Sequence[TierSpec] = TREE,
+        entropy: Entropy | None = None,
     ) -> None:
         self.settings = settings
         self.environ = dict(os.environ if environ is None else environ)
         self.network: Network = network or TcpNetwork()
+        # Every random choice (jitter) and generated ID (runners, executions) of the daemon comes
+        # from here: a simulation seeds it to replay a run.
+        self.entropy = Entropy() if entropy is None else entropy
         self.tree = tuple(tier for tier in tree)
         self.service: RunnerService | None = None
         self.elector: Elector = AlwaysActive()
@@ -193,7 +198,9 @@ class Daemon:
             if nomad is None:
                 nomad = await self._start_embedded_cluster(root)
             with self._scope:
-                async with NomadClient(nomad, network=self.network) as client:
+                async with NomadClient(
+                    nomad, network=self.network, random_fraction=self.entropy.fraction
+                ) as client:
                     if self.settings.ha.enabled:
                         self.elector = LockElector(VariableLocks(client), self.settings.ha)
                     daemon_tiers = [t for t in self.tree if t.lifetime is Lifetime.DAEMON]
@@ -251,6 +258,7 @@ class Daemon:
                     child.start(attrs.evolve(parts, nursery=opened.nurseries[tier.name])),
                     self.restarts,
                     self._escalate,
+                    entropy=self.entropy,
                     stopping=self._stop.is_set,
                 )
                 await opened.nurseries[tier.name].start(_marking_end, supervised, ended)
@@ -298,7 +306,9 @@ class Daemon:
         settings = self.settings
 
         async def body(opened: _Tiers) -> None:
-            service = RunnerService(client, settings, execution_nursery=opened.nurseries[term_tiers[0].name])
+            service = RunnerService(
+                client, settings, execution_nursery=opened.nurseries[term_tiers[0].name], entropy=self.entropy
+            )
             term = self._term = _Term(service, acquired)
             self.service = service
             if self._stop.is_set():
