@@ -1,0 +1,183 @@
+"""A client that leaves while the daemon's write of its stdin waits on a command that reads none.
+
+The known failure: one client's stdin message over ``server.max_message`` left its command running
+for 10 minutes (its time limit), holding its runner. The promise: an execution whose client
+misbehaves gets its command stopped, and no client holds a runner past its inactivity timeout.
+
+A command that does not read its stdin (``sleep``) leaves its stdin pipe full: Nomad stops reading
+the exec socket, the socket's buffers fill, and the daemon's write of the client's next stdin message
+to Nomad (``ExecSession.send_stdin``) waits. The execution reads its client's messages only between
+two such writes, and learns only from that read that its client has gone. Its client then sends a
+message over ``server.max_message`` (the API server closes the WebSocket with 1009), or closes the
+WebSocket itself: either way the execution must end, its command stopped, though it is not reading
+its client's messages at that moment.
+
+Real clock and real TCP, as the tests under ``tests/daemon`` (whose harness this file builds the same
+way): the simulated cluster's exec runs real processes, over real sockets whose buffers fill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio_websocket
+
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.nomad import NomadClient, NomadSettings
+from supervisor.nomad.exec import ExecSession
+from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.tree.daemon import Daemon
+
+from .daemon.conftest import Harness
+
+# Long enough for the stop of a command whose exec socket is full (nomad.close_timeout, 2 s, to give
+# up on that socket's close, then the stop's own exec).
+INACTIVITY_TIMEOUT = 4
+MAX_MESSAGE = 256 * 1024
+# The report's command ran for its whole time limit: 10 minutes.
+TIME_LIMIT = 600
+# Stdin messages written to a command that never reads them, at most, before the daemon's write to
+# Nomad blocks (the pipe, then the exec socket's buffers on both sides, are full).
+_MOST_MESSAGES = 1000
+# A write of stdin to Nomad that has not ended after this long waits on a full socket.
+_BLOCKED_AFTER = 1.0
+
+
+@pytest.fixture
+async def harness(nursery: trio.Nursery) -> AsyncIterator[Harness]:
+    """The daemon on 127.0.0.1 port 0 against a simulated cluster, as ``tests/daemon``'s harness."""
+    sim_config = SimConfig(seed=11, nodes=2, alloc_start_delay=0.01, task_kill_delay=0.01, eval_delay=0.001)
+    cluster = await nursery.start(SimulatedCluster(sim_config).run)
+    settings = Settings(server=ServerSettings(port=0, max_message=MAX_MESSAGE))
+    daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)})
+    await nursery.start(daemon.run)
+    async with (
+        httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http,
+        NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
+    ):
+        yield Harness(cluster, daemon, http, nomad)
+    daemon.stop()
+
+
+class _StdinWrites:
+    """The daemon's writes of stdin to Nomad, counted as they begin and end (behaviour unchanged)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.begun = self.ended = 0
+        original = ExecSession.send_stdin
+
+        async def counted(session: ExecSession, data: bytes) -> None:
+            self.begun += 1
+            await original(session, data)
+            self.ended += 1
+
+        monkeypatch.setattr(ExecSession, "send_stdin", counted)
+
+    def have_begun(self, count: int) -> Callable[[], bool]:
+        return lambda: self.begun == count
+
+    def have_ended(self, count: int) -> Callable[[], bool]:
+        return lambda: self.ended == count
+
+
+async def _fill_stdin(ws: trio_websocket.WebSocketConnection, harness: Harness, writes: _StdinWrites) -> None:
+    """Send stdin messages, each within the limit, until the daemon's write of one to Nomad blocks:
+    the execution has taken that message and waits, not reading the next."""
+    chunk = "x" * MAX_MESSAGE
+    for sent in range(1, _MOST_MESSAGES + 1):
+        await ws.send_message(chunk)
+        await harness.wait_for(writes.have_begun(sent))
+        with trio.move_on_after(_BLOCKED_AFTER) as waiting:
+            await harness.wait_for(writes.have_ended(sent))
+        if waiting.cancelled_caught:
+            return
+    raise AssertionError(f"{_MOST_MESSAGES} stdin messages went through to a command that reads none")
+
+
+async def _eventually(harness: Harness, condition: Callable[[], bool], *, by: float) -> bool:
+    """Whether ``condition()`` holds by the time ``by`` (trio's clock)."""
+    with trio.move_on_at(by):
+        await harness.wait_for(condition, within=math.inf)
+    return condition()
+
+
+_Leave = Callable[[trio_websocket.WebSocketConnection], Awaitable[int]]
+
+
+async def _leave_while_stdin_waits(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, leave: _Leave
+) -> tuple[str, float, int]:
+    """Claim a runner, run a command that reads no stdin, fill its stdin, then ``leave``; returns
+    the runner, the time the client left, and the WebSocket's close code."""
+    writes = _StdinWrites(monkeypatch)
+    await harness.environment(10)
+    runner = await harness.runner(10, inactivity_timeout=INACTIVITY_TIMEOUT)
+    body: dict[str, Any] = {"command": "sleep 600", "timeLimit": TIME_LIMIT}
+    prepared = await harness.http.post(f"/runners/{runner}/execute", json=body)
+    assert prepared.status_code == 200, prepared.text
+    with trio.CancelScope() as client:
+        async with trio_websocket.open_websocket_url(prepared.json()["websocketUrl"]) as ws:
+            assert await ws.get_message() == '{"type":"start"}'
+            await _fill_stdin(ws, harness, writes)
+            code = await leave(ws)
+            left = trio.current_time()
+            # The close handshake is done; trio-websocket waits for the server to close the TCP
+            # connection, which it does once the execution has ended: not longer than this.
+            client.deadline = left + INACTIVITY_TIMEOUT
+    assert writes.ended < writes.begun, "the daemon's last write of stdin still waits"
+    return runner, left, code
+
+
+async def _assert_stopped_and_released(harness: Harness, runner: str, left: float, how: str) -> None:
+    executions, execs = harness.service.executions, harness.cluster.execs
+    stopped = await _eventually(
+        harness, lambda: executions.running_count == 0 and execs.count == 0, by=left + INACTIVITY_TIMEOUT
+    )
+    assert stopped, (
+        f"{INACTIVITY_TIMEOUT}s after its client {how}, the execution still runs "
+        f"({executions.running_count} running), its command too ({execs.count} in the cluster): "
+        f"until the command's time limit ({TIME_LIMIT}s), holding runner {runner}"
+    )
+    # Nothing works in the runner any more: its inactivity timeout, counted from the execution's end,
+    # releases it.
+    released = await _eventually(
+        harness,
+        lambda: harness.service.pool.used_runner(runner) is None,
+        by=left + 2 * INACTIVITY_TIMEOUT + 1,
+    )
+    assert released, f"runner {runner} is still held past its inactivity timeout"
+
+
+async def test_an_oversized_stdin_message_stops_the_command_and_frees_the_runner(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def send_too_much(ws: trio_websocket.WebSocketConnection) -> int:
+        await ws.send_message("y" * (MAX_MESSAGE + 1))
+        with trio.fail_after(10), pytest.raises(trio_websocket.ConnectionClosed) as closed:
+            while True:
+                await ws.get_message()
+        assert closed.value.reason is not None
+        return closed.value.reason.code
+
+    runner, left, code = await _leave_while_stdin_waits(harness, monkeypatch, send_too_much)
+    assert code == 1009
+    await _assert_stopped_and_released(harness, runner, left, "sent a stdin message over server.max_message")
+
+
+async def test_a_client_that_closes_while_its_stdin_waits_gets_its_command_stopped(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def close(ws: trio_websocket.WebSocketConnection) -> int:
+        with trio.fail_after(10):
+            await ws.aclose(1000)
+        assert ws.closed is not None
+        return ws.closed.code
+
+    runner, left, code = await _leave_while_stdin_waits(harness, monkeypatch, close)
+    assert code == 1000
+    await _assert_stopped_and_released(harness, runner, left, "closed its WebSocket")
