@@ -216,6 +216,9 @@ class _Client:
         await trio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def wait_closed(self) -> None:
+        await trio.sleep_forever()
+
 
 async def test_a_runner_gone_after_the_command_exited_still_reports_the_exit() -> None:
     nomad = _SlowToClose()

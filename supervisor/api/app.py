@@ -48,6 +48,7 @@ from ..desk.executions import ExecutionRequest
 from ..desk.files import Download, parse_patch
 from ..desk.service import RunnerService
 from ..ops.observability import health_details, metrics_text, pool_statistics
+from .http_connection import WEBSOCKET_ENDED
 from .openapi import FALSE_VALUES, TRUE_VALUES, openapi_document
 
 __all__ = ["create_app"]
@@ -242,6 +243,12 @@ class _ClientSocket:
                 return None
             if message.get("text") is not None:
                 return str(message["text"])
+
+    async def wait_closed(self) -> None:
+        ended = self._websocket.scope.get("extensions", {}).get(WEBSOCKET_ENDED)
+        if ended is None:  # another ASGI server: receive_text() alone tells
+            await trio.sleep_forever()
+        await ended.wait()
 
 
 class _Routes:

@@ -26,7 +26,7 @@ from wsproto.utilities import generate_accept_token
 
 from . import http_head
 
-__all__ = ["PEER_ERRORS", "Connection", "HttpServerSettings"]
+__all__ = ["PEER_ERRORS", "WEBSOCKET_ENDED", "Connection", "HttpServerSettings"]
 
 _RECEIVE_SIZE: Final = 64 * 1024
 _ERROR_BODY: Final = b"Internal Server Error"
@@ -34,6 +34,9 @@ _ERROR_BODY: Final = b"Internal Server Error"
 _LINGER: Final = 2.0
 # How a connection fails when its peer goes or breaks the protocol: it ends, quietly.
 PEER_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError, WsProtocolError)
+# A WebSocket scope's extension: a trio.Event set once the session has ended (the peer's close, a
+# message over max_message, the peer gone), for an app that is not in receive() at that moment.
+WEBSOCKET_ENDED: Final = "supervisor.websocket.ended"
 
 
 @final
@@ -259,6 +262,7 @@ class Connection:
             async with trio.open_nursery() as session_nursery:
                 session_nursery.start_soon(session.read_frames)
                 scope = _scope("websocket", request, self)
+                scope["extensions"][WEBSOCKET_ENDED] = session.ended
                 await session.finish(await self.call_app(scope, session.receive, session.send))
                 session_nursery.cancel_scope.cancel("the WebSocket session has ended")
         finally:
@@ -381,6 +385,7 @@ class _WebSocket:
         self._to_app, self._inbox = trio.open_memory_channel[Message](0)
         self._reader_done = trio.Event()
         self._ended: tuple[int, str] | None = None
+        self.ended = trio.Event()
         self._sent = 0
 
     @property
@@ -525,6 +530,7 @@ class _WebSocket:
         if self._ended is None:
             self._ended = (code, reason)
             self._to_app.close()
+            self.ended.set()
 
 
 def _scope(kind: str, request: h11.Request, connection: Connection) -> Scope:

@@ -101,6 +101,10 @@ class ClientSocket(Protocol):
         """The next text frame; None when the client has closed."""
         ...
 
+    async def wait_closed(self) -> None:
+        """Return once the client has closed or gone (its socket closed for a message over
+        ``server.max_message`` too), whether or not a receive_text() is under way."""
+
 
 @frozen
 class ExecutionRequest:
@@ -396,7 +400,14 @@ class ExecutionService:
                         await session.send_stdin(text.encode())
                     nursery.cancel_scope.cancel("the client closed its WebSocket")
 
+                async def watch_client() -> None:
+                    # A write of stdin to a command that does not read it waits on Nomad for ever,
+                    # not in receive_text(): the client's leaving must end the session all the same.
+                    await socket.wait_closed()
+                    nursery.cancel_scope.cancel("the client closed its WebSocket")
+
                 nursery.start_soon(forward_stdin)
+                nursery.start_soon(watch_client)
                 attempt.exited = await _forward_output(socket, session, attempt)
                 nursery.cancel_scope.cancel("the command exited")
         except* SupervisorError as group:
