@@ -182,6 +182,16 @@ def test_inactivity_expiry_waits_for_running_executions() -> None:
     assert pool.expired(200.0) == [runner.id]
 
 
+def test_a_runner_is_expired_at_the_very_deadline_next_expiry_gives() -> None:
+    # 60.511 + 5 rounds down: now - last_activity at the deadline is 4.999...; the expiry woken at
+    # next_expiry() found nothing expired and spun (seed 1 of the deterministic simulation).
+    pool, _ = warm_pool()
+    runner, _ = pool.claim(10, 5, now=60.511)
+    deadline = pool.next_expiry()
+    assert deadline is not None and deadline - 60.511 < 5
+    assert pool.expired(deadline) == [runner.id]
+
+
 def test_a_runner_registered_after_the_listing_is_not_gone() -> None:
     pool, ids = warm_pool()
     _, actions = pool.claim(10, 0, now=0)

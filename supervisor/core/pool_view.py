@@ -73,7 +73,9 @@ class PoolView:
             for r in self._used.values()
             if r.inactivity_timeout > 0
             and r.executions == 0
-            and now - r.last_activity >= r.inactivity_timeout
+            # The very sum next_expiry() gives as the deadline: ``now - last >= timeout`` can be
+            # False at that deadline by a rounding, and the expiry woken for it would spin.
+            and now >= r.last_activity + r.inactivity_timeout
         ]
 
     def next_expiry(self) -> float | None:

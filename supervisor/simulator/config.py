@@ -36,6 +36,9 @@ class SimConfig:
     datacenter: str = "dc1"
     # With a token set, every request must carry it (X-Nomad-Token or Authorization: Bearer).
     acl_token: str = ""
+    # The cluster's time 0 as Unix nanoseconds (the CreateTime and ModifyTime of what it writes);
+    # None: the wall clock when it starts. A deterministic simulation fixes it.
+    epoch_ns: int | None = None
 
     # How long an answer of the HTTP API takes to reach its client once Nomad computed it.
     response_latency: float = 0.0

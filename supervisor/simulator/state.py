@@ -128,7 +128,7 @@ class ClusterState:
 
     def start_clock(self) -> None:
         """Time 0 of the cluster: called once it runs (trio's clock exists only inside a run)."""
-        self._epoch_ns = time.time_ns()
+        self._epoch_ns = time.time_ns() if self.config.epoch_ns is None else self.config.epoch_ns
         self._clock_start = self.clock()
 
     def now(self) -> float:
