@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,9 +15,15 @@ from supervisor.core.commands import NOMAD_VARIABLES_COMMAND
 from supervisor.core.config import ExecutionSettings
 from supervisor.core.evidence import Finding
 from supervisor.core.runners import REASON_UNSTOPPABLE
-from supervisor.desk.executions import ClientSocket, ExecutionRequest, ExecutionService, _Running
+from supervisor.desk.executions import (
+    CLOSE_STALLED,
+    ClientSocket,
+    ExecutionRequest,
+    ExecutionService,
+    _Running,
+)
 from supervisor.effects.stopping import CommandStops
-from supervisor.nomad import ExecExited
+from supervisor.nomad import ExecExited, ExecOutput
 from supervisor.nomad.api import ExecOpener
 
 
@@ -294,3 +301,133 @@ async def test_a_runners_variable_names_are_read_once_and_forgotten_when_it_goes
             service.runner_gone("10-runner", "the runner was destroyed by request")
             await service.serve_on(_Client(), "exec-3", request)
             assert nomad.listings == 2, "what a runner that went left is not kept"
+
+
+class _Stalling:
+    """Exec sessions that run for ever: ``yes`` (output without end), or ``sleep`` (no output; it
+    reads its stdin at ``stdin_rate`` bytes a second, none by default); the stops exit at once."""
+
+    def __init__(self, stdin_rate: float = 0.0) -> None:
+        self.commands: list[list[str]] = []
+        self.stdin_rate = stdin_rate
+        self.stdin = bytearray()
+
+    @asynccontextmanager
+    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+        self.commands.append(list(command))
+        running = command is not NOMAD_VARIABLES_COMMAND and "kill -TERM" not in command[-1]
+        yield _Endless(self, talks="yes" in command[-1]) if running else _ExitedSession()
+
+
+class _Endless:
+    """A command that runs for ever: ``talks``, it writes output without end."""
+
+    path = "agent"
+    exited = None
+
+    def __init__(self, nomad: _Stalling, *, talks: bool) -> None:
+        self.nomad = nomad
+        self.talks = talks
+
+    def __aiter__(self) -> _Endless:
+        return self
+
+    async def __anext__(self) -> ExecOutput:
+        if not self.talks:
+            await trio.sleep_forever()
+        await trio.lowlevel.checkpoint()
+        return ExecOutput("stdout", b"y\n")
+
+    async def send_stdin(self, data: bytes) -> None:
+        rate = self.nomad.stdin_rate
+        await trio.sleep(len(data) / rate if rate else math.inf)
+        self.nomad.stdin += data
+
+
+class _Deaf(_Client):
+    """A client that reads its ``start`` but nothing after it: every buffer on the way is full, so
+    that each later send to it waits for ever."""
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        if self.sent:
+            await trio.sleep_forever()
+        self.sent.append(message)
+
+
+class _Talking(_Client):
+    """A client that reads all its output, and sends one line of stdin."""
+
+    def __init__(self, line: str = "a line\n") -> None:
+        super().__init__()
+        self.stdin = [line]
+
+    async def receive_text(self) -> str | None:
+        if self.stdin:
+            return self.stdin.pop()
+        return await super().receive_text()
+
+
+async def test_a_client_that_reads_none_of_its_output_is_ended_at_its_runners_inactivity_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    nomad, client = _Stalling(), _Deaf()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            service = _service(nomad, ExecutionSettings(), nursery)
+            request = ExecutionRequest("10-runner", "yes", {}, 0, False, inactivity_timeout=5)
+            code = await service.serve_on(client, "exec-1", request)
+    assert code == CLOSE_STALLED
+    assert trio.current_time() == 5.0, "the send that waits, for the inactivity timeout; then the stop"
+    assert "kill -TERM" in nomad.commands[-1][-1], "its command is stopped"
+    assert client.sent == [{"type": "start"}], "nothing more: it reads none of it"
+    assert service.outcomes["error"] == 1
+
+
+async def test_stdin_that_its_command_takes_none_of_ends_the_execution_at_the_inactivity_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    nomad, client = _Stalling(), _Talking()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            service = _service(nomad, ExecutionSettings(), nursery)
+            request = ExecutionRequest("10-runner", "sleep 600", {}, 0, False, inactivity_timeout=5)
+            code = await service.serve_on(client, "exec-1", request)
+    assert code == CLOSE_STALLED
+    assert trio.current_time() == 5.0
+    assert "kill -TERM" in nomad.commands[-1][-1], "its command is stopped"
+    stalled = (
+        "the command took none of its stdin for 5s, the runner's inactivity timeout: the command is stopped"
+    )
+    assert client.sent == [{"type": "start"}, {"type": "error", "data": stalled}]
+
+
+async def test_without_an_inactivity_timeout_a_client_may_hold_its_execution_up(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Its runner never expires either: only the command's time limit ends it."""
+    nomad = _Stalling()
+    async with trio.open_nursery() as nursery:
+        service = _service(nomad, ExecutionSettings(), nursery)
+        for command, client in (("yes", _Deaf()), ("sleep 600", _Talking())):
+            request = ExecutionRequest("10-runner", command, {}, 0, False)
+            nursery.start_soon(service.serve_on, client, command, request)
+        await trio.sleep(24 * 3600)
+        assert service.running_count == 2, "ended by nothing but the test"
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_a_large_stdin_message_that_its_command_reads_slowly_is_no_stall(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """It goes to Nomad in writes of 64 KiB: each is taken within the limit, though the whole message
+    takes longer."""
+    nomad, client = _Stalling(stdin_rate=64 * 1024 / 3), _Talking("x" * 256 * 1024)
+    async with trio.open_nursery() as nursery:
+        service = _service(nomad, ExecutionSettings(), nursery)
+        request = ExecutionRequest("10-runner", "sleep 600", {}, 0, False, inactivity_timeout=5)
+        nursery.start_soon(service.serve_on, client, "exec-1", request)
+        await trio.sleep(60)
+        assert len(nomad.stdin) == 256 * 1024, "all of it, in 12 s"
+        assert service.running_count == 1
+        assert client.sent == [{"type": "start"}]
+        nursery.cancel_scope.cancel("test over")

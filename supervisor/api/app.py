@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import quote
 
+import attrs
 import orjson
 import trio
 from loguru import logger
@@ -44,7 +45,7 @@ from ..core.config import Settings
 from ..core.environments import MAX_AMOUNT, MAX_ID, decimal, environment_from_dict
 from ..core.runners import Runner
 from ..desk.desk import RUNNER_GONE
-from ..desk.executions import ExecutionRequest
+from ..desk.executions import CLOSE_STALLED, REASON_STALLED, ExecutionRequest
 from ..desk.files import Download, parse_patch
 from ..desk.service import RunnerService
 from ..ops.observability import health_details, metrics_text, pool_statistics
@@ -388,6 +389,8 @@ class _Routes:
     async def execute(self, request: Request) -> Response:
         execution = _execution_request(await _json_body(request), request.path_params["runner_id"])
         runner = await self._runner(request)
+        # A client that holds the execution up as long as this is taken as gone.
+        execution = attrs.evolve(execution, inactivity_timeout=runner.inactivity_timeout)
         execution_id = await self.desk.prepare_execution(runner, execution)
         scheme = "wss" if request.url.scheme == "https" else "ws"
         host = request.headers.get("host", f"{self.settings.server.address}:{self.settings.server.port}")
@@ -420,7 +423,7 @@ class _Routes:
         # A client that closes as soon as it reads the terminal message races our close frame: then
         # the socket is closing either way.
         with contextlib.suppress(RuntimeError, *_CLIENT_GONE):
-            await websocket.close(code=code)
+            await websocket.close(code=code, reason=REASON_STALLED if code == CLOSE_STALLED else None)
 
 
 class _DownloadResponse(StreamingResponse):

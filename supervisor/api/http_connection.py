@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, Final, final
 from urllib.parse import unquote
@@ -46,7 +47,9 @@ class HttpServerSettings:
 
     # An idle keep-alive connection (no request begun) is closed after this many seconds.
     keep_alive_timeout: float = 75.0
-    # A WebSocket message larger than this (bytes) closes its connection with 1009.
+    # A WebSocket message larger than this (bytes) closes its connection with 1009. The messages
+    # the app has not taken yet are held up to as much again (one always): meanwhile the peer's close
+    # is seen; past it the connection is read no more until the app takes one.
     max_message: int = 1024 * 1024
     # A request line and headers larger than this (bytes) are answered 431; the connection closes.
     max_head: int = 64 * 1024
@@ -144,8 +147,11 @@ class Connection:
 
     async def write(self, produce: Callable[[], bytes | None]) -> bool:
         """Send what ``produce`` makes, made under the send lock so that the protocol's state and
-        the bytes on the wire move together; False when nothing went out."""
+        the bytes on the wire move together; False when nothing went out. A write cancelled part-way
+        (a peer that reads nothing holds it) may have sent part of a frame or response: nothing is
+        written after it, as what followed would not parse."""
         async with self.send_lock:
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before anything went out
             data = None if self.write_broken else produce()
             if not data:
                 return False
@@ -154,6 +160,9 @@ class Connection:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.write_broken = True
                 return False
+            except trio.Cancelled:
+                self.write_broken = True
+                raise
             return True
 
     async def send_h11(self, *events: h11.Event) -> None:
@@ -382,7 +391,14 @@ class _WebSocket:
         self._decided = trio.Event()
         # An HTTP response on the upgrade request, in place of the accept.
         self._refusal: _HttpExchange | None = None
-        self._to_app, self._inbox = trio.open_memory_channel[Message](0)
+        # The peer's messages, each with its size, that the app has yet to take: the reader reads on
+        # while the app is busy (so that the peer's close or its going is seen) until they come to
+        # more than max_message bytes.
+        self._to_app, self._inbox = trio.open_memory_channel[tuple[Message, int]](math.inf)
+        self._queued = 0
+        # Set when the app takes a message, or wants no more.
+        self._room = trio.Event()
+        self._app_done = False
         self._reader_done = trio.Event()
         self._ended: tuple[int, str] | None = None
         self.ended = trio.Event()
@@ -400,7 +416,7 @@ class _WebSocket:
         """The session is over: an app task still holding ``receive`` or ``send`` gets nothing more."""
         self._connection = self._ws = None
         self._decided.set()
-        self._inbox.close()
+        self._close_inbox()
 
     async def receive(self) -> Message:
         if not self._connect_given:
@@ -409,10 +425,13 @@ class _WebSocket:
             return {"type": "websocket.connect"}
         await self._decided.wait()
         try:
-            return await self._inbox.receive()
+            message, size = await self._inbox.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             code, reason = self._ended or (1006, "")
             return {"type": "websocket.disconnect", "code": code, "reason": reason}
+        self._queued -= size
+        self._room.set()
+        return message
 
     async def send(self, message: Message) -> None:
         kind = message["type"]
@@ -427,8 +446,7 @@ class _WebSocket:
             if await self._send_frame(event):
                 self._sent += len(event.data) if data is not None else len(str(text).encode())
         elif kind == "websocket.close" and self._accepted:
-            code, reason = int(message.get("code") or 1000), message.get("reason")
-            await self._send_frame(CloseConnection(code=code, reason=reason))
+            await self._close(int(message.get("code") or 1000), message.get("reason"))
         elif kind == "websocket.close" and self.status is None:
             await self._refuse(connection).answer(403, b"")
         elif kind.startswith("websocket.http.response.") and not self._accepted:
@@ -441,13 +459,13 @@ class _WebSocket:
         open (1000, or 1011 if it raised), and give the peer time to answer our close frame."""
         assert self._connection is not None
         self._decided.set()
-        self._inbox.close()  # the reader hands nothing more over
+        self._close_inbox()  # the reader hands nothing more over
         if not self._accepted:
             if self._refusal is None or not self._refusal.written:
                 await self._refuse(self._connection).answer(500, _ERROR_BODY)
         elif self._ws is not None:
             if self._ws.state is ConnectionState.OPEN:
-                await self._send_frame(CloseConnection(code=1011 if raised else 1000))
+                await self._close(1011 if raised else 1000)
             if self._ws.state is ConnectionState.LOCAL_CLOSING:
                 with trio.move_on_after(self._connection.settings.close_timeout):
                     await self._reader_done.wait()
@@ -461,6 +479,17 @@ class _WebSocket:
         finally:
             self._end(1006, "")
             self._reader_done.set()
+
+    def _close_inbox(self) -> None:
+        self._app_done = True
+        self._inbox.close()
+        self._room.set()
+
+    async def _close(self, code: int, reason: str | None = None) -> None:
+        """Our close frame, within ``close_timeout``: a peer that reads nothing holds it."""
+        assert self._connection is not None
+        with trio.move_on_after(self._connection.settings.close_timeout):
+            await self._send_frame(CloseConnection(code=code, reason=reason))
 
     def _refuse(self, connection: Connection) -> _HttpExchange:
         if self._refusal is None:
@@ -516,14 +545,23 @@ class _WebSocket:
                         self._end(1009, "message too big")
                         await self._send_frame(CloseConnection(code=1009, reason="message too big"))
                     elif event.message_finished:
-                        await self._hand_over(bytes(message), text=isinstance(event, TextMessage))
+                        text = isinstance(event, TextMessage)
+                        await self._hand_over(
+                            bytes(message), text=text, limit=connection.settings.max_message
+                        )
                         message = bytearray()
 
-    async def _hand_over(self, message: bytes, *, text: bool) -> None:
+    async def _hand_over(self, message: bytes, *, text: bool, limit: int) -> None:
+        """Queue the message for the app, first waiting (reading no more) while the messages it has
+        yet to take would come to more than ``limit`` bytes with it."""
+        while self._queued and self._queued + len(message) > limit and not self._app_done:
+            self._room = trio.Event()
+            await self._room.wait()
         received: Message = {"type": "websocket.receive", "text": None, "bytes": None}
         received["text" if text else "bytes"] = message.decode() if text else message
-        with contextlib.suppress(trio.BrokenResourceError):  # the app is done with the session
-            await self._to_app.send(received)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):  # the app is done
+            self._to_app.send_nowait((received, len(message)))
+            self._queued += len(message)
 
     def _end(self, code: int, reason: str) -> None:
         """How the session ended, for the app's ``websocket.disconnect``: the first word stands."""

@@ -14,14 +14,23 @@ command's output as it comes, then exactly one terminal message:
   within ``admission.wait_timeout`` (nothing ran); or the exec connection was lost, because a Nomad
   server or the runner's agent restarted (then the command's outcome is unknown, and it is stopped).
 
-A client that closes its WebSocket early gets nothing more; its command is stopped.
+A client that closes its WebSocket early gets nothing more; its command is stopped. So does a client
+that holds its execution up for its runner's inactivity timeout (its runner does not expire while the
+execution runs): a send of output that makes no progress that long (the client reads none, and every
+buffer on the way is full), or a write of its stdin that does (its command reads none, and the client
+sends on). Its command is stopped. One whose stdin waited gets an ``error`` that says so, then a close
+with 1008; one that read no output gets nothing more, not even a close frame (the send cut short left
+part of a frame on the wire). A runner without an inactivity timeout is held for as long as its client
+likes.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import math
 import sys
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, Protocol, cast
 
@@ -47,7 +56,15 @@ from ..effects.stopping import CommandStops, StopOutcome
 from ..nomad import ExecExited, ExecOutput
 from ..nomad.api import ExecChannel, ExecOpener
 
-__all__ = ["ClientSocket", "ExecutionRequest", "ExecutionRunners", "ExecutionService", "wait_for_agent"]
+__all__ = [
+    "CLOSE_STALLED",
+    "REASON_STALLED",
+    "ClientSocket",
+    "ExecutionRequest",
+    "ExecutionRunners",
+    "ExecutionService",
+    "wait_for_agent",
+]
 
 
 _VARIABLES_CACHE: Final = 10_000
@@ -65,6 +82,12 @@ MESSAGE_SHUTTING_DOWN: Final = "the supervisor is shutting down"
 # WebSocket close codes: the execution ended (normal closure), or the daemon is stopping (going away).
 CLOSE_NORMAL: Final = 1000
 CLOSE_GOING_AWAY: Final = 1001
+# The client held its execution up past its runner's inactivity timeout (policy violation).
+CLOSE_STALLED: Final = 1008
+REASON_STALLED: Final = "the execution stalled for the runner's inactivity timeout"
+# Stdin goes to Nomad in writes of at most this (a pipe's buffer), so that the stall limit bounds a
+# write that makes no progress, not a large message that its command reads slowly.
+_STDIN_CHUNK: Final = 64 * 1024
 # How long a stop at shutdown may take before the daemon goes anyway (the next start's sweep of
 # adopted claims stops what is left).
 _SHUTDOWN_STOP_CAP: Final = 1.0
@@ -115,6 +138,9 @@ class ExecutionRequest:
     environment: dict[str, str]
     time_limit: int
     privileged: bool
+    # The runner's inactivity timeout (0: none): a client that holds the execution up this long is
+    # taken as gone (its runner does not expire while the execution runs).
+    inactivity_timeout: float = 0.0
 
 
 @define
@@ -138,6 +164,35 @@ class _Running:
     shutting_down: bool = False
     # The exec session under way, or the last one.
     attempt: _Attempt = field(factory=_Attempt)
+    # How long a send to the client, or a write of its stdin, may make no progress (0: for ever).
+    stall_limit: float = 0.0
+    # What held the execution up past that, once it did: the execution ends.
+    stalled: str = ""
+    # The client read none of its output: it is sent nothing more.
+    deaf: bool = False
+
+    def within_stall_limit(self) -> trio.CancelScope:
+        """The scope of one send to the client or write of its stdin: it ends at the stall limit."""
+        return trio.move_on_after(self.stall_limit if self.stall_limit > 0 else math.inf)
+
+    def stall(self, what: str) -> None:
+        """The client held the execution up past the stall limit: it ends, its command stopped."""
+        if not self.stalled:
+            self.stalled = (
+                f"{what} for {self.stall_limit:g}s, the runner's inactivity timeout: the command is stopped"
+            )
+        self.scope.cancel(self.stalled)
+
+    async def send(self, socket: ClientSocket, message: dict[str, Any]) -> None:
+        """Send to the client, unless it is gone or read none of its output up to the stall limit."""
+        if self.deaf:
+            await trio.lowlevel.checkpoint()
+            return
+        with self.within_stall_limit() as waited:
+            await _send(socket, message)
+        if waited.cancelled_caught:
+            self.deaf = True
+            self.stall("the client read none of its output")
 
 
 class ExecutionService:
@@ -229,9 +284,10 @@ class ExecutionService:
         self, socket: ClientSocket, execution_id: str, request: ExecutionRequest, runners: ExecutionRunners
     ) -> int:
         """Run the execution in the execution nursery, telling ``runners`` what it finds; returns,
-        when it has ended, the WebSocket close code: 1000, or 1001 (going away) when the daemon's
-        stop ended it. It counts as running from this call on, so that the execution nursery,
-        which waits for the running ones, cannot close under it."""
+        when it has ended, the WebSocket close code: 1000, 1001 (going away) when the daemon's stop
+        ended it, or 1008 when its client held it up past the stall limit. It counts as running
+        from this call on, so that the execution nursery, which waits for the running ones, cannot
+        close under it."""
         if self.stopping:
             await _send(socket, {"type": "error", "data": MESSAGE_SHUTTING_DOWN})
             return CLOSE_GOING_AWAY
@@ -239,7 +295,7 @@ class ExecutionService:
         if alloc_id is None:
             await _send(socket, {"type": "error", "data": "the runner is gone"})
             return CLOSE_NORMAL
-        running = _Running(execution_id, request.runner_id, runners)
+        running = _Running(execution_id, request.runner_id, runners, stall_limit=request.inactivity_timeout)
         self._running.add(running)
         if self._none_running.is_set():
             self._none_running = trio.Event()
@@ -255,7 +311,7 @@ class ExecutionService:
                 # A bug in one execution must not end the others in the nursery.
                 logger.exception("execution {} on {} failed", execution_id, request.runner_id)
                 if not running.attempt.exit_sent:  # the client has its one terminal message
-                    await _send(socket, {"type": "error", "data": "internal error of the supervisor"})
+                    await running.send(socket, {"type": "error", "data": "internal error of the supervisor"})
             finally:
                 self._running.discard(running)
                 if not self._running:
@@ -273,7 +329,7 @@ class ExecutionService:
         execution_id = running.execution_id
         started = trio.current_time()
         logger.info("execution {} started on runner {}", execution_id, request.runner_id)
-        await _send(socket, {"type": "start"})
+        await running.send(socket, {"type": "start"})
         terminal = await self._bridge(socket, running, alloc_id, request)
         outcome = str(terminal["type"]) if terminal is not None else "closed"
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -285,8 +341,10 @@ class ExecutionService:
             _describe_end(terminal),
         )
         if terminal is not None and not (terminal["type"] == "exit" and running.attempt.exit_sent):
-            await _send(socket, terminal)
-        return CLOSE_GOING_AWAY if running.shutting_down else CLOSE_NORMAL
+            await running.send(socket, terminal)
+        if running.shutting_down:
+            return CLOSE_GOING_AWAY
+        return CLOSE_STALLED if running.stalled else CLOSE_NORMAL
 
     async def _bridge(
         self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
@@ -316,6 +374,9 @@ class ExecutionService:
                 with trio.move_on_after(_SHUTDOWN_STOP_CAP):
                     await stopped.wait()
                 return {"type": "error", "data": MESSAGE_SHUTTING_DOWN}
+            if running.stalled:
+                await self._stop(running, alloc_id)
+                return {"type": "error", "data": running.stalled}
             if isinstance(failure, ExecAgentUnreachable):
                 return {"type": "timeout"}  # it passed while the agent was away: nothing ran
             await self._stop(running, alloc_id)  # the time limit passed
@@ -397,7 +458,13 @@ class ExecutionService:
 
                 async def forward_stdin() -> None:
                     while (text := await socket.receive_text()) is not None:
-                        await session.send_stdin(text.encode())
+                        data = text.encode()
+                        for start in range(0, len(data), _STDIN_CHUNK):
+                            with running.within_stall_limit() as waited:
+                                await session.send_stdin(data[start : start + _STDIN_CHUNK])
+                            if waited.cancelled_caught:
+                                running.stall("the command took none of its stdin")  # ends the attempt
+                                return
                     nursery.cancel_scope.cancel("the client closed its WebSocket")
 
                 async def watch_client() -> None:
@@ -408,7 +475,7 @@ class ExecutionService:
 
                 nursery.start_soon(forward_stdin)
                 nursery.start_soon(watch_client)
-                attempt.exited = await _forward_output(socket, session, attempt)
+                attempt.exited = await _forward_output(partial(running.send, socket), session, attempt)
                 nursery.cancel_scope.cancel("the command exited")
         except* SupervisorError as group:
             failures = leaves(group)
@@ -461,23 +528,25 @@ async def wait_for_agent(give_up: float, interval: float) -> bool:
     return True
 
 
-async def _forward_output(socket: ClientSocket, session: ExecChannel, attempt: _Attempt) -> ExecExited:
+async def _forward_output(
+    send: Callable[[dict[str, Any]], Awaitable[None]], session: ExecChannel, attempt: _Attempt
+) -> ExecExited:
     decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
     async for frame in session:
         attempt.output = True
         if isinstance(frame, ExecExited):
             for name, decoder in decoders.items():
                 if rest := decoder.decode(b"", final=True):
-                    await _send(socket, {"type": name, "data": rest})
+                    await send({"type": name, "data": rest})
             # Sent before the exec session is torn down, which waits for Nomad to drop it.
             attempt.exited = frame
-            await _send(socket, _exit_message(frame))
+            await send(_exit_message(frame))
             attempt.exit_sent = True  # not before: a send cancelled before it began sent nothing
             return frame
         assert isinstance(frame, ExecOutput)
         text = decoders[frame.stream].decode(frame.data)
         if text:
-            await _send(socket, {"type": frame.stream, "data": text})
+            await send({"type": frame.stream, "data": text})
     raise ExecConnectionLost("the exec session ended without an exit")  # pragma: no cover
 
 
