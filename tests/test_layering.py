@@ -76,7 +76,20 @@ def test_the_check_sees_a_cycle_where_there_is_one() -> None:
 # The floors, lowest first: the ground (and the package's root, which holds only its version), the
 # Nomad client and the simulated cluster, the decisions, then the parts of the tree from the effects
 # up to the daemon, and the command line on top.
-FLOORS = ["base", "nomad", "simulator", "core", "effects", "informer", "desk", "ops", "api", "tree", "top"]
+FLOORS = [
+    "base",
+    "nomad",
+    "simulator",
+    "core",
+    "effects",
+    "informer",
+    "desk",
+    "ops",
+    "api",
+    "tree",
+    "dst",
+    "top",
+]
 
 
 def floor(module: str) -> int:

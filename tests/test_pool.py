@@ -188,7 +188,8 @@ def test_a_runner_is_expired_at_the_very_deadline_next_expiry_gives() -> None:
     pool, _ = warm_pool()
     runner, _ = pool.claim(10, 5, now=60.511)
     deadline = pool.next_expiry()
-    assert deadline is not None and deadline - 60.511 < 5
+    assert deadline is not None
+    assert deadline - 60.511 < 5
     assert pool.expired(deadline) == [runner.id]
 
 

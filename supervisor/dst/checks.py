@@ -1,0 +1,222 @@
+"""The promises, checked as the run goes (each claim, each message, each answer) and at its end.
+
+1. No runner ID is handed out twice.
+2. A claimed runner is alive in the cluster's ground truth, unless it died less than the evidence
+   bound before the claim (EVENT_BOUND when Nomad wrote its death, SILENT_BOUND when Nomad lost the
+   job without a word, which only a relist shows).
+3. No execution is ended by the daemon (an error, a timeout not asked for, a socket dropped) unless
+   a fault on its runner, its node, a server or the daemon itself explains it; exactly one terminal
+   message per execution.
+4. Output is never foreign (always a prefix of what the command writes) and never lost (whole when
+   the command exited).
+5. After the quiet period, Nomad's runner jobs are the daemons' idle and used runners, and every
+   pool is at its size.
+6. Health tells the truth: OK at the end, with full pools and the stream up.
+7. With HA, at most one daemon acts at any instant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import trio
+from attrs import define, field
+
+from .faults import FaultLog
+from .trace import Trace
+from .truth import Truth
+
+__all__ = ["EVENT_BOUND", "SILENT_BOUND", "Checks", "Execution", "Violation"]
+
+# A runner's death that Nomad wrote (an event, a listing) is known within this many seconds.
+EVENT_BOUND: Final = 10.0
+# A runner job Nomad lost without any event is known at the next relist: watcher.resync_interval
+# (60 s) and the relist's own time.
+SILENT_BOUND: Final = 65.0
+_FINE_REFUSALS: Final = ("NOMAD_OVERLOAD", "NOMAD_UNREACHABLE", "STANDBY")
+_ENDED: Final = "3 no execution or request ended by the daemon"
+_LOST: Final = "4 output never lost"
+
+
+@define
+class Violation:
+    """A promise broken: which, when (virtual seconds), and what was seen."""
+
+    promise: str
+    at: float
+    details: str
+
+
+@define(eq=False)
+class Execution:
+    """One execution as its client saw it."""
+
+    runner: str
+    node: str
+    started: float
+    stdout_expected: str
+    stderr_expected: str
+    exit_expected: int | None
+    messages: list[dict[str, Any]] = field(factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    terminals: list[dict[str, Any]] = field(factory=list)
+    dropped: str = ""
+    close_code: int | None = None
+    # The handshake's answer when the daemon refused it (410: the runner went before it started).
+    rejected: int | None = None
+    gone: bool = False
+    checks: Checks | None = None
+
+    def message(self, message: dict[str, Any]) -> None:
+        """One message, checked as it comes: output never foreign."""
+        self.messages.append(message)
+        kind = message.get("type")
+        if kind == "stdout":
+            self.stdout += message.get("data", "")
+            if not self.stdout_expected.startswith(self.stdout) and self.checks is not None:
+                self.checks.violate("4 output never foreign", f"{self.runner}: stdout {self.stdout[-80:]!r}")
+        elif kind == "stderr":
+            self.stderr += message.get("data", "")
+            if not self.stderr_expected.startswith(self.stderr) and self.checks is not None:
+                self.checks.violate("4 output never foreign", f"{self.runner}: stderr {self.stderr[-80:]!r}")
+        elif kind in ("exit", "timeout", "error"):
+            self.terminals.append(message)
+
+    def closed(self, code: int | None) -> None:
+        """The WebSocket closed (after the terminal message, or without one)."""
+        self.close_code = code
+
+
+@define(eq=False)
+class Checks:
+    """Every promise, checked against the world's ground truth and its fault log."""
+
+    truth: Truth
+    faults: FaultLog
+    trace: Trace
+    violations: list[Violation] = field(factory=list)
+    handed_out: dict[str, float] = field(factory=dict)
+    claims: int = 0
+    executions: int = 0
+    notes: list[str] = field(factory=list)
+    abandoned_runners: dict[str, float] = field(factory=dict)
+
+    def violate(self, promise: str, details: str) -> None:
+        """Record a broken promise."""
+        now = trio.current_time()
+        self.violations.append(Violation(promise, now, details))
+        self.trace.record("violation", f"{promise}: {details}")
+
+    def note(self, text: str) -> None:
+        """Something a client met that the daemon did not answer (a refused connection)."""
+        self.trace.record("note", text)
+        if self.faults.active("daemon_kill", trio.current_time()) is None:
+            self.violate("3 no execution or request ended by the daemon", f"unanswered: {text}")
+
+    # -- claims ---------------------------------------------------------------------------------
+
+    def claimed(self, runner: str, environment: int) -> None:
+        """Promises 1 and 2, at the claim."""
+        now = trio.current_time()
+        self.claims += 1
+        self.trace.record("claim", f"{runner} env {environment}")
+        if runner in self.handed_out:
+            self.violate("1 no runner handed out twice", f"{runner} (first at {self.handed_out[runner]:.3f})")
+        self.handed_out[runner] = now
+        if self.truth.is_alive(runner):
+            return
+        died = self.truth.died_at.get(runner)
+        silent = runner in self.truth.silent_deaths
+        bound = SILENT_BOUND if silent else EVENT_BOUND
+        if died is None or now - died >= bound:
+            since = (
+                "never alive"
+                if died is None
+                else f"dead since {died:.3f} ({'silently' if silent else 'written'})"
+            )
+            self.violate("2 a claimed runner is alive", f"{runner}: {since}")
+
+    def refused(self, student: str, what: str, status: int, text: str) -> None:
+        """A claim answered otherwise than 200: fine when it says why in Poseidon's codes."""
+        self.trace.record("refused", f"{student} {what} {status}")
+        if status in (500, 503) and any(code in text for code in _FINE_REFUSALS):
+            return
+        self.violate(
+            "3 no execution or request ended by the daemon", f"{what} answered {status}: {text[:200]}"
+        )
+
+    def answered(self, runner: str, what: str, status: int, text: str) -> bool:
+        """A call on a claimed runner answered otherwise than success; False: the runner is gone."""
+        self.trace.record("answered", f"{runner} {what} {status}")
+        if status == 410:
+            return False
+        if status in (500, 503) and any(code in text for code in _FINE_REFUSALS):
+            return True
+        if self._explained(runner, trio.current_time() - 1.0) is None:
+            self.violate(
+                "3 no execution or request ended by the daemon", f"{runner} {what} {status}: {text[:200]}"
+            )
+        return False
+
+    def released(self, runner: str, status: int, text: str) -> None:
+        """The client gave the runner back."""
+        self.trace.record("release", f"{runner} {status}")
+        if status not in (204, 410):
+            self.violate(
+                "3 no execution or request ended by the daemon", f"release {runner}: {status} {text[:200]}"
+            )
+
+    def abandoned(self, runner: str, timeout: int) -> None:
+        """The client walked away: the runner goes at its inactivity timeout (or never, with 0)."""
+        self.trace.record("abandon", f"{runner} timeout {timeout}")
+        self.abandoned_runners[runner] = timeout
+
+    # -- executions -----------------------------------------------------------------------------
+
+    def started(self, runner: str, stdout: str, stderr: str, exit_code: int | None) -> Execution:
+        """An execution about to connect."""
+        self.executions += 1
+        self.trace.record("execute", runner)
+        node = self.truth.node_of(runner)
+        return Execution(runner, node, trio.current_time(), stdout, stderr, exit_code, checks=self)
+
+    def ended(self, execution: Execution) -> None:
+        """Promises 3 and 4, once the execution's socket closed."""
+        terminal = execution.terminals[0] if execution.terminals else None
+        self.trace.record(
+            "ended", f"{execution.runner} {terminal} {execution.close_code} {execution.dropped}"
+        )
+        if len(execution.terminals) > 1:
+            self.violate("3 exactly one terminal message", f"{execution.runner}: {execution.terminals}")
+        if execution.rejected == 410:
+            execution.gone = True
+            return
+        expected_kind = "exit" if execution.exit_expected is not None else "timeout"
+        if terminal is not None and terminal["type"] == expected_kind:
+            if expected_kind == "exit" and terminal.get("data") != execution.exit_expected:
+                self.violate(
+                    "4 output never lost", f"{execution.runner}: {terminal} != {execution.exit_expected}"
+                )
+            whole = (
+                execution.stdout == execution.stdout_expected
+                and execution.stderr == execution.stderr_expected
+            )
+            if expected_kind == "exit" and not whole:
+                self.violate("4 output never lost", f"{execution.runner}: stdout {execution.stdout[-80:]!r}")
+            return
+        if terminal is not None and terminal["type"] == "error":
+            execution.gone = True
+        what = f"{execution.runner}: {terminal or execution.dropped or 'closed without a terminal message'}"
+        if self._explained(execution.runner, execution.started) is None:
+            self.violate("3 no execution or request ended by the daemon", what)
+
+    def _explained(self, runner: str, since: float) -> str | None:
+        """The fault that explains a failure on ``runner`` between ``since`` and now, if any."""
+        node = self.truth.node_of(runner)
+        now = trio.current_time()
+        if not self.truth.is_alive(runner):
+            died = self.truth.died_at.get(runner, now)
+            if died <= now:
+                return f"the runner died at {died:.3f}"
+        return self.faults.explains(node, since, now)

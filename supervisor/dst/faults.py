@@ -1,0 +1,226 @@
+"""A seed's fault schedule, drawn from everything the simulated cluster can do, and the log of what
+was done, by which the checks tell an explained failure from a broken promise.
+
+Every fault heals before the quiet period: agents come back, servers serve again, drains end,
+firewalls open, a killed daemon is started again.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import trio
+from attrs import define, field, frozen
+
+from .trace import Trace
+from .world import World
+
+__all__ = ["KINDS", "Fault", "FaultLog", "plan_faults", "run_faults"]
+
+KINDS: Final = (
+    "agent_restart",
+    "agent_drain_restart",
+    "rolling_agents",
+    "all_agents",
+    "server_restart",
+    "leader_restart",
+    "stream_cut",
+    "stream_flapping",
+    "node_down",
+    "agent_unreachable",
+    "allocation_failure",
+    "drain",
+    "daemon_kill",
+)
+# How long after a fault heals its consequences may still show (a node's heartbeat grace, the
+# reschedule of what it lost, a refill).
+_AFTERMATH: Final = 30.0
+
+
+@frozen
+class Fault:
+    """One fault of the schedule: when, what, and its draws."""
+
+    at: float
+    kind: str
+    target: int  # which node, server or daemon (modulo how many there are)
+    duration: float
+    fraction: float = 0.0
+
+    def describe(self) -> str:
+        """One line for the trace and the report."""
+        return f"{self.kind} target={self.target} duration={self.duration:.1f} fraction={self.fraction:.2f}"
+
+
+@define
+class _Window:
+    kind: str
+    start: float
+    end: float
+    nodes: frozenset[str] | None  # None: every node
+    everything: bool  # a server's or the daemon's fault: any execution may have been cut
+
+
+@define(eq=False)
+class FaultLog:
+    """The faults done so far, each with the time window its effects may show in."""
+
+    windows: list[_Window] = field(factory=list)
+
+    def add(self, kind: str, start: float, heals: float, *, nodes: frozenset[str] | None = None) -> None:
+        """A fault acting from ``start``; healed at ``heals``."""
+        everything = kind in ("server_restart", "leader_restart", "daemon_kill")
+        self.windows.append(_Window(kind, start, heals + _AFTERMATH, nodes, everything))
+
+    def active(self, kind: str, at: float) -> _Window | None:
+        """A fault of ``kind`` whose window holds ``at``."""
+        return next((w for w in self.windows if w.kind == kind and w.start <= at <= w.end), None)
+
+    def explains(self, node: str, since: float, until: float) -> str | None:
+        """The fault that could have ended something on ``node`` between ``since`` and ``until``."""
+        for window in self.windows:
+            if window.start > until or window.end < since:
+                continue
+            if window.everything or window.nodes is None or node in window.nodes or not node:
+                return f"{window.kind} at {window.start:.3f}"
+        return None
+
+
+def plan_faults(rng: random.Random, *, start: float, end: float) -> list[Fault]:
+    """Between 2 and 12 faults at random times in [start, end), each healed by ``end``."""
+    faults = []
+    for _ in range(rng.randrange(2, 13)):
+        at = round(rng.uniform(start, end - 30.0), 3)
+        kind = rng.choice(KINDS)
+        duration = round(min(rng.uniform(1.0, 40.0), end - at - 5.0), 3)
+        faults.append(Fault(at, kind, rng.randrange(1000), duration, round(rng.random(), 3)))
+    return sorted(faults, key=lambda f: f.at)
+
+
+async def run_faults(world: World, faults: list[Fault], log: FaultLog, trace: Trace) -> None:
+    """Do each fault at its time; heals run beside, in this task's nursery."""
+    async with trio.open_nursery() as nursery:
+        for fault in faults:
+            await trio.sleep_until(fault.at)
+            trace.record("fault", fault.describe())
+            await _do(world, fault, log, nursery)
+
+
+def _later(nursery: trio.Nursery, delay: float, action: Callable[[], Awaitable[None]]) -> None:
+    async def run() -> None:
+        await trio.sleep(delay)
+        await action()
+
+    nursery.start_soon(run)
+
+
+async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) -> None:  # noqa: C901  # a branch per kind
+    cluster = world.cluster
+    agents = cluster.agents
+    now = trio.current_time()
+    nodes = sorted(cluster.state.nodes.values(), key=lambda n: n.name)
+    node = nodes[fault.target % len(nodes)]
+    one = frozenset({node.name})
+    kind, duration = fault.kind, fault.duration
+    if kind in ("agent_restart", "agent_drain_restart", "node_down"):
+        if not node.agent_up:
+            return
+        downtime = duration if kind != "node_down" else cluster.config.heartbeat_grace + duration
+        drain = kind == "agent_drain_restart"
+        agents.restart_agent(node, downtime=downtime, drain_on_shutdown=drain, drain_deadline=duration)
+        log.add(kind, now, now + downtime + (duration if drain else 0.0), nodes=one)
+    elif kind == "rolling_agents":
+        gap = duration / max(len(nodes), 1)
+        for i, each in enumerate(nodes):
+            _later(nursery, i * gap, _restarting(world, each.name, min(gap, 10.0)))
+        log.add(kind, now, now + duration + 10.0)
+    elif kind == "all_agents":
+        if all(n.agent_up for n in nodes):
+            downtime = min(duration, 20.0)
+            agents.restart_all(downtime=downtime, lose_fraction=fault.fraction * 0.5)
+            log.add(kind, now, now + downtime)
+    elif kind in ("server_restart", "leader_restart"):
+        serving = [s for s in cluster.servers if s.up]
+        if kind == "leader_restart":
+            serving = [s for s in serving if s.name == cluster.leader]
+        if serving:
+            downtime = min(duration, 10.0)
+            cluster.restart_server(serving[fault.target % len(serving)].name, downtime=downtime)
+            log.add(kind, now, now + downtime + cluster.config.election_timeout)
+    elif kind == "stream_cut":
+        cluster.cut_streams()
+        log.add(kind, now, now)
+    elif kind == "stream_flapping":
+        for i in range(int(duration // 2)):
+            _later(nursery, 2.0 * i, _cutting(world))
+        log.add(kind, now, now + duration)
+    elif kind == "agent_unreachable":
+        await cluster.set_agent_reachable(node.name, False)
+        _later(nursery, duration, _reachable(world, node.name))
+        log.add(kind, now, now + duration, nodes=one)
+    elif kind == "allocation_failure":
+        up = {n.id for n in nodes if n.agent_up}
+        running = sorted(
+            (a for a in cluster.state.allocs.values() if a.client_status == "running" and a.node_id in up),
+            key=lambda a: a.id,
+        )
+        if running:
+            alloc = running[fault.target % len(running)]
+            agents.fail(alloc, "oom" if fault.fraction < 0.5 else "crash")
+            log.add(kind, now, now, nodes=frozenset({alloc.node_name}))
+    elif kind == "drain":
+        agents.drain(
+            node, deadline_ns=round(duration * 1e9), mark_eligible=False, meta={}, accessor="operator"
+        )
+        _later(nursery, duration + 5.0, _undrain(world, node.name))
+        log.add(kind, now, now + duration + 5.0, nodes=one)
+    elif kind == "daemon_kill":
+        slot = world.slots[fault.target % len(world.slots)]
+        if slot.running:
+            world.kill(slot)
+            downtime = min(duration, 10.0)
+            _later(nursery, downtime, _starting(world, slot))
+            log.add(kind, now, now + downtime)
+
+
+def _restarting(world: World, name: str, downtime: float) -> Callable[[], Awaitable[None]]:
+    async def restart() -> None:
+        node = world.cluster.state.node_by_name(name)
+        if node is not None and node.agent_up:
+            world.cluster.agents.restart_agent(node, downtime=downtime)
+
+    return restart
+
+
+def _cutting(world: World) -> Callable[[], Awaitable[None]]:
+    async def cut() -> None:
+        world.cluster.cut_streams()
+
+    return cut
+
+
+def _reachable(world: World, name: str) -> Callable[[], Awaitable[None]]:
+    async def open_again() -> None:
+        await world.cluster.set_agent_reachable(name, True)
+
+    return open_again
+
+
+def _undrain(world: World, name: str) -> Callable[[], Awaitable[None]]:
+    async def undrain() -> None:
+        node = world.cluster.state.node_by_name(name)
+        if node is not None:
+            world.cluster.agents.drain(
+                node, deadline_ns=None, mark_eligible=True, meta={}, accessor="operator"
+            )
+
+    return undrain
+
+
+def _starting(world: World, slot: object) -> Callable[[], Awaitable[None]]:
+    async def start() -> None:
+        await world.start(slot)  # type: ignore[arg-type]
+
+    return start
