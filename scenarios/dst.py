@@ -90,6 +90,7 @@ def main() -> int:
     if os.environ.get("PYTHONHASHSEED") != _HASH_SEED:
         os.environ["PYTHONHASHSEED"] = _HASH_SEED
         os.execv(sys.executable, [sys.executable, *sys.argv])
+    args.output.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     failed: list[int] = []
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:

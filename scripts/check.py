@@ -1,5 +1,5 @@
-"""Every check the project has: lint, formatting, types, the quick scenarios, a short fuzzing pass
-of the API, then the test suite.
+"""Every check the project has: lint, formatting, types, the quick scenarios, 30 seeds of the
+deterministic simulation, a short fuzzing pass of the API, then the test suite.
 
     python scripts/check.py [pytest arguments...]
 
@@ -46,6 +46,7 @@ def main() -> int:
             ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
             ("types", [python, "-m", "mypy"]),
             ("scenarios", [python, "scenarios/run_all.py", "--quick", "--jobs", "6"]),
+            ("simulation", [python, "scenarios/dst.py", "--seeds", "1-30", "--jobs", "2", "--output", "dst"]),
             ("fuzz", [python, "scripts/fuzz_api.py", "--max-examples", "5"]),
             ("tests", [python, "-m", "pytest", "--numprocesses", "auto", *sys.argv[1:]]),
         ]
