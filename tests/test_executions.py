@@ -24,7 +24,14 @@ from supervisor.desk.executions import (
 )
 from supervisor.effects.stopping import CommandStops
 from supervisor.nomad import ExecExited, ExecOutput
-from supervisor.nomad.api import ExecOpener
+from supervisor.nomad.api import ExecutionClient
+
+
+class _NoAllocations:
+    """A client whose allocations are never asked for (no command here exits 137)."""
+
+    async def get_allocation(self, alloc_id: str) -> Any:
+        raise AssertionError("not asked in these tests")
 
 
 class _Runners:
@@ -65,7 +72,7 @@ class _Service(ExecutionService):
 
 
 def _service(
-    client: ExecOpener,
+    client: ExecutionClient,
     settings: ExecutionSettings,
     nursery: trio.Nursery,
     *,
@@ -84,7 +91,7 @@ def _service(
     return service
 
 
-class _Unreachable:
+class _Unreachable(_NoAllocations):
     """A Nomad client whose exec never connects."""
 
     def __init__(self) -> None:
@@ -180,7 +187,7 @@ async def test_pending_executions_are_single_use_and_expire(
     assert service.take(third) is None, "a gone runner takes its pending executions with it"
 
 
-class _SlowToClose:
+class _SlowToClose(_NoAllocations):
     """Exec sessions that exit at once with 0 and then take their time to close."""
 
     def __init__(self) -> None:
@@ -303,7 +310,7 @@ async def test_a_runners_variable_names_are_read_once_and_forgotten_when_it_goes
             assert nomad.listings == 2, "what a runner that went left is not kept"
 
 
-class _Stalling:
+class _Stalling(_NoAllocations):
     """Exec sessions that run for ever: ``yes`` (output without end), or ``sleep`` (no output; it
     reads its stdin at ``stdin_rate`` bytes a second, none by default); the stops exit at once."""
 
@@ -319,7 +326,7 @@ class _Stalling:
         yield _Endless(self, talks="yes" in command[-1]) if running else _ExitedSession()
 
 
-class _Endless:
+class _Endless(_NoAllocations):
     """A command that runs for ever: ``talks``, it writes output without end."""
 
     path = "agent"

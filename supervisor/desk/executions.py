@@ -48,13 +48,14 @@ from ..base.errors import (
     SupervisorError,
     leaves,
 )
+from ..core.allocation_state import end_reason, is_running
 from ..core.commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
 from ..core.config import ExecutionSettings
 from ..core.evidence import Finding
 from ..core.runners import REASON_ALLOCATION_UNKNOWN
 from ..effects.stopping import CommandStops, StopOutcome
 from ..nomad import ExecExited, ExecOutput
-from ..nomad.api import ExecChannel, ExecOpener
+from ..nomad.api import ExecChannel, ExecutionClient
 
 __all__ = [
     "CLOSE_STALLED",
@@ -79,6 +80,10 @@ MESSAGE_AGENT_AWAY: Final = (
     "the runner's Nomad agent cannot be reached (it may be restarting): nothing ran; take another runner"
 )
 MESSAGE_SHUTTING_DOWN: Final = "the supervisor is shutting down"
+# A command killed by SIGKILL exits 128 + 9: what a container's OOM kill or stop also gives.
+_SIGKILL_EXIT: Final = 137
+# How long the allocation's state is asked for before such an exit is reported as it is.
+_CONFIRM_TIMEOUT: Final = 2.0
 # WebSocket close codes: the execution ended (normal closure), or the daemon is stopping (going away).
 CLOSE_NORMAL: Final = 1000
 CLOSE_GOING_AWAY: Final = 1001
@@ -150,6 +155,8 @@ class _Attempt:
     output: bool = False
     # The client has its exit message already: sent as soon as Nomad said, before the session's end.
     exit_sent: bool = False
+    # What the client was told of the exit: ``exit``, or the error of the allocation's death.
+    terminal: dict[str, Any] | None = None
     failure: SupervisorError | None = None
 
 
@@ -200,7 +207,7 @@ class ExecutionService:
 
     def __init__(
         self,
-        client: ExecOpener,
+        client: ExecutionClient,
         settings: ExecutionSettings,
         stops: CommandStops,
         *,
@@ -340,7 +347,7 @@ class ExecutionService:
             trio.current_time() - started,
             _describe_end(terminal),
         )
-        if terminal is not None and not (terminal["type"] == "exit" and running.attempt.exit_sent):
+        if terminal is not None and not (terminal is running.attempt.terminal and running.attempt.exit_sent):
             await running.send(socket, terminal)
         if running.shutting_down:
             return CLOSE_GOING_AWAY
@@ -356,7 +363,7 @@ class ExecutionService:
             await self._attempts(socket, running, alloc_id, request)
         attempt = running.attempt
         if attempt.exited is not None:  # the outcome is known, whatever ended the session after it
-            return _exit_message(attempt.exited)
+            return attempt.terminal or _exit_message(attempt.exited)
         failure = attempt.failure
         if running.scope.cancelled_caught:
             if running.gone_reason:
@@ -475,13 +482,34 @@ class ExecutionService:
 
                 nursery.start_soon(forward_stdin)
                 nursery.start_soon(watch_client)
-                attempt.exited = await _forward_output(partial(running.send, socket), session, attempt)
+                confirm = partial(self._killed_with_allocation, alloc_id)
+                send = partial(running.send, socket)
+                attempt.exited = await _forward_output(send, session, attempt, confirm)
                 nursery.cancel_scope.cancel("the command exited")
         except* SupervisorError as group:
             failures = leaves(group)
             for other in failures[1:]:  # an exec session raises one at a time; say so if not
                 logger.warning("execution {} also failed: {}", running.execution_id, other)
             attempt.failure = cast(SupervisorError, failures[0])
+
+    async def _killed_with_allocation(self, alloc_id: str, exited: ExecExited) -> dict[str, Any] | None:
+        """For a command killed by SIGKILL (exit 137), the error of its allocation's death if the
+        allocation died with it (OOM killed, stopped, lost): the exit frame can reach us before the
+        event, and a killed container's exit code is no outcome of the command. None otherwise."""
+        if exited.exit_code != _SIGKILL_EXIT:
+            return None
+        try:
+            with trio.move_on_after(_CONFIRM_TIMEOUT):
+                alloc = (await self._client.get_allocation(alloc_id)).value
+                if not is_running(alloc) or any(
+                    event.type == "Terminated"
+                    for state in alloc.task_states.values()
+                    for event in state.events
+                ):
+                    return {"type": "error", "data": end_reason(alloc)}
+        except SupervisorError as error:
+            logger.debug("confirming the kill of {} with Nomad failed: {}", alloc_id, error)
+        return None
 
     async def _nomad_variables(self, runner_id: str, alloc_id: str) -> tuple[str, ...]:
         """The allocation's NOMAD_* variable names, read once per allocation (they never change)
@@ -529,7 +557,10 @@ async def wait_for_agent(give_up: float, interval: float) -> bool:
 
 
 async def _forward_output(
-    send: Callable[[dict[str, Any]], Awaitable[None]], session: ExecChannel, attempt: _Attempt
+    send: Callable[[dict[str, Any]], Awaitable[None]],
+    session: ExecChannel,
+    attempt: _Attempt,
+    confirm: Callable[[ExecExited], Awaitable[dict[str, Any] | None]],
 ) -> ExecExited:
     decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
     async for frame in session:
@@ -540,7 +571,8 @@ async def _forward_output(
                     await send({"type": name, "data": rest})
             # Sent before the exec session is torn down, which waits for Nomad to drop it.
             attempt.exited = frame
-            await send(_exit_message(frame))
+            attempt.terminal = await confirm(frame) or _exit_message(frame)
+            await send(attempt.terminal)
             attempt.exit_sent = True  # not before: a send cancelled before it began sent nothing
             return frame
         assert isinstance(frame, ExecOutput)

@@ -26,7 +26,7 @@ from .models import (
     NodeListStub,
 )
 
-__all__ = ["ExecChannel", "ExecOpener", "JobWriter", "NomadApi"]
+__all__ = ["ExecChannel", "ExecOpener", "ExecutionClient", "JobWriter", "NomadApi"]
 
 
 class ExecChannel(Protocol):
@@ -56,6 +56,14 @@ class ExecOpener(Protocol):
         self, alloc_id: str, *, task: str, command: Sequence[str]
     ) -> AbstractAsyncContextManager[ExecChannel]:
         """A session running ``command``; a session that started is never retried."""
+
+
+class ExecutionClient(ExecOpener, Protocol):
+    """Runs commands, and reads their allocation to tell a command's own death from its container's."""
+
+    async def get_allocation(self, alloc_id: str) -> Indexed[Allocation]:
+        """The full allocation."""
+        ...
 
 
 class JobWriter(Protocol):

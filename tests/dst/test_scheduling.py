@@ -48,4 +48,4 @@ def test_the_switch_is_put_back_afterwards() -> None:
     before = trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING
     with deterministic_scheduling(3):
         assert trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING
-    assert trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING == before
+    assert trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING is before
