@@ -130,7 +130,10 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
         downtime = duration if kind != "node_down" else cluster.config.heartbeat_grace + duration
         drain = kind == "agent_drain_restart"
         agents.restart_agent(node, downtime=downtime, drain_on_shutdown=drain, drain_deadline=duration)
-        log.add(kind, now, now + downtime + (duration if drain else 0.0), nodes=one)
+        heals = now + downtime + (duration + 5.0 if drain else 0.0)
+        if drain:  # the node stays ineligible after its own drain: the operator's runbook ends it
+            _later(nursery, heals - now, _undrain(world, node.name))
+        log.add(kind, now, heals, nodes=one)
     elif kind == "rolling_agents":
         gap = duration / max(len(nodes), 1)
         for i, each in enumerate(nodes):
