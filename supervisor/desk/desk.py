@@ -110,6 +110,8 @@ class RunnerDesk:
     async def claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
         """Hand out an idle, proven runner of the environment, once the gate admits: NoIdleRunner if
         there is none, UnknownEnvironment if the pool knows no such environment."""
+        if environment_id not in self._pool.environments and not self._informer.is_synced():
+            await self._synced()  # a restarted daemon learns its environments from its first listing
         if environment_id not in self._pool.environments:
             raise UnknownEnvironment(environment_id)
         await self._gate.admit()
