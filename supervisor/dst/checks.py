@@ -128,6 +128,10 @@ class Checks:
             return
         died = self.truth.died_at.get(runner)
         silent = runner in self.truth.silent_deaths
+        lost = self.faults.recent("all_agents", now, SILENT_BOUND)
+        if died is None and lost is not None and not self.truth.exists(runner):
+            # Registered while every agent was away, forgotten without a word as they came back.
+            died, silent = lost, True
         bound = SILENT_BOUND if silent else EVENT_BOUND
         if died is None or now - died >= bound:
             since = (

@@ -78,6 +78,11 @@ class FaultLog:
         """A fault of ``kind`` whose window holds ``at``."""
         return next((w for w in self.windows if w.kind == kind and w.start <= at <= w.end), None)
 
+    def recent(self, kind: str, at: float, within: float) -> float | None:
+        """When the last fault of ``kind`` that healed within ``within`` seconds before ``at`` healed."""
+        healed = [w.end - _AFTERMATH for w in self.windows if w.kind == kind and w.start <= at]
+        return next((h for h in reversed(healed) if at - h <= within), None)
+
     def explains(self, node: str, since: float, until: float) -> str | None:
         """The fault that could have ended something on ``node`` between ``since`` and ``until``."""
         for window in self.windows:

@@ -51,6 +51,10 @@ class Truth:
             for a in state.allocs_by_job.get(("default", job_id), {}).values()
         )
 
+    def exists(self, job_id: str) -> bool:
+        """Nomad still has the job (stopped or not)."""
+        return ("default", job_id) in self.cluster.state.jobs
+
     def node_of(self, job_id: str) -> str:
         """The node the runner's allocation runs (or last ran) on; "" if it never had one."""
         return self.nodes.get(job_id, "")
