@@ -23,6 +23,7 @@ from ..core.runners import RunnerState
 from ..nomad.transport import network_transport
 from ..simulator import SimConfig
 from .checks import Checks, Violation
+from .clocks import virtual_process_clocks
 from .faults import Fault, FaultLog, plan_faults, run_faults
 from .load import run_students
 from .scheduling import deterministic_scheduling
@@ -38,6 +39,8 @@ QUIET: Final = 90.0
 _LOAD_STOPS: Final = 60.0
 _WARM_UP: Final = 15.0
 _IMAGE: Final = "python:3.12-slim"
+# The cluster's time 0, on the wall clock the run shows its processes and the cluster its objects.
+_EPOCH: Final = 1_780_000_000.0
 
 
 @define
@@ -111,7 +114,7 @@ def run_seed(seed: int, *, minutes: float = 5.0, keep_trace: bool = False) -> Re
     trace = Trace(clock.current_time, keep=keep_trace)
     sink = logger.add(_memory_sink(logs, clock.current_time), level="DEBUG" if keep_trace else "WARNING")
     try:
-        with deterministic_scheduling(seed):
+        with deterministic_scheduling(seed), virtual_process_clocks(clock.current_time, _EPOCH):
             result = trio.run(_simulate, drawn, trace, clock=clock)
     finally:
         logger.remove(sink)
@@ -133,7 +136,7 @@ async def _simulate(drawn: Plan, trace: Trace) -> Result:
         servers=drawn.servers,
         nodes=drawn.nodes,
         seed=drawn.seed,
-        epoch_ns=1_780_000_000 * 10**9,
+        epoch_ns=int(_EPOCH) * 10**9,
         flood_limit=drawn.flood_limit,
         response_latency=drawn.latency,
     )
