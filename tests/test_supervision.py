@@ -112,3 +112,27 @@ async def test_a_child_that_ends_before_it_is_ready_fails_its_start() -> None:
         async with trio.open_nursery() as nursery:
             spec = ChildSpec("quitter", lambda _: quitter)
             await nursery.start(supervise, spec, quitter, RestartIntensity(), print)
+
+
+async def test_a_crash_that_meets_its_tiers_cancellation_stays_in_the_tree() -> None:
+    """A child's task crashes in the very step its tier is cancelled: the child's nursery raises
+    both at once; the crash is logged and the cancellation ends the tier, nothing escapes it."""
+    go = trio.Event()
+
+    async def child(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async def bomb() -> None:
+            await go.wait()
+            raise RuntimeError("crashed as its tier was cancelled")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bomb)
+            task_status.started()
+            await trio.sleep_forever()
+
+    spec = ChildSpec("hold", lambda _: child, Restart.TEMPORARY)
+    with trio.CancelScope() as tier:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(supervise, spec, child, RestartIntensity(), list[str]().append))
+            go.set()
+            tier.cancel()
+    assert tier.cancelled_caught, "the cancellation reached its scope; the crash did not pass it"

@@ -152,6 +152,16 @@ async def supervise(
                 raise  # it never became ready: its caller hears of it, as from any start
             crashed = True
             logger.opt(exception=exc).error("{} crashed", spec.name)
+        except BaseExceptionGroup as group:
+            # A crash that met its tier's cancellation: the crash is logged, the cancellation
+            # goes on to its scope; neither takes the daemon down.
+            crash, cancelled = group.split(Exception)
+            if crash is None or (readiness is not None and not readiness.reported):
+                raise
+            logger.opt(exception=crash).error("{} crashed as it was cancelled", spec.name)
+            if cancelled is not None:
+                raise cancelled from None
+            crashed = True
         if readiness is not None and not readiness.reported:
             return  # it ended without becoming ready: nursery.start says so to the caller
         readiness = None
