@@ -112,6 +112,8 @@ class _Term:
     why: str = "the daemon stops"
     # Give the lock up at the term's end (a stop, or a hold that failed), not only let it lapse.
     release: bool = False
+    # Its informer and effects run: it reads and writes Nomad (its executions may outlive this).
+    acting: bool = True
 
 
 class Daemon:
@@ -157,6 +159,12 @@ class Daemon:
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
         self.failure: str | None = None
         self.restarts = RestartIntensity(settings.supervision.intensity, settings.supervision.period)
+
+    @property
+    def acting(self) -> bool:
+        """In a term whose informer and effects run: this daemon reads and writes Nomad. With
+        ``[ha]``, at most one daemon of a pair acts at any instant."""
+        return self._term is not None and self._term.acting
 
     def stop(self) -> None:
         """Begin a graceful stop within ``server.graceful_timeout``; called again, stop at once."""
@@ -328,15 +336,22 @@ class Daemon:
                 await service.wait_executions_ended()
                 return
             self.switch.app = None  # stepped down: new requests get the standby's answer
-            if term.release:
-                await self.elector.release()  # a standby may take over while executions finish
             logger.warning(
                 "stepping down: {}; nothing new starts here, {} running execution(s) may finish",
                 term.why,
                 service.running_count,
             )
 
-        await self._nest(term_tiers, body)
+        async def unwound_then_released(opened: _Tiers) -> None:
+            # The tiers inside the executions' are cancelled, and nothing of this term writes to
+            # Nomad any more, before a standby may take the lock; executions finish after.
+            await self._nest(term_tiers[1:], body, opened)
+            if self._term is not None:
+                self._term.acting = False
+                if self._term.release and not self._stop.is_set():
+                    await self.elector.release()
+
+        await self._nest(term_tiers[:1], unwound_then_released)
         self._term = None
         if self._stop.is_set():
             await self.elector.release()
