@@ -340,6 +340,27 @@ async def test_keep_alive_and_the_idle_timeout_that_runs_only_between_requests(
         assert served.server.connection_count == 0
 
 
+async def test_an_answer_that_leaves_a_body_unread_says_it_closes_the_connection() -> None:
+    """An app that answers before reading a body (a refusal, a standby's 503): the rest of the body
+    may still be on its way, so the response says 'Connection: close' and the connection closes;
+    a client that reused it would meet a server gone without an answer. Requests without a body
+    keep their connection."""
+    async with _serving(_hello) as served:
+        client = await served.client()
+        head, _ = await client.request("GET", "/")
+        assert (b"connection", b"close") not in list(head.headers)
+        client.h11.start_next_cycle()
+        await client.send(
+            h11.Request(method="POST", target="/", headers=[("host", "api"), ("content-length", "10")]),
+            h11.Data(data=b"12345"),
+        )
+        head, body = await client.response()
+        assert body == b"hello"
+        assert (b"connection", b"close") in list(head.headers), "said before the close"
+        await client.stream.send_all(b"67890")
+        assert await client.closed_by_server()
+
+
 async def test_a_response_is_streamed_as_the_app_sends_it() -> None:
     second = trio.Event()
 

@@ -246,7 +246,8 @@ class Connection:
         version = request.http_version.decode()
         self.log_access(request, f"HTTP/{version}", exchange.status, exchange.sent, began)
         # A receive() still under way (in an app task that outlived the app's call) would read on.
-        reusable = exchange.complete and not exchange.receive_lock.locked() and not self.write_broken
+        reusable = exchange.complete and not exchange.closes
+        reusable = reusable and not exchange.receive_lock.locked() and not self.write_broken
         return reusable and not self.stopping.is_set() and self._request_read()
 
     def _request_read(self) -> bool:
@@ -285,13 +286,16 @@ class _HttpExchange:
     def __init__(self, connection: Connection, request: h11.Request, *, close: bool) -> None:
         self._connection: Connection | None = connection
         self._close = close
+        # A body the app may leave unread: a response begun before it was read closes the
+        # connection, and says so, as what is left of it may still be on its way.
+        self._body_declared = http_head.declares_body(request)
         self._head_only = request.method == b"HEAD"
         self.receive_lock = trio.Lock()
         # A receive() waiting for the client to leave: the response's end ends it.
         self._watch: trio.CancelScope | None = None
         self._head: h11.Response | None = None
         self.status: int | None = None
-        self.body_read = self.written = self.complete = self.gone = False
+        self.body_read = self.written = self.complete = self.gone = self.closes = False
         self.sent = 0
 
     def detach(self) -> None:
@@ -341,8 +345,10 @@ class _HttpExchange:
         assert head is not None
         if self._head_only or self.status in (204, 304):
             body = b""
-        if connection.stopping.is_set() and (b"connection", b"close") not in list(head.headers):
+        unread = self._body_declared and not self.body_read and not self.written
+        if (connection.stopping.is_set() or unread) and (b"connection", b"close") not in list(head.headers):
             head = connection.response(head.status_code, head.headers, close=True)
+        self.closes = self.closes or any(h == (b"connection", b"close") for h in head.headers)
         events: list[h11.Event] = [] if self.written else [head]
         self.written = True
         if body:

@@ -10,7 +10,16 @@ from http import HTTPStatus
 import h11
 import trio
 
-__all__ = ["address", "addresses", "handshake_key", "head_size", "header_tokens", "path", "reason"]
+__all__ = [
+    "address",
+    "addresses",
+    "declares_body",
+    "handshake_key",
+    "head_size",
+    "header_tokens",
+    "path",
+    "reason",
+]
 
 
 def path(request: h11.Request) -> str:
@@ -22,6 +31,13 @@ def head_size(request: h11.Request) -> int:
     """The size of a request line and headers on the wire, give or take their whitespace."""
     fields = sum(len(name) + len(value) + 4 for name, value in request.headers)
     return len(request.method) + len(request.target) + 12 + fields
+
+
+def declares_body(request: h11.Request) -> bool:
+    """Whether the request has a body to come (chunked, or a Content-Length other than 0)."""
+    return bool(header_tokens(request, b"transfer-encoding")) or any(
+        token != b"0" for token in header_tokens(request, b"content-length")
+    )
 
 
 def header_tokens(request: h11.Request, name: bytes, *, lower: bool = True) -> list[bytes]:
