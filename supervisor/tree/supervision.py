@@ -147,19 +147,13 @@ async def supervise(
                 await run(task_status=cast(trio.TaskStatus[Any], readiness))
             else:
                 await run()
-        except Exception as exc:
-            if readiness is not None and not readiness.reported:
-                raise  # it never became ready: its caller hears of it, as from any start
-            crashed = True
-            logger.opt(exception=exc).error("{} crashed", spec.name)
-        except BaseExceptionGroup as group:
-            # A crash that met its tier's cancellation: the crash is logged, the cancellation
-            # goes on to its scope; neither takes the daemon down.
-            crash, cancelled = group.split(Exception)
+        except BaseException as exc:
+            crash, cancelled = _split_crash(exc)
             if crash is None or (readiness is not None and not readiness.reported):
-                raise
-            logger.opt(exception=crash).error("{} crashed as it was cancelled", spec.name)
+                raise  # a cancellation; or it never became ready: its caller hears, as from any start
+            logger.opt(exception=crash).error("{} crashed", spec.name)
             if cancelled is not None:
+                # The crash met its tier's cancellation: that goes on to its scope.
                 raise cancelled from None
             crashed = True
         if readiness is not None and not readiness.reported:
@@ -185,6 +179,16 @@ async def supervise(
         delay = backoff.failed(now)
         logger.warning("restarting {} in {:.1f}s", spec.name, delay)
         await trio.sleep(delay)
+
+
+def _split_crash(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
+    """A child's end as (its crash, what else came with it): a task of its own nursery may crash
+    in the very step its tier is cancelled, and the nursery raises both as one group."""
+    if isinstance(exc, Exception):
+        return exc, None
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(Exception)
+    return None, exc
 
 
 class _Readiness:
