@@ -9,7 +9,7 @@ import attrs
 import trio
 import trio.testing
 
-from supervisor.base.errors import NomadUnavailableError
+from supervisor.base.errors import NomadRequestError, NomadUnavailableError
 from supervisor.core.config import FactorySettings
 from supervisor.core.environments import ExecutionEnvironment, claim_meta, runner_job
 from supervisor.core.evidence import Moment
@@ -562,4 +562,50 @@ async def test_new_runner_jobs_go_around_an_agent_starting_max_starting_and_wait
         await trio.sleep(1)
         assert len(nomad.jobs) == 5, "one of n2's runs"
         assert _avoided_in(nomad.jobs[4]) == {"n1"}
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_a_claim_learns_whether_its_used_mark_reached_nomad(autojump_clock: trio.abc.Clock) -> None:
+    """The claim is answered only once its runner's job says 'used' in Nomad: a daemon that takes
+    over before that would list the runner as idle and hand it out again."""
+    pool, runner_id, nomad, factory = one_runner_and_a_slow_factory()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        factory.submit(CreateRunner(runner_id, 10))
+        nomad.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        pool.apply_allocation(
+            Allocation(id="a1", job_id=runner_id, client_status="running", create_index=43, modify_index=43),
+            Moment(trio.current_time()),
+        )
+        runner, _ = pool.claim(10, 0, now=0)
+        nomad.release = trio.Event()
+        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
+        with trio.move_on_after(5) as waited:
+            await factory.marked(runner.id)
+        assert waited.cancelled_caught, "not while the write is under way"
+        nomad.release.set()
+        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
+        assert await factory.marked(runner.id) is True
+        nursery.cancel_scope.cancel("test over")
+
+
+async def test_a_used_mark_that_nomad_refuses_is_no_claim(autojump_clock: trio.abc.Clock) -> None:
+    pool, runner_id, _, _ = one_runner_and_a_slow_factory()
+
+    class _Refusing(_SlowNomad):
+        async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+            raise NomadRequestError("PUT /v1/jobs", status_code=400, body="refused")
+
+    factory = RunnerFactory(_Refusing(), pool, FactorySettings(registrations_per_second=1000))
+    pool.registered(runner_id, 42)
+    pool.apply_allocation(
+        Allocation(id="a1", job_id=runner_id, client_status="running", create_index=43, modify_index=43),
+        Moment(0.0),
+    )
+    runner, _ = pool.claim(10, 0, now=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
+        assert await factory.marked(runner.id) is False
         nursery.cancel_scope.cancel("test over")

@@ -22,6 +22,7 @@ from ..base.errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
     NomadNotFound,
+    NomadUnreachable,
     RunnerGoneError,
     UnknownEnvironment,
 )
@@ -117,6 +118,14 @@ class RunnerDesk:
         await self._gate.admit()
         runner, actions = self._pool.claim(environment_id, inactivity_timeout, trio.current_time())
         self._effects.apply(actions)
+        landed = False
+        with trio.move_on_after(self._admission.wait_timeout):
+            landed = await self._effects.factory.marked(runner.id)
+        if not landed:
+            # Handed out without the mark, it could be handed out again by the next daemon to
+            # list it; it goes instead.
+            self._effects.apply(self._pool.release(runner.id))
+            raise NomadUnreachable(f"runner {runner.id} could not be marked as claimed in Nomad")
         logger.info("runner {} claimed (inactivity timeout {}s)", runner.id, inactivity_timeout)
         return runner
 

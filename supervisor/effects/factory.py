@@ -68,6 +68,10 @@ class RunnerFactory:
         # Runners whose registration has its turn, until their allocation runs or they go, with
         # when they took it.
         self._starting: dict[str, float] = {}
+        # Claims whose 'used' mark is queued or under way, by runner: set once it is done, and
+        # whether it landed, until its claim asks.
+        self._marks: dict[str, trio.Event] = {}
+        self._landed: dict[str, bool] = {}
         # From a registration to its runner's allocation running, for those that got there.
         self.start_seconds = Histogram(START_BUCKETS)
         self.created = 0
@@ -138,7 +142,19 @@ class RunnerFactory:
             self._creating.add(action.runner_id)
             self._to_paced.send_nowait(action)
         else:
+            if isinstance(action, MarkUsed):
+                self._marks[action.runner_id] = trio.Event()
             self._to_unpaced.send_nowait(action)
+
+    async def marked(self, runner_id: str) -> bool:
+        """Wait until the claim's 'used' mark is in Nomad (True) or given up (False): until it is,
+        a daemon that takes over (a restart, an HA standby) would take the runner for an idle one."""
+        done = self._marks.get(runner_id)
+        if done is not None:
+            await done.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        return self._landed.pop(runner_id, False)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Carry out the pool's actions until cancelled (it never returns otherwise)."""
@@ -158,6 +174,10 @@ class RunnerFactory:
         finally:
             if isinstance(action, CreateRunner):
                 self._creating.discard(action.runner_id)
+            elif (
+                isinstance(action, MarkUsed) and (done := self._marks.pop(action.runner_id, None)) is not None
+            ):
+                done.set()
 
     async def _retrying(self, action: FactoryAction) -> None:
         backoff = Backoff(
@@ -254,6 +274,8 @@ class RunnerFactory:
                 # Released while the write was under way: its purge may have come first and this
                 # registration brought the job back.
                 await self._purge(action.runner_id)
+            else:
+                self._landed[action.runner_id] = True
             return
         await self._room_to_start()
         self._starting[action.runner_id] = trio.current_time()
