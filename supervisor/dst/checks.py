@@ -101,6 +101,8 @@ class Checks:
     executions: int = 0
     notes: list[str] = field(factory=list)
     abandoned_runners: dict[str, float] = field(factory=dict)
+    # The daemons that acted at the last write to the cluster.
+    writers: tuple[str, ...] = ()
 
     def violate(self, promise: str, details: str) -> None:
         """Record a broken promise."""
@@ -113,6 +115,13 @@ class Checks:
         self.trace.record("note", text)
         if self.faults.active("daemon_kill", trio.current_time()) is None:
             self.violate("3 no execution or request ended by the daemon", f"unanswered: {text}")
+
+    def wrote(self, acting: list[str]) -> None:
+        """Promise 7, at every write to the cluster: at most one daemon acts (reads and writes
+        Nomad) at that instant. Said once per overlap."""
+        if len(acting) > 1 and len(self.writers) <= 1:
+            self.violate("7 at most one daemon acts", f"{', '.join(acting)} act at once")
+        self.writers = tuple(acting)
 
     # -- claims ---------------------------------------------------------------------------------
 
@@ -140,6 +149,12 @@ class Checks:
                 else f"dead since {died:.3f} ({'silently' if silent else 'written'})"
             )
             self.violate("2 a claimed runner is alive", f"{runner}: {since}")
+
+    @staticmethod
+    def for_now(status: int, text: str) -> bool:
+        """An answer that says "not now" in Poseidon's codes (overload, Nomad unreachable, the
+        standby's): a client may try again."""
+        return status in (500, 503) and any(code in text for code in _FINE_REFUSALS)
 
     def refused(self, student: str, what: str, status: int, text: str) -> None:
         """A claim answered otherwise than 200: fine when it says why in Poseidon's codes."""

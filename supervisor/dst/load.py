@@ -90,42 +90,49 @@ class Student:
                     self.checks.note(f"{self.name}: {type(error).__name__} {error}")
 
     def _base(self) -> str:
+        """Where a request goes: the one daemon; of a pair, the active one, as a health-checked
+        load balancer sends it (between terms, either: a standby answers 503 STANDBY)."""
         slots = self.world.slots
-        if self.slot is None or len(slots) > 1:
+        if len(slots) > 1:
+            active = self.world.active_slot()
+            return active.url if active is not None else self.rng.choice(slots).url
+        if self.slot is None:
             self.slot = self.rng.choice(slots)
         return self.slot.url
 
     async def _session(self, http: httpx.AsyncClient) -> None:
-        base = self._base()
         environment = self.rng.choice(self.environments)
         timeout = self.rng.choice([0, 5, 20, 60])
-        claim = await http.post(
-            f"{base}/runners", json={"executionEnvironmentId": environment, "inactivityTimeout": timeout}
-        )
+        asked = {"executionEnvironmentId": environment, "inactivityTimeout": timeout}
+        claim = await http.post(f"{self._base()}/runners", json=asked)
         if claim.status_code != 200:
             self.checks.refused(self.name, "claim", claim.status_code, claim.text)
             return
         runner = claim.json()["runnerId"]
         self.checks.claimed(runner, environment)
         for _ in range(self.rng.randrange(1, 4)):
-            if not await self._use(http, base, runner):
+            if not await self._use(http, runner):
                 return
         if self.rng.random() < 0.85:
-            released = await http.delete(f"{base}/runners/{runner}")
+            released = await http.delete(f"{self._base()}/runners/{runner}")
+            give_up = trio.current_time() + _PATIENCE
+            while self.checks.for_now(released.status_code, released.text) and trio.current_time() < give_up:
+                await trio.sleep(1.0)  # as Retry-After says: a failover, or Nomad away for a moment
+                released = await http.delete(f"{self._base()}/runners/{runner}")
             self.checks.released(runner, released.status_code, released.text)
         else:
             self.checks.abandoned(runner, timeout)
 
-    async def _use(self, http: httpx.AsyncClient, base: str, runner: str) -> bool:
+    async def _use(self, http: httpx.AsyncClient, runner: str) -> bool:
         """Copy a file and run one command; False once the runner is gone."""
         content = f"{self._token()}\n"
         copy = {"copy": [{"path": _FILE, "content": base64.b64encode(content.encode()).decode()}]}
-        copied = await http.patch(f"{base}/runners/{runner}/files", json=copy)
+        copied = await http.patch(f"{self._base()}/runners/{runner}/files", json=copy)
         if copied.status_code != 204:
             return self.checks.answered(runner, "copy", copied.status_code, copied.text)
         command = _commands(self.rng, self._token(), content)
         body: dict[str, Any] = {"command": command.text, "timeLimit": command.time_limit}
-        prepared = await http.post(f"{base}/runners/{runner}/execute", json=body)
+        prepared = await http.post(f"{self._base()}/runners/{runner}/execute", json=body)
         if prepared.status_code != 200:
             return self.checks.answered(runner, "execute", prepared.status_code, prepared.text)
         execution = self.checks.started(runner, command.stdout, command.stderr, command.exit)

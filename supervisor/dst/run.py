@@ -31,7 +31,7 @@ from .timeline import Timeline
 from .trace import Trace
 from .world import World
 
-__all__ = ["Plan", "Result", "plan", "run_seed"]
+__all__ = ["HEALTH_BOUND", "Plan", "Result", "plan", "run_seed"]
 
 # The last virtual seconds have no fault: time for everything to heal, and to be checked.
 QUIET: Final = 90.0
@@ -41,6 +41,11 @@ _WARM_UP: Final = 15.0
 _IMAGE: Final = "python:3.12-slim"
 # The cluster's time 0, on the wall clock the run shows its processes and the cluster its objects.
 _EPOCH: Final = 1_780_000_000.0
+# Health must say the event stream is down once none has been open this long; asked this often.
+HEALTH_BOUND: Final = 10.0
+_HEALTH_EVERY: Final = 1.0
+# The share of seeds that run an HA pair ([ha] enabled, a load balancer before the active one).
+_HA_SHARE: Final = 0.25
 
 
 @define
@@ -56,12 +61,13 @@ class Plan:
     flood_limit: int
     latency: float
     faults: list[Fault]
+    ha: bool = False
 
     def describe(self) -> str:
         """One line: the drawn cluster and load."""
         return (
             f"servers={self.servers} nodes={self.nodes} pools={self.pools} students={self.students} "
-            f"flood_limit={self.flood_limit} latency={self.latency}"
+            f"flood_limit={self.flood_limit} latency={self.latency}" + (" ha=pair" if self.ha else "")
         )
 
 
@@ -102,6 +108,8 @@ def plan(seed: int, minutes: float) -> Plan:
         flood_limit=rng.choice([0, 0, 0, 20]),  # as the storm scenario: starts beyond max_starting
         latency=rng.choice([0.0, 0.0, 0.002, 0.02]),
         faults=plan_faults(rng, start=_WARM_UP + 10.0, end=end - QUIET),
+        # Drawn apart, so that the seeds drawn before pairs were simulated replay as they did.
+        ha=random.Random(f"ha {seed}").random() < _HA_SHARE,
     )
 
 
@@ -140,17 +148,19 @@ async def _simulate(drawn: Plan, trace: Trace) -> Result:
         flood_limit=drawn.flood_limit,
         response_latency=drawn.latency,
     )
-    world = World(drawn.seed, config, trace)
+    world = World(drawn.seed, config, trace, ha=drawn.ha)
     log = FaultLog()
     checks = Checks(world.truth, log, trace)
     timeline = Timeline()
     end = drawn.minutes * 60.0
     world.cluster.state.after_write.append(lambda tx: trace.record("write", _written(tx)))
+    world.cluster.state.after_write.append(lambda tx: checks.wrote([s.name for s in world.acting()]))
     trace.record("plan", drawn.describe())
     async with trio.open_nursery() as nursery:
         await nursery.start(world.run)
         await _create_environments(world, drawn.pools)
         nursery.start_soon(timeline.sample, world, checks, log)
+        nursery.start_soon(_watch_health, world, checks)
         nursery.start_soon(run_faults, world, drawn.faults, log, trace)
         rng = random.Random(drawn.seed ^ 0x5EED)
         await run_students(world, checks, rng, drawn.students, sorted(drawn.pools), end - _LOAD_STOPS)
@@ -182,19 +192,50 @@ def _written(tx: Any) -> str:
 
 async def _create_environments(world: World, pools: dict[int, int]) -> None:
     body = {"image": _IMAGE, "cpuLimit": 100, "memoryLimit": 256, "networkAccess": False, "exposedPorts": []}
+    while (active := world.active_slot()) is None:  # noqa: ASYNC110  # which of a pair wins
+        await trio.sleep(0.1)
     async with httpx.AsyncClient(transport=network_transport(world.network), timeout=30) as http:
         for environment, size in pools.items():
             answer = await http.put(
-                f"{world.slots[0].url}/execution-environments/{environment}",
+                f"{active.url}/execution-environments/{environment}",
                 json={**body, "prewarmingPoolSize": size},
             )
             assert answer.status_code in (201, 204), answer.text
     await trio.sleep(_WARM_UP)
 
 
+async def _watch_health(world: World, checks: Checks) -> None:
+    """Promise 6 as the run goes: the active daemon's health never says OK once no event stream of
+    its has been open at any server for HEALTH_BOUND seconds (a stream cut is seen at once: its
+    connection closes)."""
+    unstreamed_since: float | None = None
+    async with httpx.AsyncClient(transport=network_transport(world.network), timeout=30) as http:
+        while True:
+            await trio.sleep(_HEALTH_EVERY)
+            now = trio.current_time()
+            servers = world.cluster.servers
+            if any(s.http is not None and s.http.connection_count("stream") for s in servers):
+                unstreamed_since = None
+            elif unstreamed_since is None:
+                unstreamed_since = now
+            slot = world.active_slot()
+            if slot is None or unstreamed_since is None or now - unstreamed_since < HEALTH_BOUND:
+                continue
+            try:
+                health = await http.get(f"{slot.url}/health")
+            except httpx.TransportError:
+                continue  # killed meanwhile: the load's clients see that
+            checks.trace.record("health", f"{slot.name} {health.status_code} without a stream")
+            if health.status_code == 204:
+                checks.violate(
+                    "6 health tells the truth",
+                    f"{slot.name} says OK; no event stream open since {unstreamed_since:.3f}",
+                )
+
+
 async def _final_checks(world: World, checks: Checks, pools: dict[int, int]) -> None:
     """Promises 5 and 6, after the quiet period."""
-    acting = [s for s in world.slots if s.daemon is not None and s.daemon.service is not None]
+    acting = world.acting()
     if len(acting) != 1:
         checks.violate("5 nothing leaked, nothing forgotten", f"{len(acting)} daemons act at the end")
         return

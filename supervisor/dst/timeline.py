@@ -36,7 +36,7 @@ class Timeline:
         """Sample until cancelled."""
         self.log = log
         while True:
-            acting = [s.daemon.service for s in world.slots if s.daemon is not None and s.daemon.service]
+            acting = [s.daemon.service for s in world.acting() if s.daemon is not None and s.daemon.service]
             self.times.append(trio.current_time())
             stats = acting[0].pool.stats() if acting else {}
             for environment in sorted(set(self.idle) | set(stats)):

@@ -85,6 +85,14 @@ class World:
             task_status.started(self)
             await trio.sleep_forever()
 
+    def active_slot(self) -> DaemonSlot | None:
+        """The daemon a health-checked load balancer sends to: the one whose API serves a term."""
+        return next((s for s in self.slots if s.daemon is not None and s.daemon.switch.app), None)
+
+    def acting(self) -> list[DaemonSlot]:
+        """The daemons whose informer and effects run (with ``[ha]``, never more than one)."""
+        return [s for s in self.slots if s.daemon is not None and s.daemon.acting]
+
     @property
     def environ(self) -> dict[str, str]:
         """The daemons' environment: where Nomad is."""
