@@ -3,10 +3,14 @@ was done, by which the checks tell an explained failure from a broken promise.
 
 Every fault heals before the quiet period: agents come back, servers serve again, drains end,
 firewalls open, a killed daemon is started again.
+
+Servers in trouble (500s and slow answers, ``simulator/trouble.py``) are drawn apart, from a stream
+of their own, so that every seed keeps the schedule it had before they were simulated.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -14,10 +18,11 @@ from typing import Final
 import trio
 from attrs import define, field, frozen
 
+from ..simulator.trouble import Trouble
 from .trace import Trace
 from .world import World
 
-__all__ = ["KINDS", "Fault", "FaultLog", "plan_faults", "run_faults"]
+__all__ = ["KINDS", "TROUBLE", "Fault", "FaultLog", "plan_faults", "run_faults"]
 
 KINDS: Final = (
     "agent_restart",
@@ -34,6 +39,8 @@ KINDS: Final = (
     "drain",
     "daemon_kill",
 )
+# Not one of KINDS, which every seed's schedule draws from: its own stream draws it.
+TROUBLE: Final = "server_trouble"
 # How long after a fault heals its consequences may still show (a node's heartbeat grace, the
 # reschedule of what it lost, a refill).
 _AFTERMATH: Final = 30.0
@@ -48,10 +55,14 @@ class Fault:
     target: int  # which node, server or daemon (modulo how many there are)
     duration: float
     fraction: float = 0.0
+    trouble: Trouble | None = None  # the servers' trouble, for TROUBLE
 
     def describe(self) -> str:
         """One line for the trace and the report."""
-        return f"{self.kind} target={self.target} duration={self.duration:.1f} fraction={self.fraction:.2f}"
+        line = f"{self.kind} target={self.target} duration={self.duration:.1f} fraction={self.fraction:.2f}"
+        if self.trouble is None:
+            return line
+        return f"{line} {'one server' if self.fraction < 0.5 else 'every server'} {self.trouble.describe()}"
 
 
 @define
@@ -71,7 +82,7 @@ class FaultLog:
 
     def add(self, kind: str, start: float, heals: float, *, nodes: frozenset[str] | None = None) -> None:
         """A fault acting from ``start``; healed at ``heals``."""
-        everything = kind in ("server_restart", "leader_restart", "daemon_kill")
+        everything = kind in ("server_restart", "leader_restart", "daemon_kill", TROUBLE)
         self.windows.append(_Window(kind, start, heals + _AFTERMATH, nodes, everything))
 
     def active(self, kind: str, at: float) -> _Window | None:
@@ -94,14 +105,35 @@ class FaultLog:
 
 
 def plan_faults(rng: random.Random, *, start: float, end: float) -> list[Fault]:
-    """Between 2 and 12 faults at random times in [start, end), each healed by ``end``."""
+    """Between 2 and 12 faults at random times in [start, end), each healed by ``end``; and up to
+    two windows of the servers' trouble, drawn from a stream forked off ``rng`` as it comes."""
+    trouble = random.Random(f"trouble {copy.copy(rng).getrandbits(64)}")
     faults = []
     for _ in range(rng.randrange(2, 13)):
         at = round(rng.uniform(start, end - 30.0), 3)
         kind = rng.choice(KINDS)
         duration = round(min(rng.uniform(1.0, 40.0), end - at - 5.0), 3)
         faults.append(Fault(at, kind, rng.randrange(1000), duration, round(rng.random(), 3)))
+    faults += _plan_trouble(trouble, start=start, end=end)
     return sorted(faults, key=lambda f: f.at)
+
+
+def _plan_trouble(rng: random.Random, *, start: float, end: float) -> list[Fault]:
+    """None, one or two windows of 3 to 30 s in which the servers (every one, or the target
+    alone: ``fraction`` < 0.5) answer 500s, slowly, or both."""
+    faults = []
+    for _ in range(rng.choice((0, 1, 2))):
+        at = round(rng.uniform(start, end - 30.0), 3)
+        duration = round(min(rng.uniform(3.0, 30.0), end - at - 5.0), 3)
+        mode = rng.choice(("errors", "slow", "both"))
+        errors = round(rng.uniform(0.1, 0.8), 3) if mode != "slow" else 0.0
+        slow = round(rng.uniform(0.2, 1.0), 3) if mode != "errors" else 0.0
+        max_delay = round(rng.uniform(0.5, 4.0), 3) if slow else 0.0
+        # A third of the windows with 500s answer some writes 500 after applying them.
+        applied = round(rng.uniform(0.2, 0.8), 3) if errors and rng.random() < 1 / 3 else 0.0
+        drawn = Trouble(duration, errors, slow, max_delay, applied, rng.getrandbits(64))
+        faults.append(Fault(at, TROUBLE, rng.randrange(1000), duration, round(rng.random(), 3), drawn))
+    return faults
 
 
 async def run_faults(world: World, faults: list[Fault], log: FaultLog, trace: Trace) -> None:
@@ -184,6 +216,11 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
         )
         _later(nursery, duration + 5.0, _undrain(world, node.name))
         log.add(kind, now, now + duration + 5.0, nodes=one)
+    elif kind == TROUBLE and fault.trouble is not None:
+        servers = cluster.servers
+        sick = servers[fault.target % len(servers)].name if fault.fraction < 0.5 else None
+        cluster.config.trouble.begin(fault.trouble, server=sick)
+        log.add(kind, now, now + duration)
     elif kind == "daemon_kill":
         slot = world.slots[fault.target % len(world.slots)]
         if slot.running:

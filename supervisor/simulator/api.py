@@ -2,7 +2,8 @@
 
 Errors are ``text/plain`` with Nomad's status codes and texts (nomad-api.md §6): 400 for bad input,
 403 for ACL, 404 for unknown objects, 405 ``Invalid method``, and the 500s Nomad uses for server-side
-validation and while the cluster has no leader.
+validation and while the cluster has no leader. While a fault puts the servers in trouble
+(trouble.py), some requests are answered late, or 500 as a cluster in trouble answers them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .handle import ClusterHandle, SimServer
 from .http import Request, Response, StreamReply, WebSocketReply, json_response, text_response
 from .jobs import NomadError
 from .objects import SimAlloc, SimJob
+from .trouble import Verdict
 from .variables_api import VariableRoutes
 
 __all__ = ["NomadAPI", "parse_go_duration"]
@@ -42,6 +44,7 @@ _Item = TypeVar("_Item")
 Handler = Callable[[Request, dict[str, str]], Awaitable[Response | StreamReply | WebSocketReply]]
 
 _MAX_WAIT: Final = 300.0
+_UNTROUBLED: Final = Verdict()
 _DURATION_PART: Final = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -140,16 +143,38 @@ class NomadAPI:
             return text_response(405, "Invalid method")
         if (denied := check_token(self.cluster, request)) is not None:
             return denied
+        trouble = self._trouble(request)
+        if trouble.delay:
+            await trio.sleep(trouble.delay)
+        if trouble.error is not None and not trouble.applied:
+            return text_response(500, trouble.error)
         try:
             reply = await handler(request, params)
         except NomadError as error:
             reply = text_response(error.status, error.text)
+        if trouble.error is not None and isinstance(reply, Response) and reply.status < 300:
+            reply = text_response(500, trouble.error)  # applied, and the answer lost on its way
         if isinstance(reply, Response) and self.cluster.config.response_latency > 0:
             # The answer was computed; it reaches the client this much later (network, load).
             await trio.sleep(self.cluster.config.response_latency)
         return reply
 
     # -- shared helpers -------------------------------------------------------------------------
+
+    def _trouble(self, request: Request) -> Verdict:
+        """What the servers' trouble (a fault) does to this request."""
+        trouble = self.cluster.config.trouble
+        if not trouble.windows:
+            return _UNTROUBLED
+        leader = self.cluster.server(self.cluster.leader or "")
+        verdict = trouble.verdict(
+            self.server.name,
+            request.method,
+            request.path,
+            leader_rpc=leader.rpc_address if leader else "",
+            leading=leader is self.server,
+        )
+        return verdict or _UNTROUBLED
 
     def _require_leader(self, request: Request) -> None:
         if self.cluster.leader is None and not request.has_arg("stale"):

@@ -10,6 +10,8 @@ from typing import Final
 from attrs import field, frozen
 from attrs.validators import in_
 
+from .trouble import ServerTrouble
+
 __all__ = ["ENVIRONMENT_JOB_PREFIX", "SCHEDULER_ALGORITHMS", "SimConfig", "parse_version"]
 
 # The field's failure modes tell environment (template) jobs from runner jobs by this prefix.
@@ -42,6 +44,9 @@ class SimConfig:
 
     # How long an answer of the HTTP API takes to reach its client once Nomad computed it.
     response_latency: float = 0.0
+    # Windows in which the servers answer 500s and slowly (trouble.py): none at first; a fault
+    # opens one while the cluster runs. Shared by the clusters that share this config.
+    trouble: ServerTrouble = field(factory=ServerTrouble, eq=False, repr=False)
 
     # Scheduler and client timings.
     eval_delay: float = 0.005
