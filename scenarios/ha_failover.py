@@ -121,6 +121,8 @@ class Daemons:
         self.apis: dict[str, str] = {}
         self.partitions: dict[str, Partition] = {}
         self.starts = 0
+        # What each daemon's health answered when the balancer last found none to send to.
+        self.health: dict[str, str] = {}
 
     async def start(self, name: str, nursery: trio.Nursery) -> None:
         partition = self.partitions[name] = Partition(list(self.cluster.addresses))
@@ -132,12 +134,16 @@ class Daemons:
 
     async def active(self, http: httpx.AsyncClient) -> str | None:
         """The daemon whose health answers 204, as a health-checked load balancer picks."""
+        self.health = {}
         for name, api in list(self.apis.items()):  # a daemon may be replaced meanwhile
             try:
-                if (await http.get(f"{api}/health", timeout=2)).status_code == 204:
-                    return name
-            except httpx.HTTPError:
+                answer = await http.get(f"{api}/health", timeout=2)
+            except httpx.HTTPError as exc:
+                self.health[name] = type(exc).__name__
                 continue
+            if answer.status_code == 204:
+                return name
+            self.health[name] = f"{answer.status_code} {answer.text[:100]}"
         return None
 
     def log_times(self, marker: str) -> list[tuple[float, str]]:
@@ -231,6 +237,9 @@ class Load:
         while True:
             name = await self.daemons.active(self.http)
             if name is None:
+                why = f"no daemon healthy: {self.daemons.health}"
+                if not self.refusals or self.refusals[-1][1] != why:
+                    self.refusals.append((time.monotonic(), why))
                 await trio.sleep(0.2)
                 continue
             outcome = await self.cycle(self.daemons.apis[name])
