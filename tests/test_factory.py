@@ -16,7 +16,13 @@ from supervisor.core.evidence import Moment
 from supervisor.core.pool import RunnerPool
 from supervisor.core.runners import CreateRunner, DestroyRunner, MarkUsed, NodeAvoided
 from supervisor.effects.factory import START_PATIENCE, RunnerFactory
-from supervisor.nomad.models import Allocation, JobDeregisterResponse, JobRegisterResponse, NodeListStub
+from supervisor.nomad.models import (
+    Allocation,
+    JobDeregisterResponse,
+    JobListStub,
+    JobRegisterResponse,
+    NodeListStub,
+)
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 100.0, 256, False, ())
 
@@ -609,3 +615,33 @@ async def test_a_used_mark_that_nomad_refuses_is_no_claim(autojump_clock: trio.a
         factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
         assert await factory.marked(runner.id) is False
         nursery.cancel_scope.cancel("test over")
+
+
+async def test_a_purge_cut_short_by_the_factorys_restart_is_left_to_the_next_listing() -> None:
+    """A purge on the wire when the factory is cancelled (a crash restarts it): whether Nomad
+    still has the job is unknown. The tombstone no longer waits for a purge that will never
+    answer: a listing that shows the job has it destroyed again, so that it is not leaked."""
+    pool, runner_id, _, _ = one_runner_and_a_slow_factory()
+
+    class _Hanging(_SlowNomad):
+        async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+            self.calls.append(("deregister", job_id))
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    hanging = _Hanging()
+    factory = RunnerFactory(hanging, pool, FactorySettings(registrations_per_second=1000))
+    pool.registered(runner_id, 42)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(factory.run)
+        for action in pool.destroy(runner_id, "the execution environment changed"):
+            if isinstance(action, DestroyRunner):
+                factory.submit(action)
+        await trio.testing.wait_all_tasks_blocked()
+        assert ("deregister", runner_id) in hanging.calls
+        assert pool.tombstones[runner_id].gone_at is None
+        nursery.cancel_scope.cancel("the factory restarts")
+    assert pool.tombstones[runner_id].gone_at is not None
+    listed = JobListStub(id=runner_id, status="running", create_index=42, modify_index=42)
+    again = pool.reconcile([listed], [], Moment(1.0), index=100)
+    assert any(isinstance(a, DestroyRunner) and a.runner_id == runner_id for a in again)

@@ -169,9 +169,15 @@ class RunnerFactory:
             await self._perform(action)
 
     async def _perform(self, action: FactoryAction) -> None:
+        performed = False
         try:
             await self._retrying(action)
+            performed = True
         finally:
+            if isinstance(action, DestroyRunner) and not performed:
+                # Cut short (this factory restarted): the job may still be there, and only a
+                # listing that shows it can have it destroyed again.
+                self._pool.purged(action.runner_id, 0)
             if isinstance(action, CreateRunner):
                 self._creating.discard(action.runner_id)
             elif (
