@@ -591,7 +591,6 @@ async def test_a_claim_learns_whether_its_used_mark_reached_nomad(autojump_clock
             await factory.marked(runner.id)
         assert waited.cancelled_caught, "not while the write is under way"
         nomad.release.set()
-        factory.submit(MarkUsed(runner.id, ENVIRONMENT, 0))
         assert await factory.marked(runner.id) is True
         nursery.cancel_scope.cancel("test over")
 

@@ -117,14 +117,20 @@ class RunnerDesk:
             raise UnknownEnvironment(environment_id)
         await self._gate.admit()
         runner, actions = self._pool.claim(environment_id, inactivity_timeout, trio.current_time())
+        self._pool.activity(runner.id, trio.current_time(), working=+1)  # no expiry while it waits
         self._effects.apply(actions)
         landed = False
-        with trio.move_on_after(self._admission.wait_timeout):
-            landed = await self._effects.factory.marked(runner.id)
+        try:
+            with trio.move_on_after(self._admission.wait_timeout):
+                landed = await self._effects.factory.marked(runner.id)
+        finally:
+            self._pool.activity(runner.id, trio.current_time(), working=-1)
+            self._effects.deadlines_changed()
         if not landed:
             # Handed out without the mark, it could be handed out again by the next daemon to
-            # list it; it goes instead.
-            self._effects.apply(self._pool.release(runner.id))
+            # list it; it goes instead (unless it went meanwhile: its allocation died).
+            if self._pool.used_runner(runner.id) is not None:
+                self._effects.apply(self._pool.release(runner.id))
             raise NomadUnreachable(f"runner {runner.id} could not be marked as claimed in Nomad")
         logger.info("runner {} claimed (inactivity timeout {}s)", runner.id, inactivity_timeout)
         return runner

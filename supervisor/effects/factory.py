@@ -150,11 +150,14 @@ class RunnerFactory:
         """Wait until the claim's 'used' mark is in Nomad (True) or given up (False): until it is,
         a daemon that takes over (a restart, an HA standby) would take the runner for an idle one."""
         done = self._marks.get(runner_id)
-        if done is not None:
-            await done.wait()
-        else:
-            await trio.lowlevel.checkpoint()
-        return self._landed.pop(runner_id, False)
+        try:
+            if done is not None:
+                await done.wait()
+            else:
+                await trio.lowlevel.checkpoint()
+        finally:
+            landed = self._landed.pop(runner_id, False)
+        return landed
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Carry out the pool's actions until cancelled (it never returns otherwise)."""

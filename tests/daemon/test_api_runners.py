@@ -9,6 +9,7 @@ import trio_websocket
 
 from supervisor.base.levels import StreamState
 from supervisor.core.config import AdmissionSettings, ServerSettings, Settings
+from supervisor.simulator.trouble import Trouble
 
 from .conftest import Harness
 
@@ -114,6 +115,31 @@ async def test_admission_waits_for_the_stream_then_says_nomad_unreachable(
         nursery.start_soon(recover)
         admitted = await harness.http.post("/runners", json={"executionEnvironmentId": 10})
     assert admitted.status_code == 200, "a claim waits for the stream to come back"
+
+
+@pytest.mark.parametrize(
+    "settings", [Settings(server=ServerSettings(port=0), admission=AdmissionSettings(wait_timeout=0.3))]
+)
+async def test_a_claim_whose_used_mark_does_not_reach_nomad_is_refused_and_its_runner_goes(
+    harness: Harness, settings: Settings
+) -> None:
+    """A claim is answered once Nomad holds the runner's 'used' mark, so that a daemon taking over
+    never lists it as idle. With every write answered 500 (the wait shortened, as the test is about
+    it), the claim is NOMAD_UNREACHABLE and its runner never handed out; once Nomad answers again,
+    its job is purged."""
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    idle = set(harness.service.pool.runners)
+    trouble = Trouble(duration=5.0, errors=1.0, slow=0.0, max_delay=0.0, applied=0.0, seed=1)
+    harness.cluster.config.trouble.begin(trouble)
+    refused = await harness.http.post("/runners", json={"executionEnvironmentId": 10})
+    assert refused.status_code == 500, refused.text
+    assert refused.json()["errorCode"] == "NOMAD_UNREACHABLE"
+    gone = idle - set(harness.service.pool.runners)
+    assert len(gone) == 1, "the runner the claim took is no longer the pool's"
+    (runner_id,) = gone
+    await harness.wait_for(lambda: ("default", runner_id) not in harness.cluster.state.jobs)
+    assert (await harness.http.post("/runners", json={"executionEnvironmentId": 10})).status_code == 200
 
 
 @pytest.mark.parametrize("settings", [Settings(server=ServerSettings(port=0, token="s3cret"))])
