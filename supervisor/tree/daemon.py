@@ -343,16 +343,20 @@ class Daemon:
             )
 
         async def unwound_then_released(opened: _Tiers) -> None:
-            # The tiers inside the executions' are cancelled, and nothing of this term writes to
-            # Nomad any more, before a standby may take the lock; executions finish after.
-            await self._nest(term_tiers[1:], body, opened)
-            if self._term is not None:
-                self._term.acting = False
-                if self._term.release and not self._stop.is_set():
-                    await self.elector.release()
+            # The tiers inside the executions' (informer, effects, lock hold) are cancelled before
+            # a standby may take the lock; executions finish after.
+            try:
+                await self._nest(term_tiers[1:], body, opened)
+            finally:
+                if self._term is not None:
+                    self._term.acting = False
+            if self._term is not None and (self._term.release or self._stop.is_set()):
+                await self.elector.release()
 
-        await self._nest(term_tiers[:1], unwound_then_released)
-        self._term = None
+        try:
+            await self._nest(term_tiers[:1], unwound_then_released)
+        finally:
+            self._term = None
         if self._stop.is_set():
             await self.elector.release()
 

@@ -151,12 +151,21 @@ async def test_a_crash_of_the_ha_hold_steps_down_and_lets_the_running_execution_
     await harness.environment(10)
     runner = await harness.runner(10)
     first = harness.service
+    acting_at_release: list[bool] = []
+    release = harness.daemon.elector.release
+
+    async def noted_release() -> None:
+        acting_at_release.append(harness.daemon.acting)
+        await release()
+
+    harness.daemon.elector.release = noted_release  # type: ignore[method-assign]
 
     async def crash() -> None:
         CRASH.setdefault("lock hold", trio.Event()).set()
         await harness.wait_for(lambda: harness.daemon.switch.app is None)
 
     messages = await harness.run_until_end(runner, COMMAND, crash)
+    assert acting_at_release[:1] == [False], "the lock goes once the term's informer and effects are gone"
     assert messages[-1] == {"type": "exit", "data": 0}
     assert output(messages) == "started\nfinished\n", "the output is whole"
     await harness.wait_for(
