@@ -345,10 +345,19 @@ async def test_an_answer_that_leaves_a_body_unread_says_it_closes_the_connection
     may still be on its way, so the response says 'Connection: close' and the connection closes;
     a client that reused it would meet a server gone without an answer. Requests without a body
     keep their connection."""
-    async with _serving(_hello) as served:
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/read":
+            while (await receive()).get("more_body"):
+                pass
+        await _hello(scope, receive, send)
+
+    async with _serving(app) as served:
         client = await served.client()
         head, _ = await client.request("GET", "/")
         assert (b"connection", b"close") not in list(head.headers)
+        head, _ = await client.request("POST", "/read", body=b"0123456789")
+        assert (b"connection", b"close") not in list(head.headers), "a body read whole keeps it"
         client.h11.start_next_cycle()
         await client.send(
             h11.Request(method="POST", target="/", headers=[("host", "api"), ("content-length", "10")]),

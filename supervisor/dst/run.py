@@ -158,7 +158,7 @@ async def _simulate(drawn: Plan, trace: Trace) -> Result:
     trace.record("plan", drawn.describe())
     async with trio.open_nursery() as nursery:
         await nursery.start(world.run)
-        await _create_environments(world, drawn.pools)
+        await _create_environments(world, checks, drawn.pools)
         nursery.start_soon(timeline.sample, world, checks, log)
         nursery.start_soon(_watch_health, world, checks)
         nursery.start_soon(run_faults, world, drawn.faults, log, trace)
@@ -190,17 +190,24 @@ def _written(tx: Any) -> str:
     return f"{tx.message_type} {touched}"
 
 
-async def _create_environments(world: World, pools: dict[int, int]) -> None:
+async def _create_environments(world: World, checks: Checks, pools: dict[int, int]) -> None:
     body = {"image": _IMAGE, "cpuLimit": 100, "memoryLimit": 256, "networkAccess": False, "exposedPorts": []}
-    while (active := world.active_slot()) is None:  # noqa: ASYNC110  # which of a pair wins
-        await trio.sleep(0.1)
+    active = None
+    with trio.move_on_after(_WARM_UP) as waited:
+        while (active := world.active_slot()) is None:  # noqa: ASYNC110  # which of a pair wins
+            await trio.sleep(0.1)
+    if waited.cancelled_caught or active is None:
+        checks.violate("3 no request ended by the daemon", f"no daemon active within {_WARM_UP} s")
+        return
     async with httpx.AsyncClient(transport=network_transport(world.network), timeout=30) as http:
         for environment, size in pools.items():
             answer = await http.put(
                 f"{active.url}/execution-environments/{environment}",
                 json={**body, "prewarmingPoolSize": size},
             )
-            assert answer.status_code in (201, 204), answer.text
+            if answer.status_code not in (201, 204):
+                refused = f"environment {environment}: {answer.status_code} {answer.text[:200]}"
+                checks.violate("3 no request ended by the daemon", refused)
     await trio.sleep(_WARM_UP)
 
 
