@@ -57,6 +57,8 @@ TOOK, STEPPED_DOWN = "took the HA lock", "stepping down:"
 # A load cycle's claim, as CodeOcean's: with an inactivity timeout, so that a claim whose answer
 # was lost with its daemon (killed between the claim and its answer) ends by itself.
 LOAD_CLAIM = {"executionEnvironmentId": ENVIRONMENT_ID, "inactivityTimeout": 10}
+# A load cycle with no answer for this long is cut short, and says at which step.
+_CYCLE_PATIENCE = 15.0
 
 
 class Partition:
@@ -232,6 +234,8 @@ class Load:
         self.held: set[str] = set()
         # Why cycles came to nothing, with when: what a check that waited in vain reports.
         self.refusals: list[tuple[float, str]] = []
+        # The step of the cycle under way.
+        self.step = ""
 
     async def run(self) -> None:
         while True:
@@ -242,7 +246,12 @@ class Load:
                     self.refusals.append((time.monotonic(), why))
                 await trio.sleep(0.2)
                 continue
-            outcome = await self.cycle(self.daemons.apis[name])
+            with trio.move_on_after(_CYCLE_PATIENCE) as waited:
+                outcome = await self.cycle(self.daemons.apis[name])
+            if waited.cancelled_caught:
+                outcome = None
+                hung = f"{self.step} at {name}: no answer in {_CYCLE_PATIENCE} s"
+                self.refusals.append((time.monotonic(), hung))
             if outcome is not None:
                 self.outcomes.append(outcome)
                 self.last_success = time.monotonic() if outcome == "exit 0" else self.last_success
@@ -252,20 +261,25 @@ class Load:
         """One claim, copy, execute, release; None if the daemon refused or vanished before anything
         ran (the balancer picks again), else "exit 0" or what ended the execution."""
         try:
+            self.step = "claim"
             claim = await self.http.post(f"{api}/runners", json=LOAD_CLAIM)
             if claim.status_code != 200:
                 return self.refused("claim", claim)
             runner = claim.json()["runnerId"]
             self.held.add(runner)
             copy = {"delete": ["./*"], "copy": [{"path": "main.py", "content": "cHJpbnQoMSk="}]}
+            self.step = "files"
             if (
                 files := await self.http.patch(f"{api}/runners/{runner}/files", json=copy)
             ).status_code != 204:
                 return self.refused("files", files)
+            self.step = "execute"
             started = await self.http.post(f"{api}/runners/{runner}/execute", json={"command": "cat main.py"})
             if started.status_code != 200:
                 return self.refused("execute", started)
+            self.step = "the execution's WebSocket"
             scenario_messages = await read_messages(started.json()["websocketUrl"])
+            self.step = "release"
             await self.http.delete(f"{api}/runners/{runner}")
             self.held.discard(runner)
         except (httpx.HTTPError, OSError) as exc:
