@@ -11,6 +11,7 @@ catches up with what the servers decided meanwhile.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final, Protocol
 
 from .encode import ZERO_TIME, rfc3339
@@ -187,6 +188,10 @@ class Agents:
                 self.exec.kill_alloc(alloc.id)
             elif recreate_containers and alloc.client_status == "running" and not alloc.server_terminal:
                 self._restart_tasks(alloc, reason="Restart after the agent recreated the task")
+            elif alloc.client_status == "pending" and alloc.task_states and not alloc.server_terminal:
+                # A task that waited for its restart when the agent stopped: the restored task
+                # runner runs it again (a restart still due meanwhile finds it running).
+                state.timers.call_later(state.config.alloc_start_delay, partial(self._restarted, alloc.id))
             else:
                 self._schedule(alloc)
 

@@ -53,6 +53,25 @@ async def test_agent_restart_shorter_than_the_grace_changes_nothing(
     assert all(a.client_status == "running" for a in cluster.state.allocs.values())
 
 
+async def test_a_task_waiting_for_its_restart_is_restarted_when_its_agent_comes_back(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    """A task crashed and waits its restart delay; its agent restarts meanwhile. The restored
+    client runs it again, as Nomad's restored task runner does: it never hangs pending."""
+    restart = {"Attempts": 3, "Delay": 2_000_000_000, "Interval": 60_000_000_000, "Mode": "fail"}
+    await client.register_job(batch_job("crashing", restart=restart))
+    await settle(cluster, lambda: all_running(cluster, ["crashing"]))
+    (alloc,) = allocs_of(cluster, "crashing")
+    node = cluster.state.nodes[alloc.node_id]
+    cluster.agents.fail(alloc, "crash")
+    assert alloc.client_status == "pending"
+    cluster.agents.restart_agent(node, downtime=5)  # away when the restart delay ends
+    await trio.sleep(10)
+    assert node.agent_up
+    assert alloc.client_status == "running"
+    assert [a.id for a in allocs_of(cluster, "crashing")] == [alloc.id], "restarted in place"
+
+
 async def test_agent_down_past_the_grace_loses_and_replaces_allocations(
     autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
 ) -> None:
