@@ -334,6 +334,17 @@ def test_an_agent_restart_makes_its_runners_suspect_until_a_listing_after_its_re
     assert sum(isinstance(a, CreateRunner) for a in actions) == 1, "replaced"
 
 
+def test_a_server_side_update_of_the_allocation_proves_nothing_of_its_agent() -> None:
+    """An in-place update (a claim's write) changes the allocation on the servers alone: its
+    AllocModifyIndex moves with its ModifyIndex. Only a change of its client's proves the runner."""
+    pool, ids = warm_pool()
+    pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40)
+    pool.apply_allocation(alloc(ids[0], "a0", "running", 45, created=10, raw={"AllocModifyIndex": 45}), AT)
+    assert pool.runners[ids[0]].suspect_since == 40, "the servers' write says nothing of the agent"
+    pool.apply_allocation(alloc(ids[0], "a0", "running", 46, created=10, raw={"AllocModifyIndex": 45}), AT)
+    assert pool.runners[ids[0]].suspect_since == 0, "its client wrote after the restart"
+
+
 def test_an_allocation_update_newer_than_the_restart_proves_a_runner() -> None:
     pool, ids = warm_pool()
     pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40)

@@ -85,6 +85,13 @@ def _own(text: str) -> str:
     return text.encode().decode()
 
 
+def _written_by_its_client(alloc: Allocation | AllocListStub) -> bool:
+    """The allocation's last change was its client's (a server-side one, such as the in-place
+    update a claim writes, bumps ``AllocModifyIndex`` too, and says nothing of the agent)."""
+    server_side = getattr(alloc, "alloc_modify_index", None)
+    return server_side is not None and alloc.modify_index > server_side
+
+
 def _found_by_listing(runner: Runner | None) -> str:
     return FOUND_BY_NODE_RESTART if runner is not None and runner.suspect_since else FOUND_BY_LISTING
 
@@ -567,6 +574,7 @@ class RunnerPool(PoolView):
             alloc.modify_index > runner.suspect_since > 0
             and is_running(alloc)
             and alloc.id == runner.alloc_id
+            and _written_by_its_client(alloc)
         ):
             runner.suspect_since = 0  # its client reported the allocation running since the restart
         if runner.alloc_id != alloc.id:
