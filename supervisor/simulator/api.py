@@ -1,8 +1,11 @@
 """Nomad's HTTP API on one simulated server: the routes, their parameters and Nomad's answers.
 
-Errors are ``text/plain`` with Nomad's status codes and texts (nomad-api.md §6): 400 for bad input,
-403 for ACL, 404 for unknown objects, 405 ``Invalid method``, and the 500s Nomad uses for server-side
-validation and while the cluster has no leader. While a fault puts the servers in trouble
+Errors are ``text/plain`` with Nomad's status codes and texts (nomad-api.md §6 and §9): 400 for bad
+input, 403 for ACL, 404 for unknown objects (with the query's index headers, as Nomad sets them
+first), 405 ``Invalid method``, and the 500s Nomad uses for server-side validation and while the
+cluster has no leader. Query parameters are read with Go's parsers (``query.py``), bodies decoded as
+Go decodes them before anything else (``request_types.py``), and a job is canonicalized and
+validated as Nomad's server does it (``jobs.py``). While a fault puts the servers in trouble
 (trouble.py), some requests are answered late, or 500 as a cluster in trouble answers them.
 """
 
@@ -10,13 +13,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
 import orjson
 import trio
 
+from .acl import AclRoutes
 from .broker import TopicFilter
 from .client_api import ExecRoute, check_token
 from .encode import (
@@ -30,36 +34,30 @@ from .encode import (
     node_stub,
     summary_state,
 )
-from .filters import ALLOC_FIELDS, JOB_FIELDS, NODE_FIELDS, Getter, compile_filter
+from .errors import NomadError
+from .filters import ALLOC_FIELDS, JOB_FIELDS, NODE_FIELDS, Predicate, compile_filter
 from .handle import ClusterHandle, SimServer
 from .http import Request, Response, StreamReply, WebSocketReply, json_response, text_response
-from .jobs import NomadError
+from .more_api import MoreRoutes
 from .objects import SimAlloc, SimJob
+from .query import QueryOptions, go_parse_bool, go_quote, parse_query, query_bool, query_int
+from .request_types import (
+    JOB_REGISTER_REQUEST,
+    NODE_UPDATE_DRAIN_REQUEST,
+    NODE_UPDATE_ELIGIBILITY_REQUEST,
+    decode_request,
+)
 from .trouble import Verdict
 from .variables_api import VariableRoutes
 
-__all__ = ["NomadAPI", "parse_go_duration"]
+__all__ = ["NomadAPI"]
 
 _Item = TypeVar("_Item")
 Handler = Callable[[Request, dict[str, str]], Awaitable[Response | StreamReply | WebSocketReply]]
 
 _MAX_WAIT: Final = 300.0
+_ATOI: Final = re.compile(r"[+-]?[0-9]+")
 _UNTROUBLED: Final = Verdict()
-_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` for the forms Nomad clients send ("10s", "5m", "1m30s", "250ms")."""
-    position, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != position:
-            raise ValueError(text)
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        position = match.end()
-    if position != len(text) or not text:
-        raise ValueError(text)
-    return total
 
 
 def _encoded_alloc_stub(alloc: SimAlloc, resources: bool, task_states: bool) -> bytes:
@@ -98,7 +96,7 @@ class _Router:
             found = regex.match(path)
             if found:
                 params = {k: unquote(v) for k, v in found.groupdict().items()}
-                return table.get(method), params, True
+                return table.get(method) or table.get("*"), params, True
         return None, {}, False
 
 
@@ -132,7 +130,15 @@ class NomadAPI:
         VariableRoutes(
             cluster, blocking=self._blocking, headers=self._headers, require_leader=self._require_leader
         ).add_routes(add)
+        MoreRoutes(
+            cluster,
+            server,
+            blocking=self._blocking,
+            headers=self._headers,
+            require_leader=self._require_leader,
+        ).add_routes(add)
         cluster.control.add_routes(add)
+        AclRoutes(cluster).add_routes(add)
 
     async def __call__(self, request: Request) -> Response | StreamReply | WebSocketReply:
         """Answer one request: route it, check the token, and turn a NomadError into Nomad's text answer."""
@@ -151,7 +157,7 @@ class NomadAPI:
         try:
             reply = await handler(request, params)
         except NomadError as error:
-            reply = text_response(error.status, error.text)
+            reply = Response(error.status, error.text.encode(), headers=error.headers)
         if trouble.error is not None and isinstance(reply, Response) and reply.status < 300:
             reply = text_response(500, trouble.error)  # applied, and the answer lost on its way
         if isinstance(reply, Response) and self.cluster.config.response_latency > 0:
@@ -177,7 +183,8 @@ class NomadAPI:
         return verdict or _UNTROUBLED
 
     def _require_leader(self, request: Request) -> None:
-        if self.cluster.leader is None and not request.has_arg("stale"):
+        """A write reaches the leader, or fails as Nomad's does without one."""
+        if self.cluster.leader is None:
             raise NomadError(500, "No cluster leader")
 
     def _headers(self, index: int) -> tuple[tuple[str, str], ...]:
@@ -187,44 +194,38 @@ class NomadAPI:
             ("X-Nomad-LastContact", "0"),
         )
 
-    async def _blocking(self, request: Request, current_index: Callable[[], int]) -> int:
-        """Wait as a blocking query asks (``index`` > 0, ``wait``); returns the index to answer with."""
-        self._require_leader(request)
-        raw_index = request.arg("index", "0")
-        try:
-            index = int(raw_index)
-        except ValueError:
-            raise NomadError(400, "Invalid index") from None
-        wait = _MAX_WAIT
-        if request.has_arg("wait"):
-            try:
-                wait = min(parse_go_duration(request.arg("wait")), _MAX_WAIT)
-            except ValueError:
-                raise NomadError(400, "Invalid wait time") from None
-        if index > 0:
+    async def _blocking(self, options: QueryOptions, current_index: Callable[[], int]) -> int:
+        """Wait as a blocking query asks (``index`` > 0, ``wait``, 300 s when 0 or more); returns the
+        index to answer with. Without a leader only a ``stale`` read is answered."""
+        if self.cluster.leader is None and not options.stale:
+            raise NomadError(500, "No cluster leader")
+        if options.index > 0:
+            wait = min(options.wait, _MAX_WAIT) if options.wait > 0 else _MAX_WAIT
             wait += self.state.rng.uniform(0, wait / 16)
             with trio.move_on_after(wait):
-                while current_index() <= index:
+                while current_index() <= options.index:
                     await self.cluster.wait_for_write()
         return max(current_index(), 1)
+
+    def _not_found(self, text: str, index: int) -> NomadError:
+        """A read's 404: the query's meta headers are set before it, as Nomad's ``setMeta``."""
+        return NomadError(404, text, self._headers(index))
 
     def _namespace(self, request: Request) -> str:
         return request.arg("namespace") or "default"
 
     @staticmethod
     def _paginate(
-        request: Request, items: Iterable[_Item], key: Callable[[_Item], str], fields: Mapping[str, Getter]
+        options: QueryOptions,
+        predicate: Predicate | None,
+        items: Iterable[_Item],
+        key: Callable[[_Item], str],
     ) -> tuple[list[_Item], str]:
         """The ``filter``'s matches from ``next_token`` on, ``per_page`` of them, and the next
         token. As Nomad's paginator does, the items are read and the filter evaluated only until
         the page is full."""
-        predicate = compile_filter(request.arg("filter"), fields)
-        raw = request.arg("per_page")
-        try:
-            per_page = int(raw) if raw else 0
-        except ValueError:
-            raise NomadError(400, f"Failed to parse per_page: {raw}") from None
-        token = request.arg("next_token") if raw else ""
+        per_page = options.per_page
+        token = options.next_token if per_page else ""
         if token:
             items = (item for item in items if key(item) >= token)
         selected = iter(items) if predicate is None else (item for item in items if predicate(item))
@@ -235,26 +236,15 @@ class NomadAPI:
             return page, ""
         return page[:per_page], key(page[per_page])
 
-    @staticmethod
-    def _filtered(request: Request, items: list[_Item], fields: Mapping[str, Getter]) -> list[_Item]:
-        predicate = compile_filter(request.arg("filter"), fields)
-        return items if predicate is None else [item for item in items if predicate(item)]
-
-    @staticmethod
-    def _body(request: Request) -> Any:
-        if not request.body.strip():
-            raise NomadError(400, "Request body is empty")
-        try:
-            return orjson.loads(request.body)
-        except orjson.JSONDecodeError as exc:
-            raise NomadError(400, f"Failed to decode request body: {exc}") from None
-
     # -- jobs -----------------------------------------------------------------------------------
 
     async def list_jobs(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/jobs``: job stubs by prefix, ``meta``, ``filter`` and pages; a blocking query."""
-        index = await self._blocking(request, lambda: self.state.table_index["jobs"])
-        namespace, prefix = self._namespace(request), request.arg("prefix")
+        options = parse_query(request)
+        meta = bool(query_bool(request, "meta"))
+        predicate = compile_filter(options.filter, JOB_FIELDS)
+        index = await self._blocking(options, lambda: self.state.table_index["jobs"])
+        namespace, prefix = self._namespace(request), options.prefix
         jobs = sorted(
             (
                 j
@@ -263,8 +253,7 @@ class NomadAPI:
             ),
             key=lambda j: (j.namespace, j.id),
         )
-        page, next_token = self._paginate(request, jobs, lambda j: j.id, JOB_FIELDS)
-        meta = request.arg("meta") in ("true", "1")
+        page, next_token = self._paginate(options, predicate, jobs, lambda j: j.id)
         body = [self._encoded_job_stub(j, meta) for j in page]
         headers = self._headers(index) + ((("X-Nomad-NextToken", next_token),) if next_token else ())
         return _json_list(body, headers)
@@ -289,43 +278,74 @@ class NomadAPI:
         """``GET /v1/job/:id``: the full job, or 404 ``job not found``; a blocking query."""
         key = (self._namespace(request), params["job_id"])
         index = await self._blocking(
-            request,
+            parse_query(request),
             lambda: j.modify_index if (j := self.state.jobs.get(key)) else self.state.table_index["jobs"],
         )
         job = self.state.jobs.get(key)
         if job is None:
-            raise NomadError(404, "job not found")
+            raise self._not_found("job not found", index)
         return json_response(job_full(job, self.cluster.config.region), headers=self._headers(index))
 
     async def register_job(self, request: Request, params: dict[str, str]) -> Response:
-        """``PUT|POST /v1/jobs`` and ``/v1/job/:id``: register a job (the leader only)."""
-        self._require_leader(request)
-        body = self._body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("Job"), dict):
+        """``PUT|POST /v1/jobs`` and ``/v1/job/:id``: the agent decodes and checks the request
+        (400s), the leader canonicalizes, validates (500s) and registers the job."""
+        body = decode_request(request.body, JOB_REGISTER_REQUEST)
+        job = body.get("Job")
+        if job is None:
             raise NomadError(400, "Job must be specified")
-        spec = body["Job"]
-        if not spec.get("ID"):
+        if job.get("ID") is None:
             raise NomadError(400, "Job ID hasn't been provided")
-        if "job_id" in params and spec["ID"] != params["job_id"]:
+        if "job_id" in params and job["ID"] != params["job_id"]:
             raise NomadError(400, "Job ID does not match name")
-        namespace = spec.get("Namespace") or self._namespace(request)
-        result = self.cluster.jobs.register(spec, namespace)
+        if job.get("Type") == "system" and any(
+            g.get("Scaling") is not None for g in job.get("TaskGroups") or []
+        ):
+            raise NomadError(400, "Task groups with job type system do not support scaling blocks")
+        if (body.get("EvalPriority") or 0) and not 1 <= body["EvalPriority"] <= 100:
+            raise NomadError(400, "Eval priority must be between 1 and 100 inclusively")
+        # The query's namespace first, then the request's, then the job's (namespaceForJob).
+        namespace = request.arg("namespace") or body.get("Namespace") or job.get("Namespace") or "default"
+        region = self._job_region(request, body, job)
+        self._require_leader(request)
+        result = self.cluster.jobs.register(
+            job,
+            namespace,
+            region=region,
+            enforce_index=bool(body.get("EnforceIndex")),
+            job_modify_index=body.get("JobModifyIndex") or 0,
+        )
         return json_response(result, headers=self._headers(result["Index"]))
+
+    def _job_region(self, request: Request, body: dict[str, Any], job: dict[str, Any]) -> str:
+        """The agent's ``regionForJob``: the request body's region, the query's, the job's; "global"
+        or none is the agent's own."""
+        region = body.get("Region") or request.arg("region") or job.get("Region") or ""
+        return self.cluster.config.region if region in ("", "global") else str(region)
 
     async def deregister_job(self, request: Request, params: dict[str, str]) -> Response:
         """``DELETE /v1/job/:id``: stop the job, or purge it; an unknown job is a 200 no-op."""
+        purge = bool(query_bool(request, "purge"))
+        query_bool(request, "global")
+        eval_priority = query_int(request, "eval_priority")
+        query_bool(request, "no_shutdown_delay", shown='"no_shutdown_delay"q')
+        if eval_priority is not None and eval_priority > 0 and not 1 <= eval_priority <= 100:
+            raise NomadError(400, "Eval priority must be between 1 and 100 inclusively")
         self._require_leader(request)
-        purge = request.arg("purge").lower() in ("true", "1", "t")
         result = self.cluster.jobs.deregister(self._namespace(request), params["job_id"], purge=purge)
         return json_response(result, headers=self._headers(result["Index"] or self.state.index))
 
     async def job_allocations(self, request: Request, params: dict[str, str]) -> Response:
-        """``GET /v1/job/:id/allocations``: the job's allocation stubs (``all`` versions)."""
-        index = await self._blocking(request, lambda: self.state.table_index["allocs"])
+        """``GET /v1/job/:id/allocations``: the job's allocation stubs (``all`` versions; a value
+        ``ParseBool`` refuses is false, as the agent ignores the error)."""
+        try:
+            all_versions = go_parse_bool(request.arg("all"))
+        except ValueError:
+            all_versions = False
+        index = await self._blocking(parse_query(request), lambda: self.state.table_index["allocs"])
         key = (self._namespace(request), params["job_id"])
         job = self.state.jobs.get(key)
         allocs = list(self.state.allocs_by_job.get(key, {}).values())
-        if request.arg("all") not in ("true", "1") and job is not None:
+        if not all_versions and job is not None:
             allocs = [a for a in allocs if a.create_index >= job.create_index]
         body = [alloc_stub(a, resources=False) for a in sorted(allocs, key=lambda a: a.create_index)]
         return json_response(body, headers=self._headers(index))
@@ -335,112 +355,131 @@ class NomadAPI:
     async def list_allocations(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/allocations``: allocation stubs by prefix, ``filter``, ``resources``,
         ``task_states`` and pages."""
-        index = await self._blocking(request, lambda: self.state.table_index["allocs"])
-        namespace, prefix = self._namespace(request), request.arg("prefix")
+        options = parse_query(request)
+        resources = bool(query_bool(request, "resources"))
+        task_states = query_bool(request, "task_states") is not False
+        predicate = compile_filter(options.filter, ALLOC_FIELDS)
+        index = await self._blocking(options, lambda: self.state.table_index["allocs"])
+        namespace, prefix = self._namespace(request), options.prefix
         by_id = self.state.allocs
         allocs = (
             a
             for a in map(by_id.__getitem__, sorted(by_id))
             if (namespace == "*" or a.namespace == namespace) and a.id.startswith(prefix)
         )
-        page, next_token = self._paginate(request, allocs, lambda a: a.id, ALLOC_FIELDS)
-        resources = request.arg("resources") in ("true", "1")
-        task_states = request.arg("task_states") not in ("false", "0")
+        page, next_token = self._paginate(options, predicate, allocs, lambda a: a.id)
         body = [_encoded_alloc_stub(a, resources, task_states) for a in page]
         headers = self._headers(index) + ((("X-Nomad-NextToken", next_token),) if next_token else ())
         return _json_list(body, headers)
-
-    def _alloc(self, alloc_id: str) -> SimAlloc:
-        alloc = self.state.allocs.get(alloc_id)
-        if alloc is None:
-            raise NomadError(404, "alloc not found")
-        return alloc
 
     async def get_allocation(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/allocation/:id``: the full allocation with its job, or 404 ``alloc not found``."""
         alloc_id = params["alloc_id"]
         index = await self._blocking(
-            request,
+            parse_query(request),
             lambda: (
                 a.modify_index if (a := self.state.allocs.get(alloc_id)) else self.state.table_index["allocs"]
             ),
         )
-        return json_response(alloc_full(self._alloc(alloc_id), with_job=True), headers=self._headers(index))
+        alloc = self.state.allocs.get(alloc_id)
+        if alloc is None:
+            raise self._not_found("alloc not found", index)
+        return json_response(alloc_full(alloc, with_job=True), headers=self._headers(index))
 
     async def stop_allocation(self, request: Request, params: dict[str, str]) -> Response:
-        """``POST /v1/allocation/:id/stop``: stop the allocation and place a replacement."""
+        """``POST /v1/allocation/:id/stop``: stop the allocation and place a replacement; 404
+        ``allocation not found`` (without index headers) for one Nomad does not know."""
+        try:
+            go_parse_bool(request.arg("no_shutdown_delay") or "false")
+        except ValueError as error:
+            raise NomadError(500, f"no_shutdown_delay value is not a boolean: {error}") from None
         self._require_leader(request)
-        result = self.cluster.jobs.stop_allocation(self._alloc(params["alloc_id"]))
+        alloc = self.state.allocs.get(params["alloc_id"])
+        if alloc is None:
+            raise NomadError(404, "allocation not found")
+        result = self.cluster.jobs.stop_allocation(alloc)
         return json_response(result, headers=self._headers(result["Index"]))
 
     # -- nodes ----------------------------------------------------------------------------------
 
     async def list_nodes(self, request: Request, params: dict[str, str]) -> Response:
-        """``GET /v1/nodes``: node stubs by prefix and ``filter``; a blocking query."""
-        index = await self._blocking(request, lambda: self.state.table_index["nodes"])
-        prefix = request.arg("prefix")
+        """``GET /v1/nodes``: node stubs by prefix and ``filter`` (``resources`` and ``os`` add
+        fields); a blocking query."""
+        options = parse_query(request)
+        try:
+            resources, os = bool(query_bool(request, "resources")), bool(query_bool(request, "os"))
+        except NomadError as error:
+            raise NomadError(400, f"Failed to parse node list fields: {error.text}") from None
+        predicate = compile_filter(options.filter, NODE_FIELDS)
+        index = await self._blocking(options, lambda: self.state.table_index["nodes"])
+        prefix = options.prefix
         nodes = sorted((n for n in self.state.nodes.values() if n.id.startswith(prefix)), key=lambda n: n.id)
-        nodes = self._filtered(request, nodes, NODE_FIELDS)
-        body = [node_stub(n, self.cluster.config.nomad_version) for n in nodes]
+        if predicate is not None:
+            nodes = [n for n in nodes if predicate(n)]
+        version = self.cluster.config.nomad_version
+        body = [node_stub(n, version, resources=resources, os=os) for n in nodes]
         return json_response(body, headers=self._headers(index))
-
-    def _node(self, node_id: str, *, status: int = 404) -> Any:
-        node = self.state.nodes.get(node_id)
-        if node is None:
-            raise NomadError(status, "node not found")
-        return node
 
     async def get_node(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/node/:id``: the full node, or 404 ``node not found``."""
         node_id = params["node_id"]
         index = await self._blocking(
-            request,
+            parse_query(request),
             lambda: (
                 n.modify_index if (n := self.state.nodes.get(node_id)) else self.state.table_index["nodes"]
             ),
         )
-        return json_response(node_full(self._node(node_id)), headers=self._headers(index))
+        node = self.state.nodes.get(node_id)
+        if node is None:
+            raise self._not_found("node not found", index)
+        return json_response(node_full(node), headers=self._headers(index))
 
     async def node_allocations(self, request: Request, params: dict[str, str]) -> Response:
-        """``GET /v1/node/:id/allocations``: the node's full allocations."""
-        index = await self._blocking(request, lambda: self.state.table_index["allocs"])
-        node = self._node(params["node_id"])
+        """``GET /v1/node/:id/allocations``: the node's full allocations; ``[]`` for a node Nomad
+        does not know (``Node.GetAllocs`` does not look the node up)."""
+        index = await self._blocking(parse_query(request), lambda: self.state.table_index["allocs"])
+        node_id = params["node_id"]
         allocs = sorted(
-            (a for a in self.state.allocs.values() if a.node_id == node.id), key=lambda a: a.create_index
+            (a for a in self.state.allocs.values() if a.node_id == node_id), key=lambda a: a.create_index
         )
         return json_response([alloc_full(a, with_job=True) for a in allocs], headers=self._headers(index))
 
+    def _node_for_write(self, node_id: str, node_event: object) -> Any:
+        """The node a drain or eligibility write names, checked as the leader checks it (500s)."""
+        if node_event is not None:
+            raise NomadError(500, "node event must not be set")
+        node = self.state.nodes.get(node_id)
+        if node is None:
+            raise NomadError(500, "node not found")
+        return node
+
     async def drain_node(self, request: Request, params: dict[str, str]) -> Response:
-        """``PUT|POST /v1/node/:id/drain``: set or cancel a drain strategy."""
+        """``PUT|POST /v1/node/:id/drain``: set a drain strategy (``DrainSpec``), or cancel it
+        (null)."""
+        body = decode_request(request.body, NODE_UPDATE_DRAIN_REQUEST)
         self._require_leader(request)
-        body = self._body(request)
-        if not isinstance(body, dict):
-            raise NomadError(400, "Request body is empty")
-        node = self._node(params["node_id"], status=500)
+        node = self._node_for_write(params["node_id"], None)
         spec = body.get("DrainSpec")
-        deadline = None
-        if spec is not None:
-            if not isinstance(spec, dict) or not isinstance(spec.get("Deadline", 0), int):
-                raise NomadError(400, "DrainSpec must be an object with an integer Deadline")
-            deadline = int(spec.get("Deadline", 0))
-        meta = body.get("Meta") or {}
         self.cluster.agents.drain(
             node,
-            deadline_ns=deadline,
+            deadline_ns=None if spec is None else spec.get("Deadline") or 0,
             mark_eligible=bool(body.get("MarkEligible")),
-            meta=meta,
+            meta=body.get("Meta") or {},
             accessor="token:anonymous",
         )
         return json_response(self._node_update(node.modify_index), headers=self._headers(node.modify_index))
 
     async def node_eligibility(self, request: Request, params: dict[str, str]) -> Response:
-        """``PUT|POST /v1/node/:id/eligibility``: set scheduling eligibility (errors are 500s, as Nomad's)."""
+        """``PUT|POST /v1/node/:id/eligibility``: set scheduling eligibility (the body's NodeID, if
+        any, names the node; errors past decoding are 500s, as Nomad's)."""
+        body = decode_request(request.body, NODE_UPDATE_ELIGIBILITY_REQUEST)
         self._require_leader(request)
-        body = self._body(request)
-        node = self._node(params["node_id"], status=500)
-        eligibility = body.get("Eligibility") if isinstance(body, dict) else None
+        eligibility = body.get("Eligibility") or ""
+        if body.get("NodeEvent") is not None:
+            raise NomadError(500, "node event must not be set")
         if eligibility not in ("eligible", "ineligible"):
-            raise NomadError(500, f'invalid scheduling eligibility "{eligibility}"')
+            raise NomadError(500, f"invalid scheduling eligibility {go_quote(eligibility)}")
+        node = self._node_for_write(body.get("NodeID") or params["node_id"], None)
         if eligibility == "eligible" and node.drain_strategy is not None:
             raise NomadError(
                 500, "can not set node's scheduling eligibility to eligible while it is draining"
@@ -455,16 +494,18 @@ class NomadAPI:
     # -- evaluations and status -----------------------------------------------------------------
 
     async def get_evaluation(self, request: Request, params: dict[str, str]) -> Response:
-        """``GET /v1/evaluation/:id``: the evaluation, or 404."""
-        index = await self._blocking(request, lambda: self.state.table_index["evals"])
+        """``GET /v1/evaluation/:id``: the evaluation, or 404 ``eval not found``."""
+        index = await self._blocking(parse_query(request), lambda: self.state.table_index["evals"])
         evaluation = self.state.evals.get(params["eval_id"])
         if evaluation is None:
-            raise NomadError(404, "eval not found")
+            raise self._not_found("eval not found", index)
         return json_response(eval_full(evaluation), headers=self._headers(index))
 
     async def status_leader(self, request: Request, params: dict[str, str]) -> Response:
-        """``GET /v1/status/leader``: the leader's RPC address, or "" without one."""
-        self._require_leader(request)
+        """``GET /v1/status/leader``: the leader's RPC address; without one, a stale read's "" or
+        500 ``No cluster leader``."""
+        if self.cluster.leader is None and not parse_query(request).stale:
+            raise NomadError(500, "No cluster leader")
         leader = self.cluster.server(self.cluster.leader or "")
         return json_response(leader.rpc_address if leader else "")
 
@@ -473,13 +514,12 @@ class NomadAPI:
     async def event_stream(self, request: Request, params: dict[str, str]) -> Response | StreamReply:
         """``GET /v1/event/stream``: NDJSON batches of this server's broker from ``index``, and
         heartbeats."""
-        raw_index = request.arg("index", "0")
-        try:
-            index = int(raw_index)
-        except ValueError:
+        raw_index = request.arg("index") or "0"
+        if not _ATOI.fullmatch(raw_index):
             raise NomadError(
-                400, f'Unable to parse index: strconv.Atoi: parsing "{raw_index}": invalid syntax'
-            ) from None
+                400, f"Unable to parse index: strconv.Atoi: parsing {go_quote(raw_index)}: invalid syntax"
+            )
+        index = int(raw_index)
         topics: dict[str, set[str]] = {}
         for value in request.args("topic"):
             parts = value.split(":")

@@ -21,10 +21,12 @@ import orjson
 import trio
 from loguru import logger
 
+from .acl import refusal
 from .handle import ClusterHandle
 from .http import HttpServer, Request, Response, WebSocketReply, open_listener, text_response
 from .jobs import NomadError
 from .objects import SimNode
+from .query import go_parse_bool
 
 __all__ = ["AgentEndpoint", "ExecRoute", "check_token"]
 
@@ -32,19 +34,9 @@ _EXEC_PATH: Final = re.compile(r"^/v1/client/allocation/(?P<alloc_id>[^/]+)/exec
 
 
 def check_token(cluster: ClusterHandle, request: Request) -> Response | None:
-    """Nomad's ACL answer for a request without the cluster's token, or None when it may pass."""
-    expected = cluster.config.acl_token
-    if not expected or request.path == "/v1/status/leader":
-        return None
-    token = request.headers.get("x-nomad-token", "")
-    authorization = request.headers.get("authorization", "")
-    if not token and authorization.lower().startswith("bearer "):
-        token = authorization[7:].strip()
-    if not token:
-        return text_response(403, "Permission denied")
-    if token != expected:
-        return text_response(403, "ACL token not found")
-    return None
+    """Nomad's ACL answer (403) for a request its token may not make, or None when it may pass: the
+    capabilities each request needs, and the tokens that hold them, are in acl.py."""
+    return refusal(cluster, request)
 
 
 class ExecRoute:
@@ -69,9 +61,10 @@ class ExecRoute:
             command = None
         if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
             command_error = "command is not present"
-        tty = request.arg("tty", "false")
-        if tty not in ("true", "false", "1", "0", "t", "f"):
-            command_error = f"tty value is not a boolean: {tty}"
+        try:
+            go_parse_bool(request.arg("tty", "false"))
+        except ValueError as exc:
+            command_error = f"tty value is not a boolean: {exc}"
         if command_error and config.checks_exec_before_upgrade:
             raise NomadError(500, command_error)
 

@@ -10,19 +10,67 @@ from typing import Final
 from attrs import field, frozen
 from attrs.validators import in_
 
+from .acl_rules import PolicyError, parse_policy
 from .trouble import ServerTrouble
 
-__all__ = ["ENVIRONMENT_JOB_PREFIX", "SCHEDULER_ALGORITHMS", "SimConfig", "parse_version"]
+__all__ = [
+    "ACL_TOKEN_TYPES",
+    "ENVIRONMENT_JOB_PREFIX",
+    "SCHEDULER_ALGORITHMS",
+    "AclPolicy",
+    "AclToken",
+    "SimConfig",
+    "parse_version",
+]
 
 # The field's failure modes tell environment (template) jobs from runner jobs by this prefix.
 ENVIRONMENT_JOB_PREFIX: Final = "template-"
 SCHEDULER_ALGORITHMS: Final = ("spread", "binpack")
+ACL_TOKEN_TYPES: Final = ("client", "management")
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
     """``"1.10.5"`` as ``(1, 10, 5)``."""
     major, minor, patch = (int(part) for part in version.split("-")[0].split("."))
     return major, minor, patch
+
+
+@frozen
+class AclPolicy:
+    """A Nomad ACL policy: its name and its rules, HCL or JSON as ``nomad acl policy apply`` takes them
+    (acl.py reads them). A policy named "anonymous" applies to requests without a token."""
+
+    name: str
+    rules: str
+    description: str = ""
+
+
+@frozen
+class AclToken:
+    """A Nomad ACL token: its secret, and the policies it holds (a management token needs none)."""
+
+    secret_id: str
+    policies: tuple[str, ...] = ()
+    name: str = ""
+    type: str = field(default="client", validator=in_(ACL_TOKEN_TYPES))
+
+
+def _valid_policies(config: SimConfig, attribute: object, policies: tuple[AclPolicy, ...]) -> None:
+    for policy in policies:
+        try:
+            parse_policy(policy.rules)
+        except PolicyError as exc:
+            raise ValueError(f"acl_policies: {policy.name}: {exc}") from None
+
+
+def _valid_tokens(config: SimConfig, attribute: object, tokens: tuple[AclToken, ...]) -> None:
+    names = {policy.name for policy in config.acl_policies}
+    for token in tokens:
+        unknown = sorted(set(token.policies) - names)
+        if unknown:
+            raise ValueError(
+                f"acl_tokens: {token.name or 'a token'} holds {unknown[0]!r}, no policy of acl_policies"
+            )
 
 
 @frozen
@@ -36,8 +84,11 @@ class SimConfig:
     nomad_version: str = "1.10.5"
     region: str = "global"
     datacenter: str = "dc1"
-    # With a token set, every request must carry it (X-Nomad-Token or Authorization: Bearer).
+    # A management token (the bootstrap token). With it or any of acl_tokens set, ACLs are on: every
+    # request needs a token (X-Nomad-Token or Authorization: Bearer) whose policies allow it (acl.py).
     acl_token: str = ""
+    acl_tokens: tuple[AclToken, ...] = field(default=(), validator=_valid_tokens)
+    acl_policies: tuple[AclPolicy, ...] = field(default=(), validator=_valid_policies)
     # The cluster's time 0 as Unix nanoseconds (the CreateTime and ModifyTime of what it writes);
     # None: the wall clock when it starts. A deterministic simulation fixes it.
     epoch_ns: int | None = None
@@ -85,7 +136,15 @@ class SimConfig:
     # The operator's scheduler_algorithm: "spread", as Poseidon requires of its cluster, or Nomad's
     # own default "binpack", which ranks the fuller of the nodes it looks at first.
     scheduler_algorithm: str = field(default="spread", validator=in_(SCHEDULER_ALGORITHMS))
+    # The operator's memory oversubscription: on, as a cluster of runners wants (a task's MemoryMaxMB
+    # is its ceiling); only the scheduler's configuration tells it.
+    memory_oversubscription: bool = True
     dynamic_port_range: tuple[int, int] = field(default=(20000, 32000))
+
+    @property
+    def acl_enabled(self) -> bool:
+        """Whether requests need a token: some token is configured."""
+        return bool(self.acl_token or self.acl_tokens)
 
     @property
     def version(self) -> tuple[int, int, int]:

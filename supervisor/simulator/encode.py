@@ -1,6 +1,7 @@
 """The simulated cluster's records as Nomad's JSON (nomad-api.md §0): PascalCase keys, zero-valued
 fields omitted on Allocation, Evaluation and ports (their ``_struct omitempty``), every field present on
-Job, Node and the list stubs, times in Unix nanoseconds or RFC 3339, ``Drain`` computed.
+Job, Node and the list stubs, times in Unix nanoseconds or RFC 3339, ``Drain`` computed. Fields that
+Nomad 1.10.5 does not have are not written.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any, Final
 
 import orjson
 
+from .fingerprint import EMPTY_RESOURCES, RESERVED_RESOURCES, ZERO_RESOURCES, driver_info, node_resources
 from .objects import SimAlloc, SimEval, SimJob, SimNode, SimVariable
 
 __all__ = [
@@ -23,19 +25,17 @@ __all__ = [
     "node_full",
     "node_stub",
     "omit_zero",
+    "register_fingerprint",
     "rfc3339",
     "variable_full",
     "variable_metadata",
 ]
 
 ZERO_TIME: Final = "0001-01-01T00:00:00Z"
-_DESIRED_TRANSITION_KEYS: Final = (
-    "ForceReschedule",
-    "Migrate",
-    "MigrateDisablePlacement",
-    "NoShutdownDelay",
-    "Reschedule",
-)
+# Nomad 1.10.5's DesiredTransition; MigrateDisablePlacement came in 1.11.
+_DESIRED_TRANSITION_KEYS: Final = ("ForceReschedule", "Migrate", "NoShutdownDelay", "Reschedule")
+_DEFAULT_PORT_RANGE: Final = (20000, 32000)
+_EPHEMERAL_DISK_MB: Final = 300
 _SUMMARY_STATES: Final = ("Queued", "Complete", "Failed", "Running", "Starting", "Lost", "Unknown")
 
 
@@ -80,17 +80,50 @@ def _task_states(alloc: SimAlloc) -> orjson.Fragment | None:
     return fragment
 
 
-def _build_allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
+def _networks(alloc: SimAlloc) -> list[dict[str, Any]]:
+    """The group's network as placed (NetworkResource: omitempty)."""
     dynamic = [
         omit_zero({"HostNetwork": "default", "Label": p["Label"], "To": p.get("To", 0), "Value": p["Value"]})
         for p in alloc.ports
     ]
-    networks = (
-        [omit_zero({"DynamicPorts": dynamic, "IP": alloc.host_ip, "Mode": "host"})] if alloc.ports else []
-    )
+    return [omit_zero({"DynamicPorts": dynamic, "IP": alloc.host_ip, "Mode": "host"})] if alloc.ports else []
+
+
+def _legacy_resources(alloc: SimAlloc) -> dict[str, orjson.Fragment]:
+    """The deprecated views Nomad still writes at placement, fixed then: ``TaskResources`` (each
+    task's), ``SharedResources`` (the group's disk and network) and ``Resources`` (their sum)."""
+    if alloc.legacy_resources is None:
+        networks = _networks(alloc) or None
+        task = {
+            **EMPTY_RESOURCES,
+            "CPU": alloc.cpu,
+            "MemoryMB": alloc.memory_mb,
+            "MemoryMaxMB": alloc.memory_max_mb,
+        }
+        shared = {**EMPTY_RESOURCES, "DiskMB": _EPHEMERAL_DISK_MB, "Networks": networks}
+        count = len(alloc.tasks)
+        total = {
+            **EMPTY_RESOURCES,
+            "CPU": alloc.cpu * count,
+            "DiskMB": _EPHEMERAL_DISK_MB,
+            "MemoryMB": alloc.memory_mb * count,
+            "MemoryMaxMB": (alloc.memory_max_mb or alloc.memory_mb) * count,
+            "Networks": networks,
+        }
+        alloc.legacy_resources = {
+            "Resources": orjson.Fragment(orjson.dumps(total)),
+            "SharedResources": orjson.Fragment(orjson.dumps(shared)),
+            "TaskResources": orjson.Fragment(orjson.dumps(dict.fromkeys(alloc.tasks, task))),
+        }
+    legacy: dict[str, orjson.Fragment] = alloc.legacy_resources
+    return legacy
+
+
+def _build_allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
+    networks = _networks(alloc)
     return {
         "Shared": {
-            "DiskMB": 300,
+            "DiskMB": _EPHEMERAL_DISK_MB,
             "Networks": networks or None,
             "Ports": [omit_zero({"HostIP": alloc.host_ip, **p}) for p in alloc.ports] or None,
         },
@@ -141,8 +174,11 @@ def alloc_full(alloc: SimAlloc, *, with_job: bool) -> dict[str, Any]:
         "AllocatedResources": _allocated_resources(alloc),
         "DesiredTransition": desired_transition,
         "Job": alloc.job if with_job else None,
+        "Metrics": alloc.metrics,
         "PreviousAllocation": alloc.previous_allocation,
+        "SigningKeyID": alloc.signing_key_id,
         "TaskStates": _task_states(alloc),
+        **_legacy_resources(alloc),
     }
     return omit_zero(data)
 
@@ -170,16 +206,16 @@ def _job_fields(job: SimJob) -> dict[str, Any]:
     spec = job.spec
     return {
         "CreateIndex": job.create_index,
-        "Datacenters": spec.get("Datacenters") or ["dc1"],
+        "Datacenters": spec.get("Datacenters") or ["*"],
         "ID": job.id,
         "JobModifyIndex": job.job_modify_index,
         "ModifyIndex": job.modify_index,
-        "Multiregion": None,
-        "Name": spec.get("Name") or job.id,
+        "Multiregion": spec.get("Multiregion"),
+        "Name": spec.get("Name", job.id),
         "Namespace": job.namespace,
         "NodePool": spec.get("NodePool") or "default",
         "ParentID": spec.get("ParentID", ""),
-        "Priority": spec.get("Priority") or 50,
+        "Priority": spec.get("Priority", 50),
         "Status": job.status,
         "StatusDescription": job.status_description,
         "Stop": job.stop,
@@ -189,24 +225,14 @@ def _job_fields(job: SimJob) -> dict[str, Any]:
 
 
 def job_full(job: SimJob, region: str) -> dict[str, Any]:
-    """The full Job: no omitempty, so every field is present."""
+    """The full Job: the canonical job as stored (``canonical.py``: every field, no omitempty)
+    with the fields the server sets."""
     spec = job.spec
     return {
+        **spec,
         **_job_fields(job),
-        "Affinities": spec.get("Affinities"),
-        "AllAtOnce": bool(spec.get("AllAtOnce", False)),
-        "Constraints": spec.get("Constraints"),
-        "DispatchIdempotencyToken": "",
-        "Dispatched": False,
-        "Meta": spec.get("Meta"),
-        "ParameterizedJob": None,
-        "Payload": None,
-        "Periodic": None,
         "Region": spec.get("Region") or region,
-        "Spreads": spec.get("Spreads"),
         "Stable": False,
-        "TaskGroups": spec.get("TaskGroups"),
-        "Update": spec.get("Update"),
         "Version": job.version,
     }
 
@@ -246,16 +272,16 @@ def summary_state(alloc: SimAlloc) -> str:
     }[alloc.client_status]
 
 
-def _drivers() -> dict[str, Any]:
-    return {
-        "docker": {
-            "Attributes": {"driver.docker": "true"},
-            "Detected": True,
-            "HealthDescription": "Healthy",
-            "Healthy": True,
-            "UpdateTime": ZERO_TIME,
-        }
-    }
+def register_fingerprint(node: SimNode, port_range: tuple[int, int], update_time: str) -> None:
+    """Fix what the node's client registered (its resources and drivers), encoded once."""
+    node.node_resources = orjson.Fragment(orjson.dumps(node_resources(node.address, port_range)))
+    node.drivers = orjson.Fragment(orjson.dumps(driver_info(update_time)))
+
+
+def _registered(node: SimNode) -> tuple[orjson.Fragment, orjson.Fragment]:
+    if node.node_resources is None:
+        register_fingerprint(node, _DEFAULT_PORT_RANGE, ZERO_TIME)
+    return node.node_resources, node.drivers
 
 
 def _node_fields(node: SimNode) -> dict[str, Any]:
@@ -264,7 +290,8 @@ def _node_fields(node: SimNode) -> dict[str, Any]:
         "CreateIndex": node.create_index,
         "Datacenter": node.datacenter,
         "Drain": node.drain_strategy is not None,
-        "Drivers": _drivers(),
+        "Drivers": _registered(node)[1],
+        "HostVolumes": {},
         "ID": node.id,
         "LastDrain": node.last_drain,
         "ModifyIndex": node.modify_index,
@@ -278,36 +305,56 @@ def _node_fields(node: SimNode) -> dict[str, Any]:
 
 
 def node_full(node: SimNode) -> dict[str, Any]:
-    """The full Node, sanitized (no SecretID), with the computed ``Drain``."""
+    """The full Node, every field (no omitempty), sanitized (SecretID empty), with the computed
+    ``Drain``."""
     return {
         **_node_fields(node),
         "Attributes": node.attributes,
+        "CSIControllerPlugins": {},
+        "CSINodePlugins": {},
+        "CgroupParent": "nomad.slice",
+        "ComputedClass": node.computed_class,
         "DrainStrategy": node.drain_strategy,
         "Events": node.events,
+        "GCVolumesOnNodeGC": False,
         "HTTPAddr": node.http_addr,
-        "Meta": {},
-        "StatusUpdatedAt": node.status_updated_at,
-    }
-
-
-def node_stub(node: SimNode, version: str) -> dict[str, Any]:
-    """A NodeListStub: every field present."""
-    return {
-        **_node_fields(node),
-        "Address": node.address,
         "HostNetworks": None,
-        "HostVolumes": None,
-        "Version": version,
+        "LastAllocUpdateIndex": node.last_alloc_update_index,
+        "LastMissedHeartbeatIndex": node.last_missed_heartbeat_index,
+        "Links": {},
+        "Meta": node.meta,
+        "NodeMaxAllocs": node.max_allocs,
+        "NodeResources": _registered(node)[0],
+        "Reserved": ZERO_RESOURCES,
+        "ReservedResources": RESERVED_RESOURCES,
+        "Resources": ZERO_RESOURCES,
+        "SecretID": "",
+        "StatusUpdatedAt": node.status_updated_at,
+        "TLSEnabled": False,
     }
+
+
+def node_stub(node: SimNode, version: str, *, resources: bool = False, os: bool = False) -> dict[str, Any]:
+    """A NodeListStub: every field present but ``NodeResources`` and ``ReservedResources`` (only
+    with ``resources``) and ``Attributes`` (only with ``os``, and then only ``os.name``)."""
+    stub = {**_node_fields(node), "Address": node.address, "Version": version}
+    if resources:
+        stub["NodeResources"] = _registered(node)[0]
+        stub["ReservedResources"] = RESERVED_RESOURCES
+    if os:
+        stub["Attributes"] = {"os.name": node.attributes.get("os.name", "")}
+    return stub
 
 
 def eval_full(evaluation: SimEval) -> dict[str, Any]:
-    """A full Evaluation, zero fields omitted."""
+    """A full Evaluation, zero fields omitted (its ``_struct omitempty``)."""
     return omit_zero(
         {
             "BlockedEval": evaluation.blocked_eval,
+            "ClassEligibility": evaluation.class_eligibility,
             "CreateIndex": evaluation.create_index,
             "CreateTime": evaluation.create_time,
+            "EscapedComputedClass": evaluation.escaped_computed_class,
             "FailedTGAllocs": evaluation.failed_tg_allocs,
             "ID": evaluation.id,
             "JobID": evaluation.job_id,
@@ -317,8 +364,11 @@ def eval_full(evaluation: SimEval) -> dict[str, Any]:
             "Namespace": evaluation.namespace,
             "NextEval": evaluation.next_eval,
             "NodeID": evaluation.node_id,
+            "NodeModifyIndex": evaluation.node_modify_index,
             "PreviousEval": evaluation.previous_eval,
             "Priority": evaluation.priority,
+            "QueuedAllocations": evaluation.queued_allocations,
+            "SnapshotIndex": evaluation.snapshot_index,
             "Status": evaluation.status,
             "StatusDescription": evaluation.status_description,
             "TriggeredBy": evaluation.triggered_by,

@@ -4,7 +4,9 @@ Nomad evaluates the expression against each full object (an ``Allocation``, not 
 answers errors as plain-text 400s:
 
 - an expression that does not parse: ``failed to create result paginator: failed to read filter
-  expression: <parser error>``;
+  expression: <parser error>``, the parser's error as go-bexpr's pigeon parser writes it: ``line:column
+  (offset): no match found, expected: …`` (the list of what was expected is this parser's, not
+  always pigeon's), or a rule's own error ``1:8 (7): rule grouping: Unmatched parentheses``;
 - a selector that names no field: ``failed to read result page: error finding value in datum:
   /Field at part 0: couldn't find struct field with name "Field"`` (only once an object is
   evaluated, so an empty list answers 200).
@@ -23,7 +25,7 @@ from typing import Any, Final
 
 import orjson
 
-from .jobs import NomadError
+from .errors import NomadError
 
 __all__ = ["ALLOC_FIELDS", "JOB_FIELDS", "NODE_FIELDS", "Getter", "Predicate", "compile_filter"]
 
@@ -76,6 +78,7 @@ _TOKEN: Final = re.compile(
     r"""\s*(?:
         (?P<lparen>\()|(?P<rparen>\))|(?P<op>==|!=)
         |(?P<string>"(?:[^"\\]|\\.)*"|`[^`]*`)
+        |(?P<unterminated>"[^"]*$|`[^`]*$)
         |(?P<number>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?![a-zA-Z0-9_/.]))
         |(?P<word>[a-zA-Z][a-zA-Z0-9_/]*(?:\.[a-zA-Z0-9_/]+|\[[^\]]*\])*)
         |(?P<other>\S+)
@@ -88,8 +91,23 @@ _UNSUPPORTED_WORDS: Final = frozenset({"in", "contains", "matches", "is"})
 _BAD_EXPRESSION: Final = "failed to create result paginator: failed to read filter expression: "
 
 
+def _position(expression: str, offset: int) -> str:
+    """Where pigeon's errors say they are: line and column (1-based, in characters), and the
+    byte offset."""
+    before = expression[:offset]
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1) + 1
+    return f"{line}:{column} ({len(before.encode())})"
+
+
 def _parse_error(expression: str, offset: int, detail: str) -> NomadError:
-    return NomadError(400, f"{_BAD_EXPRESSION}1:{offset + 1} ({offset}): no match found, expected: {detail}")
+    where = _position(expression, offset)
+    return NomadError(400, f"{_BAD_EXPRESSION}{where}: no match found, expected: {detail}")
+
+
+def _rule_error(expression: str, offset: int, rule: str, message: str) -> NomadError:
+    """An error the grammar's own code raises, named by its rule as pigeon names it."""
+    return NomadError(400, f"{_BAD_EXPRESSION}{_position(expression, offset)}: rule {rule}: {message}")
 
 
 def _unsupported(what: str) -> NomadError:
@@ -153,8 +171,9 @@ class _Parser:
         kind, text, offset = self._take()
         if kind == "lparen":
             inner = self._or()
-            if self._take()[0] != "rparen":
-                raise NomadError(400, f"{_BAD_EXPRESSION}Unmatched parentheses")
+            closing, _, closing_offset = self._take()
+            if closing != "rparen":
+                raise _rule_error(self.expression, closing_offset, "grouping", "Unmatched parentheses")
             return inner
         if kind in ("string", "number"):
             raise _unsupported(f"a value before its selector ({text} at {offset})")
@@ -167,9 +186,14 @@ class _Parser:
         if op_kind != "op":
             raise _parse_error(self.expression, op_offset, '"!=", "." , "==", "[" or "is"')
         value_kind, value, value_offset = self._take()
+        if value_kind == "unterminated":
+            end = len(self.expression)
+            raise _rule_error(self.expression, end, "string", "Unterminated string literal")
         if value_kind not in ("string", "number", "word"):
             raise _parse_error(self.expression, value_offset, "a value")
-        return self._comparison(selector, op == "==", _literal(value_kind, value))
+        return self._comparison(
+            selector, op == "==", _literal(self.expression, value_kind, value, value_offset)
+        )
 
     def _comparison(self, selector: str, equal: bool, value: str) -> Predicate:
         if "." in selector or "[" in selector:
@@ -190,7 +214,7 @@ class _Parser:
         return compare
 
 
-def _literal(kind: str, text: str) -> str:
+def _literal(expression: str, kind: str, text: str, offset: int) -> str:
     if kind != "string":
         return text
     if text.startswith("`"):
@@ -198,7 +222,8 @@ def _literal(kind: str, text: str) -> str:
     try:
         return str(orjson.loads(text))
     except orjson.JSONDecodeError:
-        raise NomadError(400, f"{_BAD_EXPRESSION}Invalid string literal") from None
+        # go-bexpr unquotes with strconv.Unquote, whose error is "invalid syntax".
+        raise _rule_error(expression, offset, "string", "invalid syntax") from None
 
 
 def _render(value: object) -> str:

@@ -4,7 +4,9 @@ An ASGI server cannot do what Nomad does to its connections and what the fault i
 an exec session by dropping the TCP connection without a close frame, hijack a connection for a raw
 NDJSON stream (Nomad >= 1.11.2), or cut every stream of one server at once. Owning the sockets makes
 each of those one line. Handlers get a ``Request`` and return a ``Response``, a ``StreamReply`` or a
-``WebSocketReply``. An exception in a handler is logged and answered 500 without a traceback.
+``WebSocketReply``. An exception in a handler is logged and answered 500 without a traceback. Status
+lines carry Go's reason phrases (``HTTP/1.1 404 Not Found``), and a 204 has neither a type nor a
+length, as Go's ``net/http`` writes them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,27 @@ __all__ = [
 
 _RECEIVE_SIZE: Final = 65536
 _MAX_HEAD: Final = 64 * 1024
+# Go's net/http status texts, for the status line.
+_REASONS: Final = {
+    101: b"Switching Protocols",
+    200: b"OK",
+    204: b"No Content",
+    400: b"Bad Request",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    409: b"Conflict",
+    429: b"Too Many Requests",
+    500: b"Internal Server Error",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+    504: b"Gateway Timeout",
+}
+
+
+def _reason(status: int) -> bytes:
+    """Go's ``http.StatusText`` for the codes Nomad answers with."""
+    return _REASONS.get(status, b"")
 
 
 @frozen
@@ -306,12 +329,15 @@ class HttpServer:
     @staticmethod
     async def _send_response(connection: h11.Connection, stream: trio.abc.Stream, reply: Response) -> None:
         pieces = (reply.body,) if isinstance(reply.body, bytes) else reply.body
-        headers = [
-            ("Content-Type", reply.content_type),
-            ("Content-Length", str(sum(map(len, pieces)))),
-            *reply.headers,
-        ]
-        data = connection.send(h11.Response(status_code=reply.status, headers=headers)) or b""
+        # Go writes neither a type nor a length for a 204: it has no body.
+        framing = (
+            []
+            if reply.status == 204
+            else [("Content-Type", reply.content_type), ("Content-Length", str(sum(map(len, pieces))))]
+        )
+        headers = [*framing, *reply.headers]
+        head = h11.Response(status_code=reply.status, headers=headers, reason=_reason(reply.status))
+        data = connection.send(head) or b""
         if isinstance(reply.body, bytes):  # one write for the usual small answer
             data += connection.send(h11.Data(data=reply.body)) or b""
             await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
@@ -335,7 +361,8 @@ class HttpServer:
                 ("Cache-Control", "no-cache"),
                 ("Connection", "close"),
             ]
-            await stream.send_all(connection.send(h11.Response(status_code=200, headers=headers)) or b"")
+            response = h11.Response(status_code=200, headers=headers, reason=_reason(200))
+            await stream.send_all(connection.send(response) or b"")
             while (chunk := await reply.source.next_chunk()) is not None:
                 await stream.send_all(connection.send(h11.Data(data=chunk)) or b"")
             await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
@@ -358,7 +385,8 @@ class HttpServer:
             ("Sec-WebSocket-Accept", generate_accept_token(key.encode()).decode()),
         ]
         await stream.send_all(
-            connection.send(h11.InformationalResponse(status_code=101, headers=headers)) or b""
+            connection.send(h11.InformationalResponse(status_code=101, headers=headers, reason=_reason(101)))
+            or b""
         )
         trailing, _ = connection.trailing_data
         websocket = ServerWebSocket(stream, WsConnection(ConnectionType.SERVER, trailing_data=trailing))

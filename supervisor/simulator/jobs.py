@@ -1,20 +1,26 @@
 """Job writes as Nomad's job endpoint does them: register (with versions), deregister (stop or purge),
 and stopping one allocation.
+
+A job is made canonical (``canonical.py``) and validated as Nomad's server validates it
+(``validation.py``); what Nomad refuses, or the simulator cannot model (a constraint it cannot
+check), is a 500 in go-multierror's text, and nothing is written.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Final
 
+from .canonical import canonical_job
 from .constraints import constraint_problems
+from .errors import NomadError
 from .objects import SimAlloc, SimJob
 from .scheduler import Scheduler
 from .state import ClusterState
+from .validation import job_problems, multierror_text
 
 __all__ = ["JobService", "NomadError"]
 
-# Keys of an api.Job that the server sets; they do not make a new version.
+# Keys of a stored job that the server sets; they do not make a new version.
 _SERVER_KEYS: Final = frozenset(
     {
         "Status",
@@ -29,43 +35,11 @@ _SERVER_KEYS: Final = frozenset(
         "Namespace",
     }
 )
-_JOB_TYPES: Final = frozenset({"service", "batch", "system", "sysbatch"})
-
-
-class NomadError(Exception):
-    """An error answer: Nomad's status code and its text body."""
-
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
+_ENFORCE_INDEX: Final = "Enforcing job modify index"
 
 
 def _comparable(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if k not in _SERVER_KEYS}
-
-
-def validate(spec: dict[str, Any]) -> list[str]:
-    """Server-side validation (Nomad answers these with 500)."""
-    problems = []
-    if spec.get("Type", "service") not in _JOB_TYPES:
-        problems.append(f'Invalid job type: "{spec.get("Type")}"')
-    groups = spec.get("TaskGroups")
-    if not groups:
-        problems.append("Missing job task groups")
-    for group in groups or []:
-        if not isinstance(group, dict) or not group.get("Name"):
-            problems.append("Task group without a name")
-            continue
-        if not group.get("Tasks"):
-            problems.append(f'Task group "{group["Name"]}" has no tasks')
-        for task in group.get("Tasks") or []:
-            if not isinstance(task, dict) or not task.get("Name") or not task.get("Driver"):
-                problems.append(f'Task group "{group["Name"]}": every task needs a Name and a Driver')
-        count = group.get("Count", 1)
-        if count is not None and (not isinstance(count, int) or count < 0):
-            problems.append(f'Task group "{group["Name"]}": Count must be a non-negative integer')
-    return problems + constraint_problems(spec)
 
 
 def _deregister_response(eval_id: str, index: int, job_modify_index: int) -> dict[str, Any]:
@@ -89,19 +63,27 @@ class JobService:
         self.state = state
         self.scheduler = scheduler
 
-    def register(self, spec: dict[str, Any], namespace: str) -> dict[str, Any]:
-        """Register a job as Nomad's Job.Register does: a new version only when the spec changed."""
-        problems = validate(spec)
+    def register(
+        self,
+        job_spec: dict[str, Any],
+        namespace: str,
+        *,
+        region: str = "",
+        enforce_index: bool = False,
+        job_modify_index: int = 0,
+    ) -> dict[str, Any]:
+        """Register a job (an ``api.Job`` as decoded) as Nomad's Job.Register does: canonical,
+        refused whole (500) when invalid or when ``enforce_index`` does not hold, a new version
+        only when the spec changed."""
+        spec = canonical_job(job_spec, namespace=namespace, region=region or self.state.config.region)
+        problems = job_problems(spec) + constraint_problems(spec)
         if problems:
-            details = "".join(f"\n\t* {p}" for p in problems)
-            raise NomadError(500, f"Job validation failed: {len(problems)} error(s) occurred:{details}\n\n")
+            raise NomadError(500, multierror_text(problems))
         state = self.state
         key = (namespace, str(spec["ID"]))
-        spec = copy.deepcopy(spec)
-        spec.setdefault("Name", spec["ID"])
-        spec.setdefault("Type", "service")
-        spec["Namespace"] = namespace
         job = state.jobs.get(key)
+        if enforce_index:
+            self._enforce_index(job, job_modify_index)
         unchanged = job is not None and not job.stop and _comparable(job.spec) == _comparable(spec)
         with state.write("EvaluationUpdated" if unchanged else "JobRegistered") as tx:
             if job is None:
@@ -127,6 +109,19 @@ class JobService:
             "NextToken": "",
             "Warnings": "",
         }
+
+    @staticmethod
+    def _enforce_index(job: SimJob | None, expected: int) -> None:
+        if job is not None and expected == 0:
+            raise NomadError(500, f"{_ENFORCE_INDEX} 0: job already exists")
+        if job is not None and expected != job.job_modify_index:
+            raise NomadError(
+                500,
+                f"{_ENFORCE_INDEX} {expected}: job exists with conflicting job modify index: "
+                f"{job.job_modify_index}",
+            )
+        if job is None and expected != 0:
+            raise NomadError(500, f"{_ENFORCE_INDEX} {expected}: job does not exist")
 
     def deregister(self, namespace: str, job_id: str, *, purge: bool) -> dict[str, Any]:
         """Stop or purge a job as Nomad's Job.Deregister does; an unknown job is a no-op."""

@@ -9,6 +9,8 @@ from typing import Any
 
 from attrs import define, field, frozen
 
+from .fingerprint import NODE_META, computed_class, host_attributes
+
 __all__ = [
     "TASK_EVENT_LIMIT",
     "SimAlloc",
@@ -40,8 +42,20 @@ class SimNode:
     last_drain: dict[str, Any] | None = None
     events: list[dict[str, Any]] = field(factory=list)
     attributes: dict[str, str] = field(factory=dict)
+    meta: dict[str, str] = field(factory=lambda: dict(NODE_META))
+    computed_class: str = ""
     create_index: int = 0
     modify_index: int = 0
+    # Raised by a client's allocation updates, and by heartbeats missed (zero once ready again).
+    last_alloc_update_index: int = 0
+    last_missed_heartbeat_index: int = 0
+    # The status at the node's last write, to tell a node that turned unresponsive.
+    committed_status: str = ""
+    # The client's max_allocs (0: no limit), and the encoded JSON (orjson.Fragment) of what it
+    # registered: its resources and drivers.
+    max_allocs: int = 0
+    node_resources: Any = None
+    drivers: Any = None
     # The agent process: down while it restarts or after it crashed.
     agent_up: bool = True
     agent_down_since: float = 0.0
@@ -50,6 +64,12 @@ class SimNode:
     flood_crashes: int = 0
     # The drain was started by the agent itself (drain_on_shutdown).
     self_drain: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        # The fingerprint fills in what the registration left out.
+        for key, value in host_attributes(self.name, self.address, self.http_addr).items():
+            self.attributes.setdefault(key, value)
+        self.computed_class = computed_class(self.datacenter, self.attributes, self.meta)
 
     def add_event(
         self, message: str, subsystem: str, timestamp: str, index: int, details: dict[str, str] | None = None
@@ -84,6 +104,11 @@ class SimJob:
     job_modify_index: int = 0
     # Set once the job has had an evaluation: a job with evals is dead, not pending, when idle.
     has_evals: bool = False
+    # The job as each tracked version last stood (Nomad keeps six), by version.
+    versions: dict[int, dict[str, Any]] = field(factory=dict)
+    # The job summary's Queued: what the last evaluation of each group left unplaced, and when.
+    queued: dict[str, int] = field(factory=dict)
+    queued_index: int = 0
     # The encoded list stub by meta flag, valid for (job modify index, newest allocation modify index).
     stub_cache: dict[bool, tuple[tuple[int, int], bytes]] = field(factory=dict)
 
@@ -140,8 +165,12 @@ class SimAlloc:
     # Restarts within the restart policy's interval: (trio time of each restart).
     restart_times: list[float] = field(factory=list)
     terminal_since: float = 0.0
-    # Encoded JSON (orjson.Fragment) of parts that many encodings share.
+    # Encoded JSON (orjson.Fragment) of parts that many encodings share; Metrics, set at placement.
     allocated_resources: Any = None
+    legacy_resources: Any = None
+    metrics: Any = None
+    # The keyring key that signed its workload identities.
+    signing_key_id: str = ""
     task_states_json: tuple[int, Any] | None = None
     # Encoded list stubs by (resources, task_states), valid while modify_index is unchanged.
     stub_cache: dict[tuple[bool, bool], tuple[int, bytes]] = field(factory=dict)
@@ -181,6 +210,13 @@ class SimEval:
     blocked_eval: str = ""
     wait_until: str = ""
     failed_tg_allocs: dict[str, Any] = field(factory=dict)
+    queued_allocations: dict[str, int] = field(factory=dict)
+    # A blocked evaluation's view of the node classes it was tried on, unless its constraints
+    # name a node's unique values (escaped): those evaluations are retried on any capacity.
+    class_eligibility: dict[str, bool] = field(factory=dict)
+    escaped_computed_class: bool = False
+    node_modify_index: int = 0
+    snapshot_index: int = 0
     create_index: int = 0
     modify_index: int = 0
     create_time: int = 0

@@ -3,21 +3,30 @@
 A plan is one ``PlanResult`` write: new allocations (pending/run), stopped ones (DesiredStatus stop
 with Nomad's description), replacements linked both ways in the same write (PreviousAllocation on the
 new one, NextAllocation on the old one), in-place updates. Placement picks ready, eligible,
-non-draining nodes that meet the job's constraints, ranks a few of them as Nomad does (see
-``_choose_node``); when nothing fits,
-the evaluation records FailedTGAllocs and a blocked evaluation waits for capacity.
+non-draining nodes that meet the job's constraints and ranks a few of them as Nomad does
+(``placement.py``); each allocation keeps the AllocMetric of its placement.
+
+When a group cannot be placed, its evaluation completes with the group's AllocMetric in
+``FailedTGAllocs`` (later failures of the group coalesced into it) and the count left in
+``QueuedAllocations``, and a blocked evaluation waits for capacity (``blocked_evals.py``); run
+again, it places what it can and is blocked again while anything is left, or completes. A failed
+allocation whose reschedule found no node, or that a job evaluation forces, is rescheduled by the
+next evaluation that can place it.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Final
 
+import orjson
+
+from .blocked_evals import BlockedEvals
 from .config import ENVIRONMENT_JOB_PREFIX
 from .constraints import job_constraints, satisfies
 from .encode import job_full, rfc3339
 from .objects import SimAlloc, SimEval, SimJob, SimNode
+from .placement import Unplaced, select_node
 from .state import ClusterState, JobKey, Write
 
 __all__ = ["Scheduler", "reschedule_policy", "restart_policy"]
@@ -41,6 +50,7 @@ _SERVICE_RESCHEDULE: Final = {
     "Unlimited": True,
 }
 _INDEX_IN_NAME: Final = re.compile(r"\[(\d+)\]$")
+_RESCHEDULED: Final = "alloc was rescheduled because it failed"
 
 
 def restart_policy(job: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
@@ -78,9 +88,14 @@ class Scheduler:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self.blocked: dict[JobKey, SimEval] = {}
+        self.blocked_evals = BlockedEvals(state, self._run_unblocked)
         self._port_cursor: dict[str, int] = {}
         self._used_ports: dict[str, set[int]] = {}
+
+    @property
+    def blocked(self) -> dict[JobKey, SimEval]:
+        """The blocked evaluation of each job that has one."""
+        return self.blocked_evals.by_job
 
     # -- evaluations ----------------------------------------------------------------------------
 
@@ -88,42 +103,56 @@ class Scheduler:
         """Process the evaluation after ``eval_delay``."""
         self.state.timers.call_later(self.state.config.eval_delay, lambda: self.process(evaluation.id))
 
-    def process(self, eval_id: str) -> None:
-        """Turn an evaluation into a plan and apply it: stops, in-place updates, placements."""
+    def process(self, eval_id: str, *, unblocked: bool = False) -> None:
+        """Turn an evaluation into a plan and apply it: stops, in-place updates, placements; then
+        complete it, or block what is left (a blocked evaluation run again stays blocked)."""
         evaluation = self.state.evals.get(eval_id)
-        if evaluation is None or evaluation.terminal or evaluation.status == "blocked":
+        if evaluation is None or evaluation.terminal or (evaluation.status == "blocked" and not unblocked):
             return
         key = (evaluation.namespace, evaluation.job_id)
-        failed: dict[str, Any] = {}
+        snapshot = self.state.index
+        unplaced = Unplaced()
         with self.state.write("PlanResult") as tx:
             for name, count in self._groups(key):
-                failed_count = self._reconcile_group(tx, key, name, count, evaluation)
-                if failed_count:
-                    failed[name] = {
-                        "CoalescedFailures": failed_count - 1,
-                        "NodesEvaluated": len(self.state.nodes),
-                    }
-            tx.touch(evaluation)
+                self._reconcile_group(tx, key, name, count, evaluation, unplaced)
+            # A blocked evaluation that still places nothing submits no plan.
+            if tx.touched or not unblocked:
+                tx.touch(evaluation)
         with self.state.write("EvaluationUpdated") as tx:
-            fields: dict[str, Any] = {"status": "complete"}
-            if failed:
-                blocked = self.state.new_eval(
-                    tx, key, "queued-allocs", status="blocked", previous_eval=evaluation.id
-                )
-                self.blocked[key] = blocked
-                fields.update(failed_tg_allocs=failed, blocked_eval=blocked.id)
-            self.state.eval_changed(tx, evaluation, **fields)
+            if evaluation.status == "blocked" and unplaced.failed:
+                self.blocked_evals.reblock(tx, evaluation, unplaced, snapshot)
+            else:
+                self._complete(tx, evaluation, unplaced, snapshot)
+
+    def _complete(self, tx: Write, evaluation: SimEval, unplaced: Unplaced, snapshot: int) -> None:
+        key = (evaluation.namespace, evaluation.job_id)
+        job = self.state.jobs.get(key)
+        queued = unplaced.queued(job)
+        if job is not None and any(job.queued.get(g) != n for g, n in queued.items()):
+            job.queued.update(queued)
+            job.queued_index = self.state.index + 1
+        fields: dict[str, Any] = {
+            "status": "complete",
+            "status_description": "",
+            "failed_tg_allocs": unplaced.failed,
+            "queued_allocations": queued,
+            "snapshot_index": snapshot,
+        }
+        if unplaced.failed:
+            fields["blocked_eval"] = self.blocked_evals.block(tx, evaluation, unplaced, snapshot).id
+        else:
+            self.blocked_evals.cancel(tx, key, succeeded=evaluation)
+        self.state.eval_changed(tx, evaluation, **fields)
 
     def unblock(self) -> None:
-        """Capacity changed: blocked evaluations are queued again."""
-        if not self.blocked:
-            return
-        blocked, self.blocked = self.blocked, {}
-        with self.state.write("EvaluationUpdated") as tx:
-            for evaluation in blocked.values():
-                self.state.eval_changed(tx, evaluation, status="pending")
-        for evaluation in blocked.values():
-            self.enqueue(evaluation)
+        """Capacity changed (a node ready or eligible again, a drain cancelled): every blocked
+        evaluation is run again."""
+        self.blocked_evals.unblock_all()
+
+    def _run_unblocked(self, evaluation: SimEval) -> None:
+        self.state.timers.call_later(
+            self.state.config.eval_delay, lambda: self.process(evaluation.id, unblocked=True)
+        )
 
     def _groups(self, key: JobKey) -> list[tuple[str, int]]:
         job = self.state.jobs.get(key)
@@ -137,8 +166,11 @@ class Scheduler:
 
     # -- reconciling one task group -------------------------------------------------------------
 
-    def _reconcile_group(self, tx: Write, key: JobKey, group: str, count: int, evaluation: SimEval) -> int:
-        """Stop, update and place allocations of one group; returns how many could not be placed."""
+    def _reconcile_group(
+        self, tx: Write, key: JobKey, group: str, count: int, evaluation: SimEval, unplaced: Unplaced
+    ) -> None:
+        """Stop, update and place allocations of one group; what cannot be placed goes to
+        ``unplaced``."""
         state = self.state
         job = state.jobs.get(key)
         allocs = [a for a in state.allocs_by_job.get(key, {}).values() if a.task_group == group]
@@ -148,32 +180,61 @@ class Scheduler:
             for alloc in allocs:
                 if not alloc.server_terminal:
                     state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
-            return 0
+            return
         spec = job.group(group) or {}
-        self._mark_lost_on_down_nodes(tx, allocs)
+        self._mark_lost_on_gone_nodes(tx, allocs)
         kept, replace = self._sort_out(tx, job, group, spec, allocs, batch)
         # A failed allocation keeps its slot: its reschedule policy replaces it, or it stays failed.
         for alloc in kept[count:]:
             state.alloc_changed(tx, alloc, desired_status="stop", desired_description=description)
         missing = count - min(count, len(kept))
-        unplaced = 0
         used_indexes = {self._name_index(a.name) for a in kept[:count]}
         for i in range(missing):
             previous = replace[i] if i < len(replace) else None
             index = self._free_index(used_indexes)
             used_indexes.add(index)
-            node = self._choose_node(job, previous, job_constraints(job.spec, spec))
-            if node is None:
-                unplaced += 1
+            if group in unplaced.failed:
+                unplaced.coalesce(group, spec)
+                self._not_rescheduled(tx, previous)
                 continue
-            self.place(tx, job, spec, node, index, evaluation, previous=previous)
-        return unplaced
+            selection = select_node(state, job, spec, previous)
+            if selection.node is None:
+                unplaced.fail(group, spec, selection)
+                self._not_rescheduled(tx, previous)
+                continue
+            tracker = None
+            if previous is not None and previous.client_status == "failed":
+                tracker = self._rescheduled_tracker(job, previous)
+                state.alloc_changed(tx, previous, desired_status="stop", desired_description=_RESCHEDULED)
+            self.place(
+                tx,
+                job,
+                spec,
+                selection.node,
+                index,
+                evaluation,
+                previous=previous,
+                tracker=tracker,
+                metrics=selection.metric,
+            )
 
-    def _mark_lost_on_down_nodes(self, tx: Write, allocs: list[SimAlloc]) -> None:
+    def _not_rescheduled(self, tx: Write, previous: SimAlloc | None) -> None:
+        """A failed allocation whose replacement found no node is marked so (Nomad's
+        LastRescheduleFailedToPlace), to be rescheduled when its blocked evaluation runs."""
+        if previous is None or previous.client_status != "failed":
+            return
+        tracker = previous.reschedule_tracker or {"Events": None}
+        if tracker.get("LastReschedule") != "no placement":
+            self.state.alloc_changed(
+                tx, previous, reschedule_tracker={**tracker, "LastReschedule": "no placement"}
+            )
+
+    def _mark_lost_on_gone_nodes(self, tx: Write, allocs: list[SimAlloc]) -> None:
+        """Allocations on a node that is down, or was purged, are lost."""
         lost = "alloc is lost since its node is down"
         for alloc in allocs:
             node = self.state.nodes.get(alloc.node_id)
-            if node is not None and node.status == "down" and not alloc.client_terminal:
+            if (node is None or node.status == "down") and not alloc.client_terminal:
                 self.state.alloc_changed(
                     tx,
                     alloc,
@@ -200,6 +261,8 @@ class Scheduler:
                 replace.append(alloc)
             elif alloc.server_terminal:
                 continue
+            elif alloc.client_status == "failed" and self._reschedules_now(alloc):
+                replace.append(alloc)
             elif alloc.desired_transition.get("Migrate"):
                 state.alloc_changed(
                     tx, alloc, desired_status="stop", desired_description="alloc is being migrated"
@@ -225,6 +288,14 @@ class Scheduler:
         return kept, replace
 
     @staticmethod
+    def _reschedules_now(alloc: SimAlloc) -> bool:
+        """A failed allocation forced to reschedule (a job evaluation's ForceReschedule), or one
+        whose delayed reschedule found no node."""
+        tracker = alloc.reschedule_tracker or {}
+        forced = bool(alloc.desired_transition.get("ForceReschedule"))
+        return forced or tracker.get("LastReschedule") == "no placement"
+
+    @staticmethod
     def _name_index(name: str) -> int:
         match = _INDEX_IN_NAME.search(name)
         return int(match.group(1)) if match else 0
@@ -238,49 +309,6 @@ class Scheduler:
 
     # -- placement ------------------------------------------------------------------------------
 
-    def feasible_nodes(self) -> list[SimNode]:
-        """Ready, eligible, non-draining nodes with room."""
-        return [
-            n
-            for n in self.state.nodes.values()
-            if n.status == "ready"
-            and n.eligibility == "eligible"
-            and n.drain_strategy is None
-            and len(self.state.live_allocs_by_node.get(n.id, ())) < self.state.config.node_capacity
-        ]
-
-    def _choose_node(
-        self, job: SimJob, previous: SimAlloc | None, constraints: list[dict[str, Any]]
-    ) -> SimNode | None:
-        """Nomad's GenericStack: rank a few shuffled feasible nodes and take the best.
-
-        A batch job looks at 2 (the power of two choices), a service job at log2 of the nodes, at
-        least 2. The job's own allocations on a node count against it first, then the node's load:
-        the lighter wins under ``spread``, the heavier under ``binpack``.
-        """
-        candidates = [n for n in self.feasible_nodes() if satisfies(n, constraints)]
-        if previous is not None and len(candidates) > 1:
-            candidates = [n for n in candidates if n.id != previous.node_id] or candidates
-        if not candidates:
-            return None
-        limit = 2
-        if job.type != "batch":
-            limit = max(limit, math.ceil(math.log2(len(self.state.nodes))))
-        looked_at = self.state.rng.sample(candidates, min(limit, len(candidates)))
-        job_allocs = self.state.allocs_by_job.get((job.namespace, job.id), {})
-        per_node: dict[str, int] = {}
-        for alloc in job_allocs.values():
-            if not alloc.terminal:
-                per_node[alloc.node_id] = per_node.get(alloc.node_id, 0) + 1
-        lighter_first = 1 if self.state.config.scheduler_algorithm == "spread" else -1
-        return min(
-            looked_at,
-            key=lambda n: (
-                per_node.get(n.id, 0),
-                lighter_first * len(self.state.live_allocs_by_node.get(n.id, ())),
-            ),
-        )
-
     def place(
         self,
         tx: Write,
@@ -292,8 +320,10 @@ class Scheduler:
         *,
         previous: SimAlloc | None = None,
         tracker: dict[str, Any] | None = None,
+        metrics: dict[str, Any] | None = None,
     ) -> SimAlloc:
-        """Place a new allocation of the group on ``node`` (linking it to ``previous`` both ways)."""
+        """Place a new allocation of the group on ``node`` (linking it to ``previous`` both ways),
+        with the AllocMetric of its placement."""
         state = self.state
         tasks = group.get("Tasks") or [{"Name": group.get("Name", "task")}]
         resources = tasks[0].get("Resources") or {}
@@ -316,6 +346,8 @@ class Scheduler:
             memory_max_mb=int(resources.get("MemoryMaxMB") or 0),
             previous_allocation=previous.id if previous else "",
             reschedule_tracker=tracker,
+            metrics=orjson.Fragment(orjson.dumps(metrics)) if metrics is not None else None,
+            signing_key_id=state.signing_key_id,
         )
         alloc.alloc_modify_index = state.index + 1
         state.add_alloc(tx, alloc)
@@ -344,51 +376,74 @@ class Scheduler:
     # -- replacements outside an evaluation -----------------------------------------------------
 
     def reschedule_failed(self, alloc: SimAlloc) -> None:
-        """Place the replacement of a failed allocation, after its reschedule delay."""
+        """Place the replacement of a failed allocation, after its reschedule delay; with no node
+        for it, its follow-up evaluation fails the group and blocks."""
         state = self.state
         key = (alloc.namespace, alloc.job_id)
         job = state.jobs.get(key)
         followup = state.evals.get(alloc.followup_eval_id)
         if job is None or job.stop or alloc.next_allocation or alloc.server_terminal:
             return
-        node = self._choose_node(job, alloc, job_constraints(job.spec, job.group(alloc.task_group) or {}))
+        group = job.group(alloc.task_group) or {}
+        selection = select_node(state, job, group, alloc)
         evaluation = followup or SimEval(
             id="", namespace=job.namespace, job_id=job.id, type=job.type, triggered_by="alloc-failure"
         )
-        if node is None:
+        snapshot = state.index
+        unplaced = Unplaced()
+        if selection.node is None:
+            unplaced.fail(alloc.task_group, group, selection)
+            with state.write("PlanResult") as tx:
+                self._not_rescheduled(tx, alloc)
             with state.write("EvaluationUpdated") as tx:
+                blocked = self.blocked_evals.block(tx, evaluation, unplaced, snapshot)
                 if followup is not None:
-                    state.eval_changed(tx, followup, status="complete")
-                self.blocked[key] = state.new_eval(tx, key, "queued-allocs", status="blocked")
+                    state.eval_changed(
+                        tx,
+                        followup,
+                        status="complete",
+                        failed_tg_allocs=unplaced.failed,
+                        queued_allocations=unplaced.queued(job),
+                        blocked_eval=blocked.id,
+                        snapshot_index=snapshot,
+                    )
             return
+        tracker = self._rescheduled_tracker(job, alloc)
+        with state.write("PlanResult") as tx:
+            state.alloc_changed(tx, alloc, desired_status="stop", desired_description=_RESCHEDULED)
+            self.place(
+                tx,
+                job,
+                group,
+                selection.node,
+                self._name_index(alloc.name),
+                evaluation,
+                previous=alloc,
+                tracker=tracker,
+                metrics=selection.metric,
+            )
+            if followup is not None:
+                self.blocked_evals.cancel(tx, key, succeeded=followup)
+                state.eval_changed(
+                    tx,
+                    followup,
+                    status="complete",
+                    queued_allocations=unplaced.queued(job),
+                    snapshot_index=snapshot,
+                )
+
+    def _rescheduled_tracker(self, job: SimJob, alloc: SimAlloc) -> dict[str, Any]:
+        """The failed allocation's RescheduleTracker, one event more, for its replacement."""
         events = list((alloc.reschedule_tracker or {}).get("Events") or [])
         events.append(
             {
                 "Delay": self.reschedule_delay(job, alloc),
                 "PrevAllocID": alloc.id,
                 "PrevNodeID": alloc.node_id,
-                "RescheduleTime": state.now_ns(),
+                "RescheduleTime": self.state.now_ns(),
             }
         )
-        with state.write("PlanResult") as tx:
-            state.alloc_changed(
-                tx,
-                alloc,
-                desired_status="stop",
-                desired_description="alloc was rescheduled because it failed",
-            )
-            self.place(
-                tx,
-                job,
-                job.group(alloc.task_group) or {},
-                node,
-                self._name_index(alloc.name),
-                evaluation,
-                previous=alloc,
-                tracker={"Events": events, "LastReschedule": "ok"},
-            )
-            if followup is not None:
-                state.eval_changed(tx, followup, status="complete")
+        return {"Events": events, "LastReschedule": "ok"}
 
     def reschedule_delay(self, job: SimJob, alloc: SimAlloc) -> int:
         """The delay before the next reschedule, in ns, by the policy's delay function."""

@@ -13,6 +13,7 @@ Code here is synchronous and does no I/O; time comes from ``clock`` and delayed 
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 import uuid
@@ -20,11 +21,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final, Protocol
 
+import attrs
 import orjson
 from attrs import define, field, frozen
 
 from .config import SimConfig
-from .encode import alloc_full, eval_full, job_full, node_full, rfc3339
+from .encode import alloc_full, eval_full, job_full, node_full, register_fingerprint, rfc3339
 from .objects import SimAlloc, SimEval, SimJob, SimNode, SimVariable
 
 __all__ = ["ClusterState", "PublishedBatch", "PublishedEvent", "Timers", "Write"]
@@ -94,6 +96,9 @@ _TOPICS: Final[dict[type, str]] = {
     SimNode: "Node",
 }
 _TABLES: Final = {"Allocation": "allocs", "Job": "jobs", "Evaluation": "evals", "Node": "nodes"}
+_UNRESPONSIVE: Final = frozenset({"down", "disconnected"})
+# Job versions Nomad keeps (JobTrackedVersions).
+_TRACKED_VERSIONS: Final = 6
 
 
 class ClusterState:
@@ -104,6 +109,9 @@ class ClusterState:
         self.timers = timers
         self.clock = clock
         self.rng = random.Random(config.seed)
+        # The keyring's active key, which signs every placed allocation's workload identities.
+        key = hashlib.blake2b(f"keyring {config.seed}".encode(), digest_size=16).digest()
+        self.signing_key_id = str(uuid.UUID(bytes=key, version=4))
         self._epoch_ns = time.time_ns()
         self._clock_start = 0.0
         self.index = 1
@@ -157,6 +165,7 @@ class ClusterState:
         self.index += 1
         index, now_ns = self.index, self.now_ns()
         self._update_job_statuses(tx)
+        client_update = tx.message_type == "AllocationUpdated"
         events = []
         for topic, obj in tx.touched.values():
             if obj.create_index == 0:
@@ -166,6 +175,11 @@ class ClusterState:
                 obj.modify_time = now_ns
                 if obj.create_time == 0:
                     obj.create_time = now_ns
+            if isinstance(obj, SimNode):
+                self._node_written(obj, index, now_ns)
+            elif client_update and isinstance(obj, SimAlloc) and (node := self.nodes.get(obj.node_id)):
+                # Nomad notes it on the node row, with no Node event of its own here.
+                node.last_alloc_update_index = index
             self.table_index[_TABLES[topic]] = index
             events.append(self._event(tx.message_type, topic, obj, index))
         for job in tx.deleted_jobs:
@@ -194,8 +208,26 @@ class ClusterState:
             )
         return self._encode(message_type, topic, obj.id, "", (), index, {"Node": node_full(obj)})
 
+    def _node_written(self, node: SimNode, index: int, now_ns: int) -> None:
+        if node.node_resources is None:
+            register_fingerprint(node, self.config.dynamic_port_range, rfc3339(now_ns))
+            # The default capacity stands for no limit, as a client without max_allocs has.
+            capacity = self.config.node_capacity
+            node.max_allocs = 0 if capacity == attrs.fields(SimConfig).node_capacity.default else capacity
+        if node.status in _UNRESPONSIVE and node.committed_status not in _UNRESPONSIVE:
+            node.last_missed_heartbeat_index = index
+        elif node.status == "ready" and node.committed_status != "ready":
+            node.last_missed_heartbeat_index = 0
+        node.committed_status = node.status
+
     def _job_event(self, message_type: str, job: SimJob, index: int, *, deleted: bool) -> PublishedEvent:
-        payload: dict[str, Any] = {"Job": job_full(job, self.config.region)}
+        full = job_full(job, self.config.region)
+        if not deleted:
+            # Each version as it last stood: the current one follows the job's every write.
+            job.versions[job.version] = full
+            for old in sorted(job.versions)[:-_TRACKED_VERSIONS]:
+                del job.versions[old]
+        payload: dict[str, Any] = {"Job": full}
         if deleted:
             payload["Deleted"] = True
         return self._encode(message_type, "Job", job.id, job.namespace, (), index, payload)
@@ -295,17 +327,22 @@ class ClusterState:
         tx.touch(evaluation)
 
     def new_eval(self, tx: Write, job_key: JobKey, triggered_by: str, **fields: Any) -> SimEval:
-        """A new evaluation of the job, added in this write."""
+        """A new evaluation of the job, added in this write; a node's evaluation notes the node's
+        ModifyIndex."""
         job = self.jobs.get(job_key)
+        node = self.nodes.get(fields.get("node_id", ""))
+        defaults: dict[str, Any] = {
+            "type": job.type if job else "batch",
+            "priority": int(job.spec.get("Priority") or 50) if job else 50,
+            "job_modify_index": job.job_modify_index if job else 0,
+            "node_modify_index": node.modify_index if node else 0,
+        }
         evaluation = SimEval(
             id=self.new_id(),
             namespace=job_key[0],
             job_id=job_key[1],
-            type=job.type if job else "batch",
             triggered_by=triggered_by,
-            priority=int(job.spec.get("Priority") or 50) if job else 50,
-            job_modify_index=job.job_modify_index if job else 0,
-            **fields,
+            **{**defaults, **fields},
         )
         self.add_eval(tx, evaluation)
         return evaluation
@@ -322,13 +359,16 @@ class ClusterState:
         self.index += 1
         self.table_index["jobs"] = self.table_index["allocs"] = self.index
 
-    def collect_garbage(self) -> None:
-        """Job GC (JobBatchDeregistered, Deleted:true) and silent allocation and evaluation GC."""
+    def collect_garbage(self, *, force: bool = False) -> None:
+        """Job GC (JobBatchDeregistered, Deleted:true) and silent allocation and evaluation GC;
+        ``force`` (``PUT /v1/system/gc``) collects whatever qualifies, however recent."""
         now = self.now()
+        job_threshold = 0.0 if force else self.config.job_gc_threshold
+        alloc_threshold = 0.0 if force else self.config.alloc_gc_threshold
         expired = [
             key
             for key, since in self.job_dead_since.items()
-            if now - since >= self.config.job_gc_threshold
+            if now - since >= job_threshold
             and (job := self.jobs.get(key)) is not None
             and (job.stop or job.type in ("batch", "sysbatch"))
         ]
@@ -343,9 +383,7 @@ class ClusterState:
         old = [
             a
             for a in self.allocs.values()
-            if a.client_terminal
-            and a.terminal_since
-            and now - a.terminal_since >= self.config.alloc_gc_threshold
+            if a.client_terminal and a.terminal_since and now - a.terminal_since >= alloc_threshold
         ]
         for alloc in old:
             self.allocs.pop(alloc.id, None)

@@ -9,6 +9,11 @@ that cannot be applied to the current variable is a *conflict*, answered 409 wit
 - a set or delete of a variable that holds a lock, without that lock's ID (a delete carries none);
 - an acquire of a variable that holds a lock, and a release with another lock's ID.
 
+Validation (``canonicalizeAndValidate``): a variable that Nomad refuses is a 400 whose body still
+carries one layer of the RPC error's code, ``RPC Error:: 400,<message>`` (the endpoint wraps the
+validation error twice, the agent unwraps once): a bad or reserved path, the namespace ``*``, items
+over 64 KiB, a lock's TTL outside [10 s, 24 h] (the lock checks in go-multierror's text).
+
 Locks (the leader's ``CreateVariableLockTTLTimer``, ``RenewTTLTimer``, ``invalidateVariableLock``
 and ``restoreLockTTLTimers``): the TTL must lie in [10 s, 24 h] (0 means 15 s) and LockDelay
 defaults to 15 s. The leader keeps a timer of *twice* the TTL per lock, reset by each renewal. When
@@ -30,9 +35,10 @@ from typing import Any, Final
 from attrs import frozen
 
 from .encode import variable_full, variable_metadata
-from .jobs import NomadError
+from .errors import NomadError
 from .objects import SimVariable, SimVariableLock
 from .state import ClusterState, Write
+from .validation import multierror_text
 
 __all__ = [
     "DEFAULT_LOCK_DELAY_NS",
@@ -41,7 +47,7 @@ __all__ = [
     "MIN_LOCK_TTL_NS",
     "Answer",
     "VariableService",
-    "validate_path",
+    "path_problem",
 ]
 
 _SECOND: Final = 1_000_000_000
@@ -69,31 +75,82 @@ class Answer:
     index: int
 
 
-def validate_path(path: str) -> None:
-    """Nomad's variable path rules (``ValidatePath``); a bad path is a 500 with its reason."""
+def path_problem(path: str) -> str | None:
+    """What Nomad's ``ValidatePath`` says of a variable path, None when it is valid."""
+    if not path:
+        return "variable requires path"
     if not _VALID_PATH.match(path):
-        raise NomadError(500, f'invalid path "{path}"')
+        return f'invalid path "{path}"'
     parts = path.split("/")
     if parts[0] != "nomad":
-        return
+        return None
     if len(parts) == 1:
-        raise NomadError(500, '"nomad" is a reserved top-level directory path')
+        return (
+            '"nomad" is a reserved top-level directory path, but you may write variables to '
+            '"nomad/jobs", "nomad/job-templates", or below'
+        )
     if parts[1] == "jobs" or (parts[1] == "job-templates" and len(parts) == 3):
-        return
-    raise NomadError(500, 'only paths at "nomad/jobs" or "nomad/job-templates" and below are valid')
+        return None
+    if parts[1] == "job-templates":
+        return (
+            '"nomad/job-templates" is a reserved directory path, but you may write variables at the '
+            'level below it, for example, "nomad/job-templates/template-name"'
+        )
+    return (
+        'only paths at "nomad/jobs" or "nomad/job-templates" and below are valid paths under the '
+        'top-level "nomad" directory'
+    )
 
 
-def _validate(namespace: str, path: str, items: dict[str, str]) -> None:
+def _refused(message: str) -> NomadError:
+    """A validation error as Nomad's agent answers it: 400, one RPC code layer left in the text."""
+    return NomadError(400, f"RPC Error:: 400,{message}")
+
+
+_WILDCARD: Final = 'can not target wildcard ("*")namespace'
+_TOO_LARGE: Final = "variables are limited to 64KiB in total size"
+
+
+def _items_size(items: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in items.items())
+
+
+def _validate_set(namespace: str, path: str, items: dict[str, str]) -> None:
+    """``VariableDecrypted.Validate``, for a plain write."""
     if namespace == "*":
-        raise NomadError(500, 'can not target wildcard ("*")namespace')
-    if sum(len(k) + len(v) for k, v in items.items()) > _MAX_ITEMS_SIZE:
-        raise NomadError(500, "variables are limited to 64KiB in total size")
-    validate_path(path)
+        raise _refused(_WILDCARD)
+    if _items_size(items) > _MAX_ITEMS_SIZE:
+        raise _refused(_TOO_LARGE)
+    if problem := path_problem(path):
+        raise _refused(problem)
+
+
+def _validate_lock(namespace: str, path: str, items: dict[str, str], ttl_ns: int, delay_ns: int) -> None:
+    """``VariableDecrypted.ValidateForLock``, for an acquire (the lock's defaults applied)."""
+    if namespace == "*":
+        raise _refused(multierror_text([_WILDCARD]))
+    if _items_size(items) > _MAX_ITEMS_SIZE:
+        raise _refused(_TOO_LARGE)
+    if problem := path_problem(path):
+        raise _refused(problem)
+    problems = []
+    if ttl_ns < 0 or delay_ns < 0:
+        problems.append("Lock delay and TTL must be positive")
+    if not MIN_LOCK_TTL_NS <= ttl_ns <= MAX_LOCK_TTL_NS:
+        problems.append("TTL must be between 10 seconds and 24 hours")
+    if problems:
+        raise _refused(multierror_text(problems))
 
 
 def _zero(namespace: str, path: str) -> dict[str, Any]:
-    """The conflict Nomad answers when a check-and-set expected a variable that does not exist."""
+    """The conflict Nomad answers when a check-and-set expected a variable that does not exist,
+    and for a variable someone else's lock holds (its data is not shown)."""
     return variable_metadata(SimVariable(namespace=namespace, path=path))
+
+
+def _locked(variable: SimVariable) -> Answer:
+    """A write refused by another's lock: 409 with the zero variable, and index 0."""
+    return Answer(409, _zero(variable.namespace, variable.path), 0)
 
 
 class VariableService:
@@ -130,12 +187,12 @@ class VariableService:
     ) -> Answer:
         """Set the variable's items (``PUT /v1/var/:path``); ``lock_id`` is the caller's lock, ""
         if none; ``cas`` the check-and-set index, if any."""
-        _validate(namespace, path, items)
+        _validate_set(namespace, path, items)
         variable = self.get(namespace, path)
         if cas is not None and (conflict := self._cas_conflict(namespace, path, variable, cas)):
             return conflict
         if variable is not None and variable.lock is not None and variable.lock.id != lock_id:
-            return self._conflict(variable)
+            return _locked(variable)
         if lock_id and (variable is None or variable.lock is None):
             raise NomadError(400, "variable should not contain lock definition")
         with self.state.write(_MESSAGE) as tx:
@@ -148,7 +205,7 @@ class VariableService:
         if cas is not None and (conflict := self._cas_conflict(namespace, path, variable, cas)):
             return conflict
         if variable is not None and variable.lock is not None:
-            return self._conflict(variable)
+            return _locked(variable)
         with self.state.write(_MESSAGE) as tx:
             tx.applied = True
             if variable is not None:
@@ -202,14 +259,10 @@ class VariableService:
         variable's; none keep them. 409 with the variable while any lock is on it."""
         ttl_ns = ttl_ns or DEFAULT_LOCK_TTL_NS
         lock_delay_ns = lock_delay_ns or DEFAULT_LOCK_DELAY_NS
-        if ttl_ns < 0 or lock_delay_ns < 0:
-            raise NomadError(500, "Lock delay and TTL must be positive")
-        if not MIN_LOCK_TTL_NS <= ttl_ns <= MAX_LOCK_TTL_NS:
-            raise NomadError(500, "TTL must be between 10 seconds and 24 hours")
-        _validate(namespace, path, items)
+        _validate_lock(namespace, path, items, ttl_ns, lock_delay_ns)
         variable = self.get(namespace, path)
         if variable is not None and variable.lock is not None:
-            return self._conflict(variable)
+            return _locked(variable)
         lock = SimVariableLock(lock_id or self.state.new_id(), ttl_ns, lock_delay_ns)
         with self.state.write(_MESSAGE) as tx:
             variable = self._write(tx, namespace, path, variable, items or None)
@@ -233,15 +286,17 @@ class VariableService:
         return Answer(200, variable_metadata(variable), variable.modify_index)
 
     def release(self, namespace: str, path: str, lock_id: str) -> Answer:
-        """Remove the lock (``?lock-release``) at once: LockDelay applies only to a lapsed lock."""
-        validate_path(path)
+        """Remove the lock (``?lock-release``) at once: LockDelay applies only to a lapsed lock. A
+        bad path is Nomad's 400 with the bare message (the endpoint wraps this one only once)."""
+        if problem := path_problem(path):
+            raise NomadError(400, problem)
         variable = self.get(namespace, path)
         if variable is None:
             raise NomadError(404, "variable doesn't exist")
         if variable.lock is None:
             raise NomadError(409, "variable doesn't hold a lock")
         if variable.lock.id != lock_id:
-            return self._conflict(variable)
+            return _locked(variable)
         self._forget_timers(lock_id)
         with self.state.write(_MESSAGE) as tx:
             self._write(tx, namespace, path, variable, None)

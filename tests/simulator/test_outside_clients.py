@@ -109,3 +109,44 @@ async def test_our_client_round_trip(cluster: SimulatedCluster) -> None:
     assert any(isinstance(e.payload, Allocation) and e.payload.client_status == "running" for e in seen)
     async with make_client(cluster) as fresh:
         assert (await fresh.list_jobs()).value == []
+
+
+async def test_python_nomad_reads_why_and_where_a_job_runs(nursery: trio.Nursery) -> None:
+    cluster = await nursery.start(SimulatedCluster(SimConfig(seed=5)).run)
+    host, port = cluster.addresses[0].removeprefix("http://").split(":")
+    client = nomad.Nomad(host=host, port=int(port), timeout=5)
+
+    def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    await call(client.jobs.register_job, {"Job": batch_job(JOB_ID, count=2)})
+    await settle(
+        cluster, lambda: sum(a.client_status == "running" for a in cluster.state.allocs.values()) == 2
+    )
+    changed = batch_job(JOB_ID, count=2, meta={"used": "true"})
+    await call(client.job.register_job, JOB_ID, {"Job": changed})
+    await settle(cluster, lambda: cluster.state.jobs[("default", JOB_ID)].version == 1)
+
+    summary = await call(client.job.get_summary, JOB_ID)
+    assert summary["JobID"] == JOB_ID
+    assert summary["Summary"]["default-group"]["Running"] == 2
+    versions = await call(client.job.get_versions, JOB_ID)
+    assert [v["Version"] for v in versions["Versions"]] == [1, 0]
+    evaluations = await call(client.job.get_evaluations, JOB_ID)
+    assert {e["TriggeredBy"] for e in evaluations} == {"job-register"}
+    placing = next(
+        e for e in evaluations if e["ID"] == cluster.state.allocs[next(iter(cluster.state.allocs))].eval_id
+    )
+    placed = await call(client.evaluation.get_allocations, placing["ID"])
+    assert {a["JobID"] for a in placed} == {JOB_ID}
+    assert len(placed) == 2
+    assert await call(client.evaluations.get_evaluations) != []
+
+    peers = await call(client.status.peers.get_peers)
+    assert peers == [server.rpc_address for server in cluster.servers]
+    assert await call(client.regions.get_regions) == ["global"]
+    namespaces = await call(client.namespaces.get_namespaces)
+    assert [n["Name"] for n in namespaces] == ["default"]
+    assert (await call(client.namespace.get_namespace, "default"))[
+        "Description"
+    ] == "Default shared namespace"

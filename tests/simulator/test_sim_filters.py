@@ -70,7 +70,10 @@ async def test_jobs_and_nodes_filter_too(cluster: SimulatedCluster, client: Noma
     ("expression", "message"),
     [
         ('ClientStatus = "running"', "failed to read filter expression: 1:14 (13): no match found"),
-        ('(ClientStatus == "running"', "failed to read filter expression: Unmatched parentheses"),
+        (
+            '(ClientStatus == "running"',
+            "failed to read filter expression: 1:27 (26): rule grouping: Unmatched parentheses",
+        ),
         ('ClientStatus == "running" and', "failed to read filter expression"),
         (
             'Bogus == "x"',

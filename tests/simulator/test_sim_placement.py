@@ -4,7 +4,9 @@ by the cluster's scheduler algorithm."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
+import httpx
 import pytest
 
 from supervisor.nomad import NomadClient
@@ -70,3 +72,105 @@ async def test_spread_keeps_runners_level(cluster: SimulatedCluster, client: Nom
 def test_an_unknown_scheduler_algorithm_is_refused() -> None:
     with pytest.raises(ValueError, match="scheduler_algorithm"):
         SimConfig(scheduler_algorithm="random")
+
+
+async def job_evaluations(cluster: SimulatedCluster, job_id: str) -> dict[str, dict[str, Any]]:
+    """The job's evaluations as ``GET /v1/job/:id/evaluations`` answers, by TriggeredBy."""
+    async with httpx.AsyncClient(base_url=cluster.addresses[0]) as http:
+        response = await http.get(f"/v1/job/{job_id}/evaluations")
+    assert response.status_code == 200
+    return {e["TriggeredBy"]: e for e in response.json()}
+
+
+def live(cluster: SimulatedCluster, job_id: str) -> int:
+    return sum(not a.terminal for a in cluster.state.allocs_by_job.get(("default", job_id), {}).values())
+
+
+@pytest.mark.parametrize("sim_config", [SimConfig(seed=7, nodes=2, node_capacity=2)])
+async def test_a_full_cluster_explains_the_placement_it_could_not_make_and_makes_it_once_room_frees(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    await client.register_job(batch_job("filler"))
+    await settle(cluster, lambda: live(cluster, "filler") == 1)
+    registered = await client.register_job(batch_job("runner", count=4))
+    await settle(cluster, lambda: cluster.state.evals[registered.eval_id].status == "complete")
+    assert live(cluster, "runner") == 3
+
+    evaluations = await job_evaluations(cluster, "runner")
+    first, blocked = evaluations["job-register"], evaluations["queued-allocs"]
+    assert first["ID"] == registered.eval_id
+    assert first["BlockedEval"] == blocked["ID"]
+    assert first["QueuedAllocations"] == {"default-group": 1}
+    metric = first["FailedTGAllocs"]["default-group"]
+    assert metric["NodesEvaluated"] == 2
+    assert metric["NodesExhausted"] == 2
+    assert metric["DimensionExhausted"] == {"max allocation exceeded": 2}
+    assert metric["NodesAvailable"] == {"dc1": 2}
+    assert metric["CoalescedFailures"] == 0
+    assert blocked["Status"] == "blocked"
+    assert blocked["PreviousEval"] == first["ID"]
+    assert blocked["StatusDescription"] == "created to place remaining allocations"
+    assert blocked["FailedTGAllocs"] == first["FailedTGAllocs"]
+    placed = next(a for a in cluster.state.allocs.values() if a.job_id == "runner")
+    async with httpx.AsyncClient(base_url=cluster.addresses[0]) as http:
+        alloc = (await http.get(f"/v1/allocation/{placed.id}")).json()
+        node = (await http.get(f"/v1/node/{placed.node_id}")).json()
+    assert alloc["Metrics"]["NodesEvaluated"] == 2
+    assert alloc["Metrics"]["ScoreMetaData"][0]["Scores"]["binpack"] > 0
+    assert node["NodeMaxAllocs"] == 2
+
+    await client.deregister_job("filler")
+    await settle(cluster, lambda: live(cluster, "runner") == 4)
+    evaluations = await job_evaluations(cluster, "runner")
+    assert evaluations["queued-allocs"]["Status"] == "complete", "room freed: it ran again and placed"
+    assert "FailedTGAllocs" not in evaluations["queued-allocs"]
+
+
+async def test_a_constraint_no_node_meets_blocks_until_a_newer_version_can_be_placed(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    pinned = batch_job("pinned")
+    pinned["Constraints"] = [{"LTarget": "${attr.kernel.name}", "RTarget": "windows", "Operand": "="}]
+    first = await client.register_job(pinned)
+    await settle(cluster, lambda: cluster.state.evals[first.eval_id].status == "complete")
+    blocked_first = cluster.state.evals[first.eval_id].blocked_eval
+    metric = cluster.state.evals[first.eval_id].failed_tg_allocs["default-group"]
+    # Identical hosts share a computed class: once one fails the constraint, the others are
+    # filtered by their class, unchecked.
+    assert metric["ConstraintFiltered"] == {
+        "${attr.kernel.name} = windows": 1,
+        "computed class ineligible": 2,
+    }
+    assert metric["NodesFiltered"] == 3
+
+    pinned["Meta"] = {"attempt": "2"}
+    second = await client.register_job(pinned)
+    await settle(cluster, lambda: cluster.state.evals[second.eval_id].status == "complete")
+    older = cluster.state.evals[blocked_first]
+    assert older.status == "canceled", "one blocked evaluation per job: the newer one stays"
+    assert older.status_description == 'existing blocked evaluation exists for job "pinned"'
+
+    third = await client.register_job(batch_job("pinned"))
+    await settle(cluster, lambda: live(cluster, "pinned") == 1)
+    newer = cluster.state.evals[cluster.state.evals[second.eval_id].blocked_eval]
+    await settle(cluster, lambda: newer.status == "canceled")
+    assert newer.status_description == f'evaluation "{third.eval_id}" successful'
+
+
+@pytest.mark.parametrize("sim_config", [SimConfig(seed=7, nodes=2)])
+async def test_with_every_node_ineligible_nothing_is_evaluated_until_one_is_eligible_again(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    for node_id in cluster.state.nodes:
+        await client.set_eligibility(node_id, eligible=False)
+    registered = await client.register_job(batch_job("waiting"))
+    await settle(cluster, lambda: cluster.state.evals[registered.eval_id].status == "complete")
+    metric = cluster.state.evals[registered.eval_id].failed_tg_allocs["default-group"]
+    assert (metric["NodesEvaluated"], metric["NodesInPool"], metric["NodesAvailable"]) == (0, 0, {})
+    assert (await client.get_job("waiting")).value.status == "pending", "a blocked evaluation is open"
+
+    await client.set_eligibility(next(iter(cluster.state.nodes)), eligible=True)
+    await settle(cluster, lambda: live(cluster, "waiting") == 1)
+    blocked = cluster.state.evals[cluster.state.evals[registered.eval_id].blocked_eval]
+    await settle(cluster, lambda: blocked.status == "complete")
+    assert blocked.queued_allocations == {"default-group": 0}

@@ -23,6 +23,7 @@ from supervisor.simulator import SimulatedCluster
 from supervisor.simulator.state import PublishedBatch
 
 UUID_LENGTH = 36
+TTL_OUT_OF_BOUNDS = "RPC Error:: 400,1 error occurred:\n\t* TTL must be between 10 seconds and 24 hours\n\n"
 
 
 async def call(
@@ -30,6 +31,12 @@ async def call(
 ) -> httpx.Response:
     async with httpx.AsyncClient(base_url=cluster.addresses[server], timeout=60) as http:
         return await http.request(method, path, json=body)
+
+
+def zero_variable(path: str) -> dict[str, Any]:
+    """The conflict Nomad answers for a variable another's lock holds: its data is not shown."""
+    keys = ("CreateIndex", "CreateTime", "ModifyIndex", "ModifyTime")
+    return {"Namespace": "default", "Path": path, **dict.fromkeys(keys, 0)}
 
 
 def lock(ttl: str = "15s", delay: str = "15s", lock_id: str = "") -> dict[str, Any]:
@@ -86,7 +93,7 @@ async def test_bad_requests_are_answered_as_nomad_does(cluster: SimulatedCluster
     no_path = await call(cluster, "GET", "/v1/var/")
     assert (no_path.status_code, no_path.text) == (400, "missing variable path")
     bad_path = await call(cluster, "PUT", "/v1/var/app/a.b", {"Items": {"k": "v"}})
-    assert (bad_path.status_code, bad_path.text) == (500, 'invalid path "app/a.b"')
+    assert (bad_path.status_code, bad_path.text) == (400, 'RPC Error:: 400,invalid path "app/a.b"')
     not_strings = await call(cluster, "PUT", "/v1/var/app/n", {"Items": {"k": 1}})
     assert not_strings.status_code == 400
     bad_cas = await call(cluster, "PUT", "/v1/var/app/n?cas=x", {"Items": {"k": "v"}})
@@ -219,9 +226,14 @@ async def test_acquire_creates_a_locked_variable_with_go_durations(cluster: Simu
 @pytest.mark.parametrize(
     ("ttl", "status", "text"),
     [
-        ("5s", 500, "TTL must be between 10 seconds and 24 hours"),
-        ("24h0m1s", 500, "TTL must be between 10 seconds and 24 hours"),
-        ("-20s", 500, "Lock delay and TTL must be positive"),
+        ("5s", 400, TTL_OUT_OF_BOUNDS),
+        ("24h0m1s", 400, TTL_OUT_OF_BOUNDS),
+        (
+            "-20s",
+            400,
+            "RPC Error:: 400,2 errors occurred:\n\t* Lock delay and TTL must be positive"
+            "\n\t* TTL must be between 10 seconds and 24 hours\n\n",
+        ),
         ("soon", 400, 'time: invalid duration "soon"'),
     ],
 )
@@ -242,11 +254,16 @@ async def test_a_held_lock_refuses_other_acquires_and_writes_with_409(cluster: S
     holder = await acquire(cluster, "locks/held")
     other = await call(cluster, "PUT", "/v1/var/locks/held?lock-acquire", {"Items": {"x": "y"}, **lock()})
     assert other.status_code == 409
-    assert other.json()["Lock"]["ID"] == holder, "the conflict body is the variable with its holder"
-    assert "Items" not in other.json()
+    assert other.json() == zero_variable("locks/held"), "a held lock's variable is not shown"
     write = await call(cluster, "PUT", "/v1/var/locks/held", {"Items": {"x": "y"}})
     assert write.status_code == 409, "a locked variable is written only with its lock's ID"
-    owned = await call(cluster, "PUT", "/v1/var/locks/held", {"Items": {"x": "y"}, **lock(lock_id=holder)})
+    with_durations = {"Items": {"x": "y"}, **lock(lock_id=holder)}
+    refused = await call(cluster, "PUT", "/v1/var/locks/held", with_durations)
+    assert (refused.status_code, refused.text) == (
+        400,
+        "RPC Error:: 400,RPC Error:: 400,variable should not contain lock definition",
+    ), "a plain write names the lock by its ID only"
+    owned = await call(cluster, "PUT", "/v1/var/locks/held", {"Items": {"x": "y"}, "Lock": {"ID": holder}})
     assert owned.status_code == 200
     assert owned.json()["Lock"]["ID"] == holder, "the holder's write keeps the lock"
     assert (await call(cluster, "DELETE", "/v1/var/locks/held")).status_code == 409
@@ -271,14 +288,14 @@ async def test_release_frees_the_lock_at_once_without_delay(
 async def test_release_by_another_lock_id_is_refused(cluster: SimulatedCluster) -> None:
     holder = await acquire(cluster, "locks/mine")
     wrong = await call(cluster, "PUT", "/v1/var/locks/mine?lock-release", {"Lock": {"ID": "not-the-holder"}})
-    assert wrong.status_code == 409
-    assert wrong.json()["Lock"]["ID"] == holder
+    assert (wrong.status_code, wrong.json()) == (409, zero_variable("locks/mine"))
+    assert "X-Nomad-Index" not in wrong.headers, "a lock operation's conflict is written before it"
     with_items = await call(
         cluster, "PUT", "/v1/var/locks/mine?lock-release", {"Items": {"k": "v"}, **lock(lock_id=holder)}
     )
     assert with_items.status_code == 400
     no_id = await call(cluster, "PUT", "/v1/var/locks/mine?lock-release", {"Lock": {}})
-    assert (no_id.status_code, no_id.text) == (400, "missing lock ID")
+    assert (no_id.status_code, no_id.text) == (400, "RPC Error:: 400,missing lock information")
     assert (await call(cluster, "GET", "/v1/var/locks/mine")).json()["Lock"]["ID"] == holder, "still held"
 
     await call(cluster, "PUT", "/v1/var/plain", {"Items": {"k": "v"}})
@@ -302,7 +319,7 @@ async def test_renewals_keep_the_lock_past_its_ttl(
     assert data["Lock"]["ID"] == holder
     assert "Items" not in data, "a renewal answers the metadata"
     assert data["ModifyIndex"] == acquired["ModifyIndex"], "a renewal is no Raft write"
-    assert int(renewed.headers["X-Nomad-Index"]) == acquired["ModifyIndex"]
+    assert "X-Nomad-Index" not in renewed.headers, "Nomad answers a renewal with the metadata only"
     taken = await call(cluster, "PUT", "/v1/var/locks/renewed?lock-acquire", lock())
     assert taken.status_code == 409
 
