@@ -16,9 +16,10 @@ most specific class here, with the original chained as ``__cause__``.
     │   │   └── StreamLineTooLong      a line exceeded the configured limit
     │   └── ExecConnectionLost         the exec WebSocket dropped before ``exited``: outcome unknown
     └── TerminalError                  never retried: the request itself is wrong or refused
-        ├── NomadRequestError          a 4xx other than those below (400: validation, parse)
-        │   ├── NomadPermissionDenied  403
-        │   └── NomadNotFound          404
+        ├── NomadRequestError          the request's fault: 400, or a 500 that says so (validation)
+        │   ├── NomadPermissionDenied  403: the token's fault
+        │   ├── NomadNotFound          404, or a 500 "... not found": the object's absence
+        │   └── NomadConflict          409, or a 500 "Enforcing job modify index": a conflict
         ├── ExecRejected               Nomad closed the exec WebSocket with 1008/1011 and a reason
         │   ├── ExecAllocationUnknown  Nomad no longer knows the allocation: the runner is gone
         │   └── ExecAgentUnreachable   the server could not reach the client agent: nothing ran
@@ -29,6 +30,7 @@ most specific class here, with the original chained as ``__cause__``.
         ├── FileOperationFailed        a file command in a runner failed (its stderr in the message)
         ├── RunnerCommandFailed        a helper command the daemon ran in a runner exited non-zero
         ├── ConfigError                a setting is missing or invalid
+        │   └── LockRefused            Nomad refuses the [ha] lock for good (path, TTL, token)
         └── InvalidRequest             a client's request body or parameters are invalid (HTTP 400)
             └── RequestTooLarge        a request body over ``server.max_body`` (HTTP 413)
 
@@ -56,8 +58,10 @@ __all__ = [
     "FileNotAvailable",
     "FileOperationFailed",
     "InvalidRequest",
+    "LockRefused",
     "NoIdleRunner",
     "NomadAddressUnreachable",
+    "NomadConflict",
     "NomadNotFound",
     "NomadPermissionDenied",
     "NomadRequestError",
@@ -119,7 +123,8 @@ class NomadAddressUnreachable(NomadUnavailableError):
 
 
 class NomadRequestError(_NomadHTTPMixin, TerminalError):
-    """Nomad refused the request with a 4xx; ``body`` holds Nomad's text."""
+    """Nomad refused the request for good (``nomad.boundary`` says which answers do); ``body``
+    holds Nomad's text."""
 
     def __init__(self, message: str, *, status_code: int, body: str = "") -> None:
         super().__init__(self._init_http(message, status_code=status_code, body=body))
@@ -131,6 +136,10 @@ class NomadPermissionDenied(NomadRequestError):
 
 class NomadNotFound(NomadRequestError):
     """404: the job, allocation, node or evaluation does not exist."""
+
+
+class NomadConflict(NomadRequestError):
+    """409: the object changed or is held (a lock, a compare-and-set, a job's modify index)."""
 
 
 class NomadUnreachable(TransientError):
@@ -220,6 +229,11 @@ class RunnerCommandFailed(TerminalError):
 
 class ConfigError(TerminalError):
     """A setting is missing or invalid; the message names the key."""
+
+
+class LockRefused(ConfigError):
+    """Nomad refuses the ``[ha]`` lock for good (its path, its TTL, or the token's rights to it):
+    no retry can make this daemon active, so it stops, saying why in one line."""
 
 
 class InvalidRequest(TerminalError):

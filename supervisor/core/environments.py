@@ -40,6 +40,9 @@ _META_KEY: Final = "supervisor.environment"
 MAX_ID: Final = 2**63 - 1
 # The largest CPU (MHz), memory (MB) or time (s) taken: within every integer field of Nomad's API.
 MAX_AMOUNT: Final = 2**31 - 1
+# Memory Nomad reserves for a runner on its node (MemoryMB); memoryLimit is its ceiling
+# (MemoryMaxMB), which Nomad wants no lower, and Nomad takes no reservation under 10 MB.
+RESERVED_MEMORY_MB: Final = 50
 _API_FIELDS: Final = {
     "id": "id",
     "image": "image",
@@ -146,7 +149,7 @@ def _task(environment: ExecutionEnvironment) -> dict[str, Any]:
         "KillSignal": "SIGKILL",
         "Resources": {
             "CPU": max(1, round(environment.cpu_limit)),
-            "MemoryMB": 50,
+            "MemoryMB": min(RESERVED_MEMORY_MB, environment.memory_limit),
             "MemoryMaxMB": environment.memory_limit,
         },
     }

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import trio
 
 from ..base.entropy import Entropy
+from ..base.faults import Faults
 from ..base.levels import Requests
 from ..core.config import Settings
 from ..core.environments import ExecutionEnvironment
@@ -47,6 +48,8 @@ class RunnerService:
         # Every random choice and generated ID of the term's parts comes from ``entropy``.
         self.entropy = entropy = Entropy() if entropy is None else entropy
         self.pool = RunnerPool(entropy=entropy)
+        # What no retry mends (a refused token, a refused environment job): health's to tell.
+        self.faults = faults = Faults()
         # The term's client: where each allocation's agent runs, for exec straight to it, the pool
         # says (its node tracker owns what is known of agents).
         self.client = client = client.located(self.pool)
@@ -64,7 +67,7 @@ class RunnerService:
         self.executions = ExecutionService(
             client, execution, self.stops, execution_nursery=execution_nursery, entropy=entropy
         )
-        self.factory = RunnerFactory(client, self.pool, settings.factory, entropy=entropy)
+        self.factory = RunnerFactory(client, self.pool, settings.factory, entropy=entropy, faults=faults)
         self.pool.on_started = self.factory.started
         leftovers = LeftoverSweep(
             client,
@@ -75,7 +78,9 @@ class RunnerService:
             entropy=entropy,
         )
         self.effects = Effects(self.pool, self.factory, self.executions, relists, leftovers)
-        self.environments = EnvironmentStore(client, self.pool, self.effects.apply, entropy=entropy)
+        self.environments = EnvironmentStore(
+            client, self.pool, self.effects.apply, entropy=entropy, faults=faults
+        )
         self.informer = Informer(
             client,
             self.pool,
@@ -85,6 +90,7 @@ class RunnerService:
             relists,
             settings.watcher,
             entropy=entropy,
+            faults=faults,
         )
         self.files = files = FileService(
             client,

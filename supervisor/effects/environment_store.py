@@ -8,20 +8,34 @@ environment would come back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Final
 
 import trio
 from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
 from ..base.entropy import Entropy
-from ..base.errors import NomadNotFound, TerminalError, TransientError
+from ..base.errors import (
+    InvalidRequest,
+    NomadNotFound,
+    NomadPermissionDenied,
+    NomadRequestError,
+    TerminalError,
+    TransientError,
+)
+from ..base.faults import FaultKind, Faults
 from ..core.environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
 from ..core.pool import RunnerPool
 from ..core.runners import Action, DestroyRunner
 from ..nomad import JobListStub
 from ..nomad.api import NomadApi
+from ..nomad.boundary import token_refused
 
-__all__ = ["EnvironmentStore"]
+__all__ = ["JOB_WRITES", "JOB_WRITES_NEED", "EnvironmentStore"]
+
+# The subject of a refused token's fault met writing jobs, and what those writes need.
+JOB_WRITES: Final = "job writes"
+JOB_WRITES_NEED: Final = "submit-job in the daemon's namespace"
 
 
 class EnvironmentStore:
@@ -34,18 +48,33 @@ class EnvironmentStore:
         apply: Callable[[Iterable[Action]], None],
         *,
         entropy: Entropy | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self._client = client
         self._pool = pool
         self._apply = apply
+        self._faults = Faults() if faults is None else faults
         # The retries' jitter.
         self._entropy = Entropy() if entropy is None else entropy
         self.lock = trio.Lock()
 
     async def put(self, environment: ExecutionEnvironment) -> bool:
-        """Store the environment in Nomad (its template job), then warm its pool; True if new."""
+        """Store the environment in Nomad (its template job), then warm its pool; True if new.
+        A job Nomad refuses is InvalidRequest with Nomad's word, and changes nothing; a refused
+        token is a fault as well (health tells it)."""
         async with self.lock:
-            await self._client.register_job(template_job(environment))
+            try:
+                await self._client.register_job(template_job(environment))
+            except NomadPermissionDenied as exc:
+                self._faults.report(FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc, JOB_WRITES_NEED))
+                raise
+            except NomadRequestError as exc:
+                message = exc.body.strip() or str(exc)
+                raise InvalidRequest(
+                    f"Nomad refuses the job of execution environment {environment.id}: {message}"
+                ) from exc
+            self._faults.clear(FaultKind.TOKEN_REFUSED, JOB_WRITES)
+            self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(environment.id))
             created, actions = self._pool.set_environment(environment)
         logger.info(
             "environment {} {} (image {}, pool of {})",
@@ -63,6 +92,7 @@ class EnvironmentStore:
             actions = self._pool.remove_environment(environment_id)
             self._apply(actions)
             await self._client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
+        self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(environment_id))
         destroyed = sum(isinstance(a, DestroyRunner) for a in actions)
         logger.info("environment {} deleted: {} runners destroyed", environment_id, destroyed)
 
@@ -103,9 +133,16 @@ class EnvironmentStore:
                 try:
                     await self.put(environment)
                     break
-                except TerminalError as exc:
-                    logger.error("environment {} refused by Nomad: {}", environment.id, exc)
+                except InvalidRequest as exc:
+                    self._faults.report(
+                        FaultKind.ENVIRONMENT_REFUSED,
+                        str(environment.id),
+                        str(exc),
+                        f"mend [[environments]] id {environment.id} in the configuration",
+                    )
                     break
+                except TerminalError:
+                    break  # told where it was met: a refused token is a fault
                 except TransientError as exc:
                     delay = backoff.failed(trio.current_time())
                     logger.warning(

@@ -20,13 +20,16 @@ from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
 from ..base.entropy import Entropy
-from ..base.errors import TerminalError, TransientError
+from ..base.errors import NomadPermissionDenied, NomadRequestError, TerminalError, TransientError
+from ..base.faults import FaultKind, Faults
 from ..base.histogram import Histogram
 from ..core.config import FactorySettings
 from ..core.environments import runner_job
 from ..core.pool import RunnerPool
 from ..core.runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerState
 from ..nomad.api import JobWriter
+from ..nomad.boundary import token_refused
+from .environment_store import JOB_WRITES, JOB_WRITES_NEED
 
 __all__ = ["RunnerFactory"]
 
@@ -53,10 +56,12 @@ class RunnerFactory:
         settings: FactorySettings,
         *,
         entropy: Entropy | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self._client = client
         self._pool = pool
         self._settings = settings
+        self._faults = Faults() if faults is None else faults
         # The retries' jitter (the runners' IDs are the pool's to draw).
         self._entropy = Entropy() if entropy is None else entropy
         # Two lanes: new runner jobs, and purges and claims' writes.
@@ -206,8 +211,9 @@ class RunnerFactory:
                 )
                 await trio.sleep(delay)
             except TerminalError as exc:
-                cause = f"factory: {type(action).__name__} refused by Nomad"
-                logger.bind(cause=cause).error("{} refused by Nomad: {}", _describe(action), exc)
+                if not self._fault(action, exc):
+                    cause = f"factory: {type(action).__name__} refused by Nomad"
+                    logger.bind(cause=cause).error("{} refused by Nomad: {}", _describe(action), exc)
                 self._failed(action)
                 return
             except Exception:
@@ -221,6 +227,24 @@ class RunnerFactory:
             await self._retrying(DestroyRunner(action.runner_id, "a late write may have brought it back"))
         elif isinstance(action, CreateRunner):
             self._pool.purged(action.runner_id, 0)  # destroyed before its turn: never registered
+
+    def _fault(self, action: FactoryAction, exc: TerminalError) -> bool:
+        """Whether the refusal is a fault (told once, by the faults): a refused token, or the
+        runner job of an environment, which every runner of it would meet again."""
+        if isinstance(exc, NomadPermissionDenied):
+            self._faults.report(FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc, JOB_WRITES_NEED))
+        elif isinstance(action, CreateRunner) and isinstance(exc, NomadRequestError):
+            text = exc.body.strip() or str(exc)
+            self._faults.report(
+                FaultKind.ENVIRONMENT_REFUSED,
+                str(action.environment_id),
+                f"Nomad refuses the runner jobs of execution environment {action.environment_id}: {text}",
+                f"change the environment (PUT execution-environments/{action.environment_id}) so that "
+                "Nomad takes its job",
+            )
+        else:
+            return False
+        return True
 
     def _failed(self, action: FactoryAction) -> None:
         self.failed += 1
@@ -299,6 +323,8 @@ class RunnerFactory:
         avoid = self._avoided(action.runner_id)
         registered = await self._client.register_job(runner_job(environment, action.runner_id, avoid=avoid))
         self.created += 1
+        self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(action.environment_id))
+        self._faults.clear(FaultKind.TOKEN_REFUSED, JOB_WRITES)
         if action.runner_id not in self._pool.runners:
             # Destroyed while its registration was under way: the destroy may have come first.
             await self._purge(action.runner_id)

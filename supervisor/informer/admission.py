@@ -26,6 +26,9 @@ class AdmissionGate:
         self._level = AsyncValue(StreamState.DOWN)
         # Times the stream was lost.
         self.losses = 0
+        # When the stream was last UP (its loss began then), or None while it is UP: reconnect
+        # attempts in between, which go DOWN and RECOVERING in turn, do not move it.
+        self._down_since: float | None = trio.current_time()
 
     @property
     def state(self) -> StreamState:
@@ -37,10 +40,18 @@ class AdmissionGate:
         """trio's time of the last change of state."""
         return self._level.since
 
+    def down_for(self, now: float) -> float:
+        """Seconds since the stream was last UP (0 while it is), however many attempts since."""
+        return 0.0 if self._down_since is None else now - self._down_since
+
     def report(self, state: StreamState) -> None:
         """The informer's word on the stream (its only writer)."""
         if state is StreamState.DOWN and self._level.value is not StreamState.DOWN:
             self.losses += 1
+        if state is StreamState.UP:
+            self._down_since = None
+        elif self._down_since is None:
+            self._down_since = trio.current_time()
         self._level.value = state
 
     async def admit(self) -> None:

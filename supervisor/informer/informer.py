@@ -31,7 +31,8 @@ from loguru import logger
 
 from ..base.backoff import Backoff, BackoffPolicy
 from ..base.entropy import Entropy
-from ..base.errors import NomadNotFound, SupervisorError, raise_alone
+from ..base.errors import NomadNotFound, NomadPermissionDenied, SupervisorError, raise_alone
+from ..base.faults import FaultKind, Faults
 from ..base.levels import Requests, StreamState
 from ..base.memory import release_free_memory
 from ..core.config import WatcherSettings
@@ -54,11 +55,15 @@ from ..effects.effects import Effects
 from ..effects.environment_store import EnvironmentStore
 from ..nomad import Allocation, AllocListStub, EventBatch, EventStream, Indexed, Job, JobListStub, Node
 from ..nomad.api import NomadApi
+from ..nomad.boundary import token_refused
 from .admission import AdmissionGate
 
 __all__ = ["LIVE_ALLOCATIONS", "RELIST_PAGE", "Informer"]
 
 _TOPICS: Final = {"Job": "*", "Allocation": "*", "Node": "*"}
+# The fault's subject, and what the listings and the stream of these topics need of the token.
+_STREAM: Final = "event stream"
+_STREAM_NEEDS: Final = "list-jobs and read-job in the daemon's namespace, and node read"
 # Seconds a stream must stay up before the failures before it are forgotten.
 STREAM_HEALTHY_AFTER: Final = 2.0
 # The longest pause between reconnects. The gate holds every new claim while the stream is down,
@@ -99,8 +104,10 @@ class Informer:
         *,
         backoff: Backoff | None = None,
         entropy: Entropy | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.client = client
+        self._faults = Faults() if faults is None else faults
         self._pool = pool
         self._effects = effects
         self._environments = environments
@@ -187,8 +194,16 @@ class Informer:
             self._stream, self._busy_since = None, None
             self._progressed()
             delay = self.backoff.failed(trio.current_time())
-            cause = f"event stream lost: {type(error).__name__ if error else 'it ended'}"
-            logger.bind(cause=cause).warning("event stream lost ({}); reconnecting in {:.3f}s", error, delay)
+            if isinstance(error, NomadPermissionDenied):
+                # Not a loss that a reconnect mends: told as a fault (once), retried all the same,
+                # since the operator may mend the token's policy in Nomad.
+                self._faults.report(FaultKind.TOKEN_REFUSED, _STREAM, *token_refused(error, _STREAM_NEEDS))
+                logger.debug("event stream refused ({}); trying again in {:.3f}s", error, delay)
+            else:
+                cause = f"event stream lost: {type(error).__name__ if error else 'it ended'}"
+                logger.bind(cause=cause).warning(
+                    "event stream lost ({}); reconnecting in {:.3f}s", error, delay
+                )
             self.client.rotate_address()
             await trio.sleep(delay)
 
@@ -203,6 +218,7 @@ class Informer:
         ) as stream:
             self._stream, self._heartbeats_seen = stream, 0
             self._gate.report(StreamState.UP)
+            self._faults.clear(FaultKind.TOKEN_REFUSED, _STREAM)
             self.backoff.healthy(trio.current_time())
             if self._lost_at is None:
                 logger.info("event stream up from index {}", index + 1)

@@ -2,39 +2,115 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+import attrs
 import httpx
 
-from ..base.errors import NomadNotFound, NomadPermissionDenied, NomadRequestError, NomadUnavailableError
-
-__all__ = ["release_response", "translate_status", "translate_transport_errors"]
-
-# Nomad answers these with 500 although no retry can help (nomad-api.md §4, §6).
-_TERMINAL_500_TEXTS: Final = (
-    "not found",
-    "invalid scheduling eligibility",
-    "can not set node's scheduling eligibility",
-    "Enforcing job modify index",
-    "validation failed",
+from ..base.errors import (
+    NomadConflict,
+    NomadNotFound,
+    NomadPermissionDenied,
+    NomadRequestError,
+    NomadUnavailableError,
 )
+
+__all__ = [
+    "MEANINGS",
+    "Meaning",
+    "meaning_of",
+    "release_response",
+    "translate_status",
+    "translate_transport_errors",
+]
+
+_NomadError = type[NomadRequestError] | type[NomadUnavailableError]
+
+
+@attrs.frozen
+class Meaning:
+    """What one kind of Nomad answer means: which statuses (and, for a 500, which text) it covers,
+    the error it becomes, and why (nomad-api.md §6, §9)."""
+
+    statuses: range
+    error: _NomadError
+    why: str
+    text: re.Pattern[str] | None = None
+
+    def covers(self, status_code: int, body: str) -> bool:
+        """Whether an answer with this status and body has this meaning."""
+        return status_code in self.statuses and (self.text is None or self.text.search(body) is not None)
+
+
+def _text(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+# Nomad's answers by meaning, the first that covers an answer decides. Only what may succeed later is
+# transient: no answer at all (``translate_transport_errors``), no leader, a 5xx of the moment.
+MEANINGS: Final = (
+    Meaning(range(400, 401), NomadRequestError, "the request is wrong: a parse or validation error"),
+    Meaning(range(403, 404), NomadPermissionDenied, "the token is unknown or lacks a capability"),
+    Meaning(range(404, 405), NomadNotFound, "the object does not exist"),
+    Meaning(range(409, 410), NomadConflict, "the object changed or is held (a lock, a CAS)"),
+    Meaning(range(429, 430), NomadUnavailableError, "too many requests for now"),
+    Meaning(range(401, 500), NomadRequestError, "any other 4xx: the request is refused"),
+    Meaning(
+        range(500, 600),
+        NomadUnavailableError,
+        "no leader (an election): try again",
+        _text("No cluster leader"),
+    ),
+    Meaning(
+        range(500, 501),
+        NomadRequestError,
+        "a validation failure, in go-multierror's format (job-level texts say nothing more)",
+        _text(r"^\d+ errors? occurred:\n"),
+    ),
+    Meaning(
+        range(500, 501),
+        NomadRequestError,
+        "a task group's or task's validation failure",
+        _text("validation failed"),
+    ),
+    Meaning(
+        range(500, 501),
+        NomadConflict,
+        "a registration with a stale EnforceIndex: the job changed meanwhile",
+        _text("Enforcing job modify index"),
+    ),
+    Meaning(
+        range(500, 501),
+        NomadRequestError,
+        "a node's eligibility that cannot be set",
+        _text("invalid scheduling eligibility|can not set node's scheduling eligibility"),
+    ),
+    Meaning(
+        range(500, 501), NomadNotFound, "an object Nomad looked up and did not find", _text(r"\bnot found\b")
+    ),
+    Meaning(range(500, 600), NomadUnavailableError, "any other 5xx: a failure of the moment"),
+)
+
+
+def meaning_of(status_code: int, body: str) -> Meaning | None:
+    """The meaning of a Nomad answer that is not a success (None for a success)."""
+    if status_code < 400:
+        return None
+    for meaning in MEANINGS:
+        if meaning.covers(status_code, body):
+            return meaning
+    return Meaning(range(status_code, status_code + 1), NomadUnavailableError, "an unknown status")
 
 
 def translate_status(status_code: int, body: str, what: str) -> Exception | None:
     """The error for a Nomad answer, or None for a success."""
-    if status_code < 400:
+    meaning = meaning_of(status_code, body)
+    if meaning is None:
         return None
-    if status_code == 403:
-        return NomadPermissionDenied(what, status_code=403, body=body)
-    if status_code == 404:
-        return NomadNotFound(what, status_code=404, body=body)
-    if status_code < 500:
-        return NomadRequestError(what, status_code=status_code, body=body)
-    if any(text in body for text in _TERMINAL_500_TEXTS):
-        return NomadRequestError(what, status_code=status_code, body=body)
-    return NomadUnavailableError(what, status_code=status_code, body=body)
+    return meaning.error(what, status_code=status_code, body=body)
 
 
 @contextmanager
@@ -54,3 +130,13 @@ def release_response(response: httpx.Response) -> None:
     holds its connection; ``response.content`` stays readable."""
     if response.is_closed:
         response.stream = httpx.ByteStream(b"")
+
+
+def token_refused(error: NomadPermissionDenied, needs: str) -> tuple[str, str]:
+    """Why Nomad refused the daemon's token for ``error``, and what to do: ``needs`` names the
+    capabilities the refused work takes (Nomad's ACL policies)."""
+    text = error.body.strip() or "Permission denied"
+    reason = f"Nomad refuses the daemon's token (403 {text})"
+    if "token not found" in text:
+        return reason, "nomad.token (NOMAD_TOKEN) is no token of this cluster: set it to one of its SecretIDs"
+    return reason, f"no token is set or its policy lacks a capability: it needs {needs}"

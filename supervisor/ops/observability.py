@@ -9,6 +9,7 @@ from typing import Any, Final
 import trio
 
 from ..base.errors import SupervisorError
+from ..base.faults import FaultKind
 from ..base.levels import StreamState
 from ..core.config import Settings
 from ..core.pool import RunnerPool
@@ -46,7 +47,7 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
     now = trio.current_time()
     gate, informer, client, pool, executions = _parts(service)
     stream = gate.state
-    down_for = now - gate.since if stream is not StreamState.UP else 0.0
+    down_for = gate.down_for(now)
     checks: dict[str, dict[str, Any]] = {}
     if stream is StreamState.UP:
         stream_status = "ok"
@@ -56,8 +57,23 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "status": stream_status,
         "state": stream.value,
         "for_seconds": round(now - gate.since, 3),
+        "down_seconds": round(down_for, 3),
         "last_index": informer.last_index,
         "losses": gate.losses,
+    }
+    faults = service.faults.active()
+    checks["faults"] = {
+        "status": "critical" if faults else "ok",
+        "faults": [
+            {
+                "kind": f.kind.value,
+                "subject": f.subject,
+                "reason": f.reason,
+                "remedy": f.remedy,
+                "for_seconds": round(now - f.since, 3),
+            }
+            for f in faults
+        ],
     }
     nomad: dict[str, Any] = {"status": "ok", "address": client.address}
     try:
@@ -159,6 +175,19 @@ def metrics_text(service: RunnerService) -> str:
         "gauge",
         "1 while the Nomad event stream is followed.",
         [(None, 1.0 if gate.state is StreamState.UP else 0.0)],
+    )
+    metric(
+        "supervisor_event_stream_down_seconds",
+        "gauge",
+        "Seconds since the event stream was last followed (0 while it is), whatever the reconnects.",
+        [(None, round(gate.down_for(trio.current_time()), 3))],
+    )
+    metric(
+        "supervisor_permanent_faults",
+        "gauge",
+        "Faults no retry can mend (a refused token, a refused environment job), by kind; health is "
+        "critical while one holds.",
+        [({"kind": kind.value}, service.faults.count(kind)) for kind in FaultKind],
     )
     metric(
         "supervisor_event_stream_losses_total",

@@ -18,7 +18,11 @@ def _summary(document: dict[str, Any]) -> str:
     checks = document.get("checks", {})
     stream = checks.get("event_stream", {})
     pools = checks.get("pools", {})
-    parts = [f"stream {stream.get('state', '?')} for {stream.get('for_seconds', '?')}s"]
+    state = stream.get("state", "?")
+    seconds = stream.get("down_seconds", "?") if state != "up" else stream.get("for_seconds", "?")
+    faults = checks.get("faults", {}).get("faults") or []
+    parts = [f"{fault['reason']}; {fault['remedy']}" for fault in faults]
+    parts.append(f"stream {state} for {seconds}s")
     if checks.get("nomad", {}).get("status") == "critical":
         parts.append(f"Nomad unreachable ({checks['nomad'].get('error', '')})")
     if pools.get("depleting"):

@@ -54,6 +54,7 @@ from ..api.app import create_app
 from ..api.http_server import AsgiServer, HttpServerSettings
 from ..api.standby import RoleSwitch
 from ..base.entropy import Entropy
+from ..base.errors import LockRefused
 from ..base.network import Network, TcpNetwork
 from ..core.config import Settings
 from ..desk.service import RunnerService
@@ -293,7 +294,13 @@ class Daemon:
         else:
             reported = False
         while not self._stop.is_set():
-            acquired = await self._until_stopped(self.elector.acquire)
+            refused = ""
+            try:
+                acquired = await self._until_stopped(self.elector.acquire)
+            except* LockRefused as group:
+                refused, acquired = str(group.exceptions[0]), None
+            if refused:
+                self._escalate(refused)
             if acquired is None:
                 break
             await self._run_term(client, acquired, None if reported else task_status)

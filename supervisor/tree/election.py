@@ -18,11 +18,11 @@ from typing import Final, NoReturn, Protocol
 import trio
 from loguru import logger
 
-from ..base.errors import NomadRequestError, TransientError
+from ..base.errors import LockRefused, NomadPermissionDenied, NomadRequestError, TransientError
 from ..core.config import HaSettings
 from ..nomad.locks import VariableLocks
 
-__all__ = ["STEP_DOWN_MARGIN", "AlwaysActive", "Elector", "LockElector"]
+__all__ = ["STEP_DOWN_MARGIN", "AlwaysActive", "Elector", "LockElector", "lock_refused"]
 
 # The active steps down this share of the TTL before the TTL has run out since its last accepted
 # renewal was sent: room for a clock that runs slow and for the step-down itself.
@@ -70,6 +70,16 @@ class AlwaysActive:
         """Never happens."""
 
 
+def lock_refused(path: str, exc: NomadRequestError) -> str:
+    """Why Nomad refuses the lock at ``path`` for good, and what to do, in one line."""
+    text = exc.body.strip() or str(exc)
+    if isinstance(exc, NomadPermissionDenied):
+        remedy = f"the token needs variables read and write on {path} in the daemon's namespace"
+    else:
+        remedy = "mend ha.lock_path or ha.ttl"
+    return f"Nomad refuses the HA lock {path} (HTTP {exc.status_code}: {text}): {remedy}"
+
+
 class LockElector:
     """Takes the ``[ha]`` lock and holds it; one instance per daemon."""
 
@@ -94,9 +104,11 @@ class LockElector:
             sent = trio.current_time()
             try:
                 lock_id = await self._locks.acquire(path, settings.ttl, settings.lock_delay)
-            except (TransientError, NomadRequestError) as exc:
+            except TransientError as exc:
                 logger.warning("the HA lock {} could not be tried: {}", path, exc)
                 lock_id = None
+            except NomadRequestError as exc:
+                raise LockRefused(lock_refused(path, exc)) from exc
             if lock_id is not None:
                 self.lock_id = lock_id
                 self.active_since = trio.current_time()
@@ -106,6 +118,8 @@ class LockElector:
             with trio.move_on_after(self.interval):
                 try:
                     seen = await self._locks.wait_for_change(path, seen, wait=self.interval)
+                except NomadPermissionDenied as exc:
+                    raise LockRefused(lock_refused(path, exc)) from exc
                 except (TransientError, NomadRequestError) as exc:
                     logger.debug("waiting for the HA lock {} to change: {}", path, exc)
                     await trio.sleep_forever()  # Nomad is away: try again after the interval

@@ -25,7 +25,10 @@ async def test_details_name_every_check(harness: Harness) -> None:
         "executions",
         "runners",
         "exec_paths",
+        "faults",
     }
+    assert checks["faults"] == {"status": "ok", "faults": []}
+    assert checks["event_stream"]["down_seconds"] == 0
     assert checks["runners"] == {"status": "ok", "suspect": 0, "suspect_ids": [], "found_gone": {}}
     assert checks["away_nodes"] == {"status": "ok", "nodes": []}
     assert checks["event_stream"]["state"] == "up"

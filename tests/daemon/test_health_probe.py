@@ -31,7 +31,7 @@ async def test_probe_exit_codes(harness: Harness, settings: Settings) -> None:
     code, text = await run_probe(harness, token="s3cret")
     assert (code, text.split(":")[0]) == (1, "WARNING"), "down briefly: degraded"
 
-    harness.service.gate._level.since = trio.current_time() - 120  # down for two minutes
+    harness.service.gate._down_since = trio.current_time() - 120  # down for two minutes
     code, text = await run_probe(harness, token="s3cret", as_json=True)
     assert code == 2
     assert json.loads(text)["checks"]["event_stream"]["status"] == "critical"

@@ -1,0 +1,102 @@
+"""What no retry mends is told at once: a token Nomad refuses makes health CRITICAL with the reason
+and the remedy, an environment whose job Nomad refuses is the client's 400 with Nomad's word, and
+an HA lock Nomad refuses stops the daemon in one line.
+
+These run on the real clock (``conftest.py`` says why); each waits for a condition, never a time.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from supervisor.core.config import HaSettings, NomadSection, ServerSettings, Settings
+from supervisor.ops.probe import probe
+from supervisor.simulator import SimConfig
+from supervisor.simulator.config import AclPolicy, AclToken
+from supervisor.tree.daemon import Daemon
+
+from .conftest import ENVIRONMENT, Harness
+
+ROOT = "the-management-token"
+ALL_BUT_VARIABLES = """
+namespace "default" {
+  policy       = "read"
+  capabilities = ["submit-job", "alloc-exec", "alloc-lifecycle"]
+}
+node { policy = "read" }
+"""
+WITHOUT_VARIABLES = "no-variables-token"
+SIM = SimConfig(
+    seed=11,
+    nodes=2,
+    alloc_start_delay=0.01,
+    task_kill_delay=0.01,
+    eval_delay=0.001,
+    acl_token=ROOT,
+    acl_tokens=(AclToken(WITHOUT_VARIABLES, ("daemon",), name="daemon"),),
+    acl_policies=(AclPolicy("daemon", ALL_BUT_VARIABLES),),
+)
+
+
+@pytest.mark.parametrize("sim_config", [SIM])
+@pytest.mark.parametrize(
+    "settings", [Settings(server=ServerSettings(port=0), nomad=NomadSection(token="wrong"))]
+)
+async def test_a_refused_token_is_critical_at_once_and_says_why(
+    harness: Harness, sim_config: SimConfig, settings: Settings
+) -> None:
+    started = trio.current_time()
+    faults = harness.service.faults
+    await harness.wait_for(lambda: bool(faults.active()), within=15)
+    assert trio.current_time() - started < 15
+    details = (await harness.http.get("/health/details")).json()
+    assert details["status"] == "critical"
+    (fault,) = details["checks"]["faults"]["faults"]
+    assert fault["kind"] == "token_refused"
+    assert "403 ACL token not found" in fault["reason"]
+    assert "nomad.token (NOMAD_TOKEN)" in fault["remedy"]
+    url = harness.daemon.addresses[0]
+    code, text = await trio.to_thread.run_sync(lambda: probe(url, token="", timeout=5, as_json=False))
+    assert code == 2
+    assert text.startswith("CRITICAL: Nomad refuses the daemon's token (403 ACL token not found); ")
+    metrics = (await harness.http.get(url + "/metrics")).text
+    assert 'supervisor_permanent_faults{kind="token_refused"} 1' in metrics
+
+
+async def test_an_environment_nomad_refuses_is_the_clients_400_with_nomads_word(harness: Harness) -> None:
+    response = await harness.http.put("/execution-environments/10", json={**ENVIRONMENT, "memoryLimit": 5})
+    assert response.status_code == 400
+    message = response.json()["message"]
+    assert message.startswith("Nomad refuses the job of execution environment 10: ")
+    assert "minimum MemoryMB value is 10" in message
+    assert (await harness.http.get("/execution-environments/10")).status_code == 404
+    assert harness.cluster.state.jobs == {}, "nothing half-created"
+    assert harness.service.faults.active() == [], "the client was told: nothing lasts"
+    # A limit under the runner's usual reservation is taken: the reservation is lowered to it.
+    assert (
+        await harness.http.put("/execution-environments/11", json={**ENVIRONMENT, "memoryLimit": 20})
+    ).status_code == 201
+    await harness.wait_for(lambda: harness.idle(11) == 2)
+
+
+async def test_an_ha_lock_nomad_refuses_stops_the_daemon_in_one_line(nursery: trio.Nursery) -> None:
+    from supervisor.simulator import SimulatedCluster
+
+    cluster = await nursery.start(SimulatedCluster(SIM).run)
+    settings = Settings(
+        server=ServerSettings(port=0),
+        nomad=NomadSection(token=WITHOUT_VARIABLES),
+        ha=HaSettings(enabled=True),
+    )
+    daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)})
+    with trio.fail_after(15):
+        await daemon.run()
+    assert daemon.failure is not None
+    assert "\n" not in daemon.failure
+    assert daemon.failure.startswith(
+        "Nomad refuses the HA lock supervisor/leader (HTTP 403: Permission denied)"
+    )
+    assert daemon.failure.endswith(
+        "the token needs variables read and write on supervisor/leader in the daemon's namespace"
+    )
