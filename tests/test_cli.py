@@ -35,6 +35,7 @@ def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
         (["simulate", "--listen", "127.0.0.1:70000"], "outside 0-65535"),
         (["simulate", "--nodes", "0"], "at least 1"),
         (["run", "--log-level", "loud"], "--log-level: 'loud' is not one of TRACE, DEBUG, INFO"),
+        (["check", "--config", "/nonexistent/supervisor.toml"], "configuration: config file /nonexistent"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(

@@ -31,7 +31,7 @@ from typing import Any, Final, final
 import orjson
 from attrs import frozen
 
-from .acl_rules import Acl, parse_policy
+from ..nomad.acl_rules import Acl, parse_policy
 from .config import AclPolicy, AclToken, SimConfig
 from .encode import rfc3339
 from .handle import ClusterHandle

@@ -10,7 +10,7 @@ from typing import Final
 from attrs import field, frozen
 from attrs.validators import in_
 
-from .acl_rules import PolicyError, parse_policy
+from ..nomad.acl_rules import PolicyError, parse_policy
 from .trouble import ServerTrouble
 
 __all__ = [

@@ -1,0 +1,214 @@
+"""``supervisor check``: the configuration and the Nomad cluster, checked before the first student.
+
+Each check is a small function that returns ``CheckResult`` values: OK, WARN (it works, at a cost the
+detail names), FAIL (the daemon would not work; the fix says what to change) or SKIP (not run, and
+why). ``run_checks`` runs them in order and hands each result to ``report`` as it comes;
+``format_result`` writes its lines. The command exits 1 if any check failed, 0 otherwise; a
+configuration that does not load never gets here (the command line exits 2, as ``supervisor run``
+does).
+
+The order: the configuration (every key, and where its value came from), the servers, the leader,
+Nomad's version, the token and each capability the daemon needs, the event stream, the client
+agents' HTTP ports (direct exec), the scheduler's configuration, and the nodes the runner jobs can
+be placed on.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ..base.network import Network
+from ..core.config import Settings
+from ..nomad import NomadClient, NomadSettings, RetryPolicy
+from .check_nomad import (
+    check_agents,
+    check_event_stream,
+    check_leader,
+    check_nodes,
+    check_scheduler,
+    check_servers,
+    check_version,
+)
+from .check_result import CheckResult, Status, exit_code, format_result, summary
+from .check_token import check_token
+
+__all__ = [
+    "CheckResult",
+    "Status",
+    "check",
+    "configuration_result",
+    "exit_code",
+    "format_result",
+    "run_checks",
+    "summary",
+    "value_sources",
+]
+
+# Keys whose values are written as *** wherever the check shows them.
+SECRET_KEYS: Final = frozenset({"server.token", "nomad.token"})
+# Nomad's own variables that fill the [nomad] keys left empty.
+_NOMAD_ENVIRONMENT: Final = {
+    "nomad.address": "NOMAD_ADDR",
+    "nomad.token": "NOMAD_TOKEN",
+    "nomad.namespace": "NOMAD_NAMESPACE",
+    "nomad.ca_cert": "NOMAD_CACERT",
+    "nomad.client_cert": "NOMAD_CLIENT_CERT",
+    "nomad.client_key": "NOMAD_CLIENT_KEY",
+}
+
+
+# -- the configuration ----------------------------------------------------------------------------
+
+
+def _file_keys(path: str | None) -> set[str]:
+    """The ``section.key`` names the file sets (it loaded once already, so it reads)."""
+    if path is None:
+        return set()
+    document = tomllib.loads(Path(path).read_text())
+    return {
+        f"{section}.{key}" for section, table in document.items() if isinstance(table, dict) for key in table
+    }
+
+
+def value_sources(settings: Settings, path: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """Where each ``section.key``'s value came from: ``default``, ``file`` or ``env NAME``; a
+    [nomad] key left empty and filled by Nomad's own variable names that variable."""
+    from_file = _file_keys(path)
+    sources = {}
+    for section in attrs.fields(Settings):
+        if section.name == "environments":
+            continue
+        for key in attrs.fields(type(getattr(settings, section.name))):
+            name = f"{section.name}.{key.name}"
+            variable = f"SUPERVISOR_{section.name}_{key.name}".upper()
+            if variable in environ:
+                sources[name] = f"env {variable}"
+            elif name in from_file:
+                sources[name] = "file"
+            elif environ.get(_NOMAD_ENVIRONMENT.get(name, "")):
+                sources[name] = f"env {_NOMAD_ENVIRONMENT[name]}"
+            else:
+                sources[name] = "default"
+    return sources
+
+
+def _shown(name: str, value: Any) -> str:
+    if name in SECRET_KEYS:
+        return "***" if value else "''"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "[]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def configuration_result(
+    settings: Settings, path: str | None, environ: Mapping[str, str], nomad: NomadSettings | None
+) -> CheckResult:
+    """The configuration loaded: every key with its value and where the value came from."""
+    sources = value_sources(settings, path, environ)
+    width = max(len(name) for name in sources)
+    lines = []
+    for name, source in sources.items():
+        section, key = name.split(".")
+        value = getattr(getattr(settings, section), key)
+        if nomad is not None and source.startswith("env NOMAD_"):
+            value = {"address": nomad.addresses}.get(key, getattr(nomad, key, value))
+        lines.append(f"{name:<{width}}  {_shown(name, value):<24}  {source}")
+    lines += [
+        f"environments[{i}]: id {e.id}, image {e.image}, pool {e.prewarming_pool_size}  (file)"
+        for i, e in enumerate(settings.environments)
+    ]
+    counts = {
+        kind: sum(s.split()[0] == kind for s in sources.values()) for kind in ("file", "env", "default")
+    }
+    where = f"from {path}" if path else "no file"
+    detail = (
+        f"valid ({where}): {len(sources)} keys, {counts['file']} from the file, {counts['env']} from the "
+        f"environment, {counts['default']} defaults; {len(settings.environments)} environments declared"
+    )
+    return CheckResult("configuration", Status.OK, detail, lines=tuple(lines))
+
+
+# -- running them all -----------------------------------------------------------------------------
+
+
+def _token_source(source: str) -> str:
+    if source == "file":
+        return "nomad.token in the configuration file"
+    return source.removeprefix("env ")
+
+
+async def run_checks(
+    settings: Settings,
+    nomad: NomadSettings,
+    *,
+    path: str | None,
+    environ: Mapping[str, str],
+    report: Callable[[CheckResult], None],
+    network: Network | None = None,
+    embedded: bool = False,
+) -> list[CheckResult]:
+    """Every check in order, each result handed to ``report`` as it comes. Once no server answers,
+    the checks that need Nomad are skipped."""
+    results: list[CheckResult] = []
+
+    def add(*found: CheckResult) -> None:
+        for result in found:
+            results.append(result)
+            report(result)
+
+    add(configuration_result(settings, path, environ, None if embedded else nomad))
+    servers, answering = await check_servers(nomad, network=network, embedded=embedded)
+    add(servers)
+    if not answering:
+        add(CheckResult("the rest", Status.SKIP, "not run: they need a Nomad server that answers."))
+        return results
+    # One try per server, the ones that answered first: the checks say what fails, they do not wait.
+    ordered = (*answering, *(a for a in nomad.addresses if a not in answering))
+    pinned = attrs.evolve(nomad, addresses=ordered, retry=RetryPolicy(attempts=len(ordered)))
+    token_source = _token_source(value_sources(settings, path, environ)["nomad.token"])
+    async with NomadClient(pinned, network=network) as client:
+        add(await check_leader(client))
+        add(await check_version(client))
+        token = await check_token(client, settings, source=token_source)
+        add(*token)
+        if token[0].status is Status.FAIL:
+            add(CheckResult("the rest", Status.SKIP, "not run: they need a token that Nomad knows."))
+            return results
+        add(await check_event_stream(client, settings))
+        add(await check_agents(client, settings))
+        add(await check_scheduler(client))
+        add(await check_nodes(client, settings))
+    return results
+
+
+async def check(
+    settings: Settings,
+    nomad: NomadSettings | None,
+    *,
+    path: str | None,
+    environ: Mapping[str, str],
+    report: Callable[[CheckResult], None],
+) -> list[CheckResult]:
+    """Every check against the configured Nomad; with none configured (``nomad`` None), against the
+    embedded simulated cluster that ``supervisor run`` would start, as the first lines say."""
+    if nomad is not None:
+        return await run_checks(settings, nomad, path=path, environ=environ, report=report)
+    from ..simulator import SimConfig, SimulatedCluster
+
+    async with trio.open_nursery() as nursery:
+        cluster: SimulatedCluster = await nursery.start(SimulatedCluster(SimConfig(nodes=2)).run)
+        embedded = settings.nomad_settings({"NOMAD_ADDR": ",".join(cluster.addresses)})
+        assert embedded is not None
+        results = await run_checks(
+            settings, embedded, path=path, environ=environ, report=report, embedded=True
+        )
+        nursery.cancel_scope.cancel("the checks are done")
+    return results
