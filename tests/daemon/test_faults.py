@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from supervisor.core.config import HaSettings, NomadSection, ServerSettings, Settings
+from supervisor.base.levels import StreamState
+from supervisor.core.config import HaSettings, HealthSettings, NomadSection, ServerSettings, Settings
 from supervisor.ops.probe import probe
 from supervisor.simulator import SimConfig
 from supervisor.simulator.config import AclPolicy, AclToken
@@ -100,3 +101,24 @@ async def test_an_ha_lock_nomad_refuses_stops_the_daemon_in_one_line(nursery: tr
     assert daemon.failure.endswith(
         "the token needs variables read and write on supervisor/leader in the daemon's namespace"
     )
+
+
+@pytest.mark.parametrize(
+    "settings", [Settings(server=ServerSettings(port=0), health=HealthSettings(stream_down_grace=2.0))]
+)
+async def test_nomad_gone_past_the_grace_is_critical_however_often_the_daemon_tried(
+    harness: Harness, settings: Settings
+) -> None:
+    """The grace is the setting under test, shortened from 30 s so that the test takes seconds."""
+    gate = harness.service.gate
+    await harness.wait_for(lambda: gate.state is StreamState.UP)
+    for server in harness.cluster.servers:
+        harness.cluster.restart_server(server.name, downtime=60.0)
+    await harness.wait_for(lambda: harness.service.informer.backoff.failures >= 3, within=30)
+    await harness.wait_for(lambda: gate.down_for(trio.current_time()) > 2.5, within=10)
+    details = (await harness.http.get("/health/details")).json()
+    stream = details["checks"]["event_stream"]
+    assert stream["status"] == "critical"
+    assert stream["down_seconds"] > 2.5
+    assert stream["for_seconds"] < stream["down_seconds"], "an attempt since moved the state, not the loss"
+    assert details["status"] == "critical"
