@@ -8,7 +8,6 @@ that goes away ends the session and has the command stopped.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -104,7 +103,7 @@ def _copy_entry(field: str, entry: Any, workspace: str) -> tuple[str, bytes | No
         raise InvalidRequest(f"{field}.content must be a base64 string")
     try:
         return relative, base64.b64decode(content, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a character past ASCII
         raise InvalidRequest(f"{field}.content is not valid base64") from None
 
 

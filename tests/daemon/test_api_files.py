@@ -93,15 +93,23 @@ async def test_copy_then_run_it(harness: Harness) -> None:
         {"delete": ["../"]},
         {"delete": ["/"]},
         {"copy": [{"path": "x", "content": "not base64!"}]},
+        {"copy": [{"path": "x", "content": "aGVsbG8=\u00e9"}]},
+        b'{"copy": [{"path": "x", "content": "\\ud800"}]}',  # a lone surrogate, as JSON may write it
         {"copy": [{"path": "x", "content": "", "mode": 7}]},
         {"move": []},
         {"copy": "x"},
     ],
 )
-async def test_bad_patches_are_400_and_write_nothing(harness: Harness, patch: dict[str, object]) -> None:
+async def test_bad_patches_are_400_and_write_nothing(
+    harness: Harness, patch: dict[str, object] | bytes
+) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)
-    response = await harness.http.patch(f"/runners/{runner}/files", json=patch)
+    url = f"/runners/{runner}/files"
+    if isinstance(patch, bytes):
+        response = await harness.http.patch(url, content=patch, headers={"Content-Type": "application/json"})
+    else:
+        response = await harness.http.patch(url, json=patch)
     assert response.status_code == 400
     assert response.json()["message"]
     assert (await harness.http.get(f"/runners/{runner}/files")).json() == {"files": []}
