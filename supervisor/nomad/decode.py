@@ -466,8 +466,8 @@ def decode_batch(line: bytes | str) -> EventBatch | None:
     index = data.get("Index", 0)
     if not events and not index:
         return None
-    if type(events) is not list or type(index) is not int:
-        raise ValueError("an event batch needs an integer Index and a list of Events")
+    if type(events) is not list or type(index) is not int or index < 0:
+        raise ValueError("an event batch needs an Index (a raft index: 0 or more) and a list of Events")
     try:
         return EventBatch(index, [_structure_event(event) for event in events])
     except (KeyError, TypeError, AttributeError) as exc:
