@@ -78,8 +78,12 @@ async def test_every_row_against_the_answers_nomad_gives(cluster: SimulatedClust
         )
         leader = cluster.leader
         assert leader is not None
-        cluster.restart_server(leader, downtime=30.0)
         follower = next(s for s in cluster.servers if s.name != leader)
+        async with httpx.AsyncClient(base_url=cluster.addresses[cluster.servers.index(follower)]) as other:
+            status, text = await answer(other, "PUT", "/v1/jobs", body={"Job": {**job, "Priority": 500}})
+            assert text.startswith("rpc error: 1 error occurred:\n"), "forwarded to the leader"
+            seen["bad priority through a follower"] = meaning_of(status, text)
+        cluster.restart_server(leader, downtime=30.0)
         async with httpx.AsyncClient(base_url=cluster.addresses[cluster.servers.index(follower)]) as other:
             seen["no leader"] = meaning_of(*await answer(other, "GET", "/v1/jobs"))
     assert seen == {
@@ -88,6 +92,7 @@ async def test_every_row_against_the_answers_nomad_gives(cluster: SimulatedClust
         "unknown job": row("the object does not exist"),
         "lock held": row("the object changed or is held"),
         "bad priority": row("a validation failure"),
+        "bad priority through a follower": row("a validation failure"),
         "stale index": row("a registration with a stale EnforceIndex"),
         "bad eligibility": row("a node's eligibility"),
         "drain of no node": row("an object Nomad looked up"),
@@ -104,6 +109,8 @@ async def test_every_row_against_the_answers_nomad_gives(cluster: SimulatedClust
         (405, "Invalid method", NomadRequestError),
         (409, "", NomadConflict),
         (429, "", NomadUnavailableError),
+        (408, "", NomadUnavailableError),
+        (425, "", NomadUnavailableError),
         (500, "No cluster leader", NomadUnavailableError),
         (503, "No cluster leader", NomadUnavailableError),
         (500, "1 error occurred:\n\t* job priority must be between [1, 100]\n\n", NomadRequestError),
@@ -113,6 +120,11 @@ async def test_every_row_against_the_answers_nomad_gives(cluster: SimulatedClust
             NomadRequestError,
         ),
         (500, "rpc error: Task group g validation failed: 1 error occurred", NomadRequestError),
+        (
+            500,
+            "rpc error: 1 error occurred:\n\t* job priority must be between [1, 100]\n\n",
+            NomadRequestError,
+        ),
         (500, "Enforcing job modify index 5: job does not exist", NomadConflict),
         (
             500,
@@ -121,6 +133,11 @@ async def test_every_row_against_the_answers_nomad_gives(cluster: SimulatedClust
         ),
         (500, "node not found", NomadNotFound),
         (500, "rpc error: EOF", NomadUnavailableError),
+        (
+            500,
+            "failed to parse signed token: go-jose/go-jose: compact JWS format must have three parts",
+            NomadPermissionDenied,
+        ),
         (500, "leadership lost while committing log", NomadUnavailableError),
         (502, "Bad Gateway", NomadUnavailableError),
         (504, "", NomadUnavailableError),
@@ -136,6 +153,8 @@ def test_only_what_may_succeed_later_is_transient() -> None:
     transient = {m.why for m in MEANINGS if issubclass(m.error, NomadUnavailableError)}
     assert transient == {
         "too many requests for now",
+        "a proxy's timeout: the request may be sent again",
+        "a proxy's too early: the request may be sent again",
         "no leader (an election): try again",
         "any other 5xx: a failure of the moment",
     }

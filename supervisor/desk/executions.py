@@ -44,10 +44,12 @@ from ..base.errors import (
     ExecAllocationUnknown,
     ExecConnectionLost,
     ExecRejected,
+    NomadPermissionDenied,
     RunnerCommandFailed,
     SupervisorError,
     leaves,
 )
+from ..base.faults import FaultKind, Faults
 from ..core.allocation_state import end_reason, is_running
 from ..core.commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
 from ..core.config import ExecutionSettings
@@ -56,6 +58,7 @@ from ..core.runners import REASON_ALLOCATION_UNKNOWN
 from ..effects.stopping import CommandStops, StopOutcome
 from ..nomad import ExecExited, ExecOutput
 from ..nomad.api import ExecChannel, ExecutionClient
+from ..nomad.boundary import token_refused
 
 __all__ = [
     "CLOSE_STALLED",
@@ -96,6 +99,9 @@ _STDIN_CHUNK: Final = 64 * 1024
 # How long a stop at shutdown may take before the daemon goes anyway (the next start's sweep of
 # adopted claims stops what is left).
 _SHUTDOWN_STOP_CAP: Final = 1.0
+# The subject of a refused token's fault met running a command, and what exec needs of the token.
+_EXEC: Final = "exec"
+_EXEC_NEEDS: Final = "alloc-exec in the daemon's namespace"
 
 
 class ExecutionRunners(Protocol):
@@ -213,10 +219,12 @@ class ExecutionService:
         *,
         execution_nursery: trio.Nursery,
         entropy: Entropy | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self._client = client
         self._settings = settings
         self._stops = stops
+        self._faults = Faults() if faults is None else faults
         # Where execution IDs come from.
         self._entropy = Entropy() if entropy is None else entropy
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
@@ -335,17 +343,19 @@ class ExecutionService:
     ) -> int:
         execution_id = running.execution_id
         started = trio.current_time()
-        logger.info("execution {} started on runner {}", execution_id, request.runner_id)
+        logger.info("execution started", execution=execution_id, runner=request.runner_id)
         await running.send(socket, {"type": "start"})
         terminal = await self._bridge(socket, running, alloc_id, request)
         outcome = str(terminal["type"]) if terminal is not None else "closed"
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if outcome == "exit":
+            self._faults.clear(FaultKind.TOKEN_REFUSED, _EXEC)
         logger.info(
-            "execution {} on runner {} ended after {:.3f}s: {}",
-            execution_id,
-            request.runner_id,
-            trio.current_time() - started,
-            _describe_end(terminal),
+            "execution ended",
+            execution=execution_id,
+            runner=request.runner_id,
+            seconds=round(trio.current_time() - started, 3),
+            outcome=_describe_end(terminal),
         )
         if terminal is not None and not (terminal is running.attempt.terminal and running.attempt.exit_sent):
             await running.send(socket, terminal)
@@ -409,6 +419,10 @@ class ExecutionService:
                 "type": "error",
                 "data": MESSAGE_AGENT_RESTARTED if agent_away else MESSAGE_CONNECTION_LOST,
             }
+        if isinstance(failure, NomadPermissionDenied):
+            self._faults.report(FaultKind.TOKEN_REFUSED, _EXEC, *token_refused(failure.body, _EXEC_NEEDS))
+        elif isinstance(failure, ExecRejected) and "Permission denied" in failure.reason:
+            self._faults.report(FaultKind.TOKEN_REFUSED, _EXEC, *token_refused(failure.reason, _EXEC_NEEDS))
         if isinstance(failure, ExecRejected):
             logger.bind(cause="exec refused by Nomad").warning(
                 "execution {} on runner {}: Nomad refused the exec: {}",

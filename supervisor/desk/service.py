@@ -65,7 +65,7 @@ class RunnerService:
             entropy=entropy,
         )
         self.executions = ExecutionService(
-            client, execution, self.stops, execution_nursery=execution_nursery, entropy=entropy
+            client, execution, self.stops, execution_nursery=execution_nursery, entropy=entropy, faults=faults
         )
         self.factory = RunnerFactory(client, self.pool, settings.factory, entropy=entropy, faults=faults)
         self.pool.on_started = self.factory.started

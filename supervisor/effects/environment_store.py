@@ -66,7 +66,9 @@ class EnvironmentStore:
             try:
                 await self._client.register_job(template_job(environment))
             except NomadPermissionDenied as exc:
-                self._faults.report(FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc, JOB_WRITES_NEED))
+                self._faults.report(
+                    FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc.body, JOB_WRITES_NEED)
+                )
                 raise
             except NomadRequestError as exc:
                 message = exc.body.strip() or str(exc)
@@ -141,8 +143,13 @@ class EnvironmentStore:
                         f"mend [[environments]] id {environment.id} in the configuration",
                     )
                     break
-                except TerminalError:
-                    break  # told where it was met: a refused token is a fault
+                except NomadPermissionDenied:
+                    # A fault (told once): tried again, since the operator mends the token's policy
+                    # in Nomad, and the environment must then come.
+                    await trio.sleep(backoff.failed(trio.current_time()))
+                except TerminalError as exc:
+                    logger.error("environment {} refused by Nomad: {}", environment.id, exc)
+                    break
                 except TransientError as exc:
                     delay = backoff.failed(trio.current_time())
                     logger.warning(

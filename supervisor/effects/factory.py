@@ -232,7 +232,9 @@ class RunnerFactory:
         """Whether the refusal is a fault (told once, by the faults): a refused token, or the
         runner job of an environment, which every runner of it would meet again."""
         if isinstance(exc, NomadPermissionDenied):
-            self._faults.report(FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc, JOB_WRITES_NEED))
+            self._faults.report(
+                FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc.body, JOB_WRITES_NEED)
+            )
         elif isinstance(action, CreateRunner) and isinstance(exc, NomadRequestError):
             text = exc.body.strip() or str(exc)
             self._faults.report(

@@ -197,7 +197,9 @@ class Informer:
             if isinstance(error, NomadPermissionDenied):
                 # Not a loss that a reconnect mends: told as a fault (once), retried all the same,
                 # since the operator may mend the token's policy in Nomad.
-                self._faults.report(FaultKind.TOKEN_REFUSED, _STREAM, *token_refused(error, _STREAM_NEEDS))
+                self._faults.report(
+                    FaultKind.TOKEN_REFUSED, _STREAM, *token_refused(error.body, _STREAM_NEEDS)
+                )
                 logger.debug("event stream refused ({}); trying again in {:.3f}s", error, delay)
             else:
                 cause = f"event stream lost: {type(error).__name__ if error else 'it ended'}"

@@ -57,6 +57,8 @@ MEANINGS: Final = (
     Meaning(range(404, 405), NomadNotFound, "the object does not exist"),
     Meaning(range(409, 410), NomadConflict, "the object changed or is held (a lock, a CAS)"),
     Meaning(range(429, 430), NomadUnavailableError, "too many requests for now"),
+    Meaning(range(408, 409), NomadUnavailableError, "a proxy's timeout: the request may be sent again"),
+    Meaning(range(425, 426), NomadUnavailableError, "a proxy's too early: the request may be sent again"),
     Meaning(range(401, 500), NomadRequestError, "any other 4xx: the request is refused"),
     Meaning(
         range(500, 600),
@@ -66,9 +68,16 @@ MEANINGS: Final = (
     ),
     Meaning(
         range(500, 501),
+        NomadPermissionDenied,
+        "a token that is no UUID, which Nomad tried as a workload's signed identity (its own token's read)",
+        _text("failed to parse signed token"),
+    ),
+    Meaning(
+        range(500, 501),
         NomadRequestError,
-        "a validation failure, in go-multierror's format (job-level texts say nothing more)",
-        _text(r"^\d+ errors? occurred:\n"),
+        "a validation failure, in go-multierror's format (job-level texts say nothing more); "
+        "forwarded by a follower to the leader, it comes back as an RPC error",
+        _text(r"^(?:rpc error: )*\d+ errors? occurred:\n"),
     ),
     Meaning(
         range(500, 501),
@@ -132,11 +141,13 @@ def release_response(response: httpx.Response) -> None:
         response.stream = httpx.ByteStream(b"")
 
 
-def token_refused(error: NomadPermissionDenied, needs: str) -> tuple[str, str]:
-    """Why Nomad refused the daemon's token for ``error``, and what to do: ``needs`` names the
-    capabilities the refused work takes (Nomad's ACL policies)."""
-    text = error.body.strip() or "Permission denied"
+def token_refused(answer: str, needs: str) -> tuple[str, str]:
+    """Why Nomad refused the daemon's token (``answer``: Nomad's text), and what to do: ``needs``
+    names the capabilities the refused work takes (Nomad's ACL policies)."""
+    text = answer.strip() or "Permission denied"
     reason = f"Nomad refuses the daemon's token (403 {text})"
-    if "token not found" in text:
-        return reason, "nomad.token (NOMAD_TOKEN) is no token of this cluster: set it to one of its SecretIDs"
-    return reason, f"no token is set or its policy lacks a capability: it needs {needs}"
+    # Nomad 1.10 answers an unknown token as it answers one without the capability.
+    return reason, (
+        f"nomad.token (NOMAD_TOKEN) is missing, unknown to this cluster, or its policy lacks what the "
+        f"daemon needs ({needs}): `supervisor check` tells which"
+    )

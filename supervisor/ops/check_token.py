@@ -195,23 +195,27 @@ async def check_token(client: NomadClient, settings: Settings, *, source: str) -
     needs = daemon_needs(settings)
     secret = client.settings.token
     given = f"the token from {source}" if secret else "no token (nomad.token, NOMAD_TOKEN)"
+    acls_off = [
+        CheckResult(
+            "token",
+            Status.OK,
+            "ACLs are off in this Nomad: every request is allowed, with or without a token.",
+        ),
+        *_judged(needs, Acl(management=True), settings, namespace, ""),
+    ]
     try:
         token = await _get(client, "/v1/acl/token/self")
     except NomadRequestError as exc:
         text = exc.body.strip()
         if exc.status_code == 400 and "ACL support disabled" in text:
-            detail = "ACLs are off in this Nomad: every request is allowed, with or without a token."
-            everything = Acl(management=True)
-            return [
-                CheckResult("token", Status.OK, detail),
-                *_judged(needs, everything, settings, namespace, ""),
-            ]
-        if text == "ACL token not found" and secret:
+            return acls_off  # Nomad before 1.5, which had no ACL.WhoAmI behind this route
+        # Reading its own token needs no capability: a refusal says Nomad does not know it.
+        if isinstance(exc, NomadPermissionDenied) and secret:
             return [
                 CheckResult(
                     "token",
                     Status.FAIL,
-                    f"Nomad does not know {given}: ACL token not found.",
+                    f"Nomad does not know {given}: {text}.",
                     fix=f"set {source} to the SecretID of a token of this cluster (`nomad acl token self` "
                     "with it shows it), or create one:",
                     lines=_what_to_do(settings, namespace),
@@ -231,6 +235,8 @@ async def check_token(client: NomadClient, settings: Settings, *, source: str) -
         return [head, *await _probed(client, needs, settings, "the policies cannot be read")]
     except SupervisorError as exc:
         return [CheckResult("token", Status.FAIL, f"cannot be read: {exc}.")]
+    if token.get("AccessorID") == "acls-disabled":
+        return acls_off
     described = _described(token, source)
     if token.get("Type") == "management":
         acl = Acl(management=True)

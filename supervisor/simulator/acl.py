@@ -2,10 +2,10 @@
 hold them, and the ``/v1/acl`` routes that let a token read its own grants.
 
 ACLs are on once ``SimConfig`` names a token (``acl_token``, a management token, or any of
-``acl_tokens``). Every request is then checked before its handler runs, with Nomad's answers (texts
-as nomad-api.md §6 gives them):
+``acl_tokens``). Every request is then checked before its handler runs, with Nomad 1.10.5's answers
+(``nomad/auth/auth.go``: every RPC answers a refused authentication as ``ErrPermissionDenied``):
 
-- a token Nomad does not know: 403 ``ACL token not found``;
+- a token Nomad does not know: 403 ``Permission denied``;
 - no token: the request is the anonymous token's, whose grants are the policy named "anonymous"
   (none if there is no such policy); refused, 403 ``Permission denied``;
 - a known token whose policies lack what the request needs: 403 ``Permission denied``.
@@ -269,7 +269,7 @@ def refusal(cluster: ClusterHandle, request: Request) -> Response | None:
     if secret:
         token = found.tokens.get(secret)
         if token is None:
-            return text_response(403, "ACL token not found")
+            return text_response(403, "Permission denied")
         acl = token[1]
     else:
         acl = found.anonymous
@@ -278,14 +278,38 @@ def refusal(cluster: ClusterHandle, request: Request) -> Response | None:
     return text_response(403, "Permission denied")
 
 
+_UUID: Final = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_NOT_SIGNED: Final = "failed to parse signed token: go-jose/go-jose: compact JWS format must have three parts"
+
+
+def _stand_in(accessor: str, name: str, policies: list[str] | None) -> dict[str, Any]:
+    """``structs.AnonymousACLToken`` or ``ACLsDisabledToken``: no secret, nothing of a real token."""
+    return {
+        "AccessorID": accessor,
+        "SecretID": "",
+        "Name": name,
+        "Type": "client",
+        "Policies": policies,
+        "Roles": None,
+        "Global": False,
+        "Hash": None,
+        "CreateTime": "0001-01-01T00:00:00Z",
+        "ExpirationTime": None,
+        "ExpirationTTL": 0,
+        "CreateIndex": 0,
+        "ModifyIndex": 0,
+    }
+
+
 def _hash(*parts: str) -> str:
     return b64encode(hashlib.blake2b("\x00".join(parts).encode(), digest_size=32).digest()).decode()
 
 
 class AclRoutes:
     """``GET /v1/acl/token/self``, ``/v1/acl/policies`` and ``/v1/acl/policy/:name``: what a token
-    may read of its own grants (a management token, of every policy). With ACLs off they answer
-    400 ``ACL support disabled``, as Nomad does."""
+    may read of its own grants (a management token, of every policy). With ACLs off the policies
+    answer 400 ``ACL support disabled``; the token is then ``ACLsDisabledToken``, as ``ACL.WhoAmI``
+    says, and without a token the anonymous one."""
 
     def __init__(self, cluster: ClusterHandle) -> None:
         self.cluster = cluster
@@ -297,7 +321,9 @@ class AclRoutes:
         add("/v1/acl/policy/{name}", "GET", self.get_policy)
 
     def _caller(self, request: Request) -> AclToken | None:
-        """The request's token; None for the anonymous one; 403 for one Nomad does not know."""
+        """The request's token; None for the anonymous one. Nomad does not know a secret that is no
+        UUID as a token, and tries it as a workload's signed identity, which it is not either (500);
+        an unknown UUID is refused as every RPC refuses it."""
         if not self.cluster.config.acl_enabled:
             raise NomadError(400, "ACL support disabled")
         secret = request_token(request)
@@ -305,7 +331,9 @@ class AclRoutes:
             return None
         found = authority(self.cluster.config).tokens.get(secret)
         if found is None:
-            raise NomadError(403, "ACL token not found")
+            if not _UUID.fullmatch(secret):
+                raise NomadError(500, _NOT_SIGNED)
+            raise NomadError(403, "Permission denied")
         return found[0]
 
     def _meta(self) -> tuple[tuple[str, str], ...]:
@@ -318,10 +346,17 @@ class AclRoutes:
         return rfc3339(state.now_ns() - round(state.now() * 1e9))
 
     async def token_self(self, request: Request, params: dict[str, str]) -> Response:
-        """The caller's token: accessor, secret, type and policies (404 for the anonymous token)."""
+        """The caller's token: accessor, secret, type and policies; with ACLs off or without a
+        token, Nomad's own stand-ins."""
+        if not self.cluster.config.acl_enabled:
+            return json_response(
+                _stand_in("acls-disabled", "ACLs disabled token", None), headers=self._meta()
+            )
         token = self._caller(request)
         if token is None:
-            raise NomadError(404, "ACL token not found")
+            return json_response(
+                _stand_in("anonymous", "Anonymous Token", ["anonymous"]), headers=self._meta()
+            )
         management = token.type == "management"
         return json_response(
             {

@@ -56,6 +56,10 @@ _Item = TypeVar("_Item")
 Handler = Callable[[Request, dict[str, str]], Awaitable[Response | StreamReply | WebSocketReply]]
 
 _MAX_WAIT: Final = 300.0
+# The refusals of a write that the leader's RPC makes (not the agent's own, which parse the request).
+_REFUSED_BY_THE_LEADER: Final = re.compile(
+    r"^\d+ errors? occurred:|^Enforcing job modify index|scheduling eligibility|^node not found$"
+)
 _ATOI: Final = re.compile(r"[+-]?[0-9]+")
 _UNTROUBLED: Final = Verdict()
 
@@ -157,7 +161,8 @@ class NomadAPI:
         try:
             reply = await handler(request, params)
         except NomadError as error:
-            reply = Response(error.status, error.text.encode(), headers=error.headers)
+            text = self._as_forwarded(request, error.text) if error.status == 500 else error.text
+            reply = Response(error.status, text.encode(), headers=error.headers)
         if trouble.error is not None and isinstance(reply, Response) and reply.status < 300:
             reply = text_response(500, trouble.error)  # applied, and the answer lost on its way
         if isinstance(reply, Response) and self.cluster.config.response_latency > 0:
@@ -181,6 +186,14 @@ class NomadAPI:
             leading=leader is self.server,
         )
         return verdict or _UNTROUBLED
+
+    def _as_forwarded(self, request: Request, text: str) -> str:
+        """A follower forwards a write to the leader, whose refusal comes back as an RPC error:
+        Nomad's connection pool prefixes it (``helper/pool``), and the agent answers it as it is."""
+        leader = self.cluster.leader
+        if request.method == "GET" or leader is None or leader == self.server.name:
+            return text
+        return f"rpc error: {text}" if _REFUSED_BY_THE_LEADER.search(text) else text
 
     def _require_leader(self, request: Request) -> None:
         """A write reaches the leader, or fails as Nomad's does without one."""
