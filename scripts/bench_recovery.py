@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -107,10 +108,10 @@ class DaemonLog:
         records, self.pending = self.pending, []
         for line in lines:
             try:
-                record = orjson.loads(line)["record"]
-            except (orjson.JSONDecodeError, KeyError, TypeError):
+                record = orjson.loads(line)
+                records.append((datetime.fromisoformat(record["time"]).timestamp(), str(record["message"])))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue  # not one of the daemon's lines
-            records.append((float(record["time"]["timestamp"]), str(record["message"])))
         return records
 
     async def wait_for(self, prefix: str) -> list[tuple[float, str]]:

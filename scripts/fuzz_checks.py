@@ -20,3 +20,19 @@ def no_server_error_but_overload(ctx: Any, response: Any, case: Any) -> None:
     if response.status_code == 500 and code == "NOMAD_OVERLOAD":
         return
     raise AssertionError(f"{response.status_code} {code or ''}: {response.text[:300]}")
+
+
+@schemathesis.check
+def refusals_are_json(ctx: Any, response: Any, case: Any) -> None:
+    """Every answer of 400 or more is a JSON object with a message (a 500 with an errorCode too),
+    but a 401, which Poseidon answers without a body."""
+    if response.status_code < 400 or response.status_code == 401:
+        return
+    try:
+        body = response.json()
+    except Exception:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("message"), str):
+        raise AssertionError(f"{response.status_code} without a JSON message: {response.text[:300]}")
+    if response.status_code >= 500 and not isinstance(body.get("errorCode"), str):
+        raise AssertionError(f"{response.status_code} without an errorCode: {response.text[:300]}")

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import gc
 import ipaddress
+import math
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 import trio
 from loguru import logger
@@ -17,11 +21,43 @@ from . import __version__
 from .base.errors import leaves
 from .core.config import LOG_FORMATS, LOG_LEVELS
 
+if TYPE_CHECKING:
+    from .core.config import Settings
+
 __all__ = ["build_parser", "main", "parse_listen"]
+
+T = TypeVar("T")
+
+# The names the command line is installed under: the short one, and the project's.
+PROGRAMS: Final = ("supervisor", "nomad-runner-supervisor")
+# A usage error's exit code: 2, as argparse's; 3 (UNKNOWN) for the probe, as monitoring plugins do.
+USAGE: Final = 2
+PROBE_USAGE: Final = 3
 
 
 class UsageError(Exception):
     """A command-line value is wrong; the message says which and why."""
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser, whose usage errors exit with the command's own code."""
+
+    def __init__(self, *args: Any, usage_exit_code: int = USAGE, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.usage_exit_code = usage_exit_code
+
+    def error(self, message: str) -> NoReturn:
+        """Usage and the message on stderr (and ``UNKNOWN:`` on stdout, for a probe), then exit."""
+        self.print_usage(sys.stderr)
+        if self.usage_exit_code == PROBE_USAGE:
+            print(f"UNKNOWN: {message}")
+        self.exit(self.usage_exit_code, f"{self.prog}: error: {message}\n")
+
+
+def program_name() -> str:
+    """The name the command line was started by, if it is one of ours; else ``supervisor``."""
+    name = Path(sys.argv[0]).name if sys.argv else ""
+    return name if name in PROGRAMS else PROGRAMS[0]
 
 
 def parse_listen(value: str, *, default_port: int) -> tuple[str, int]:
@@ -53,11 +89,11 @@ def is_loopback(host: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     """The ``supervisor`` command line: run, check, simulate, health."""
     parser = argparse.ArgumentParser(
-        prog="supervisor",
+        prog=program_name(),
         description="Supervisor of prewarmed code-execution runners on HashiCorp Nomad.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"supervisor {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     run = commands.add_parser(
         "run",
@@ -87,18 +123,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", metavar="FILE", help="TOML configuration file (default: $SUPERVISOR_CONFIG)"
     )
 
+    config = commands.add_parser(
+        "config",
+        help="the configuration file: `config example` prints one, complete and commented",
+        description="`supervisor config example` prints a complete configuration file: every key at its "
+        "default, with what it takes.",
+    )
+    config_commands = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    config_commands.add_parser("example", help="print every key at its default, commented")
+
     health = commands.add_parser(
         "health",
+        usage_exit_code=PROBE_USAGE,
         help="probe a running daemon (exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN)",
         description="Probe a running daemon through /api/v1/health/details and exit like a monitoring "
-        "plugin: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+        "plugin: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (a usage error included).",
     )
     health.add_argument("--url", default="http://127.0.0.1:7200", help="the daemon [%(default)s]")
-    health.add_argument("--token", default="", help="Poseidon-Token (default: $SUPERVISOR_SERVER_TOKEN)")
-    health.add_argument("--json", action="store_true", help="print the whole health document")
-    health.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for an answer [%(default)s]"
+    token = health.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token", default="", help="Poseidon-Token (default: $SUPERVISOR_SERVER_TOKEN); see --token-file"
     )
+    token.add_argument(
+        "--token-file", metavar="PATH", help="read the token from PATH, off the command line that ps shows"
+    )
+    health.add_argument("--json", action="store_true", help="print the whole health document")
+    health.add_argument("--timeout", default="5", help="seconds to wait for an answer [%(default)s]")
 
     simulate = commands.add_parser(
         "simulate",
@@ -189,48 +239,15 @@ def _simulate(args: argparse.Namespace) -> int:
     )
 
 
-async def _run_until_signalled(daemon: object) -> None:
-    from .tree.daemon import Daemon
-
-    assert isinstance(daemon, Daemon)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-
-        async def stop_on_signal() -> None:
-            graceful = True
-            async for received in signals:
-                if graceful:
-                    budget = daemon.settings.server.graceful_timeout
-                    logger.info(
-                        "received {}, stopping gracefully within {:.0f}s (again: at once)",
-                        signal.Signals(received).name,
-                        budget,
-                    )
-                else:
-                    logger.warning("received {} again, stopping at once", signal.Signals(received).name)
-                daemon.stop()
-                graceful = False
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_on_signal)
-            await daemon.run()  # until a signal stops it, or it stops itself (see Daemon.failure)
-            nursery.cancel_scope.cancel("the daemon stopped")
-
-
-def _run(args: argparse.Namespace) -> int:
-    import os
-
+def _settings(args: argparse.Namespace) -> Settings:
+    """The configuration ``supervisor run`` runs with: the file and the environment (ConfigError),
+    then the command line's overrides (checked when the command starts)."""
     import attrs
 
-    from .base.errors import ConfigError
     from .core.config import load_settings
-    from .ops.logs import configure_logging
-    from .ops.sentry import init_sentry
-    from .tree.daemon import Daemon
 
-    try:
-        settings = load_settings(args.config, os.environ)
-    except ConfigError as error:
-        raise UsageError(f"configuration: {error}") from None
+    settings = load_settings(args.config, os.environ)
+    settings.nomad_settings(os.environ)
     if args.listen:
         host, port = parse_listen(args.listen, default_port=settings.server.port)
         settings = attrs.evolve(settings, server=attrs.evolve(settings.server, address=host, port=port))
@@ -240,9 +257,35 @@ def _run(args: argparse.Namespace) -> int:
         settings = attrs.evolve(settings, log=attrs.evolve(settings.log, level=args.log_level))
     if args.log_format:
         settings = attrs.evolve(settings, log=attrs.evolve(settings.log, format=args.log_format))
+    return settings
+
+
+def _options_set(args: argparse.Namespace) -> dict[str, str]:
+    """The keys ``supervisor run``'s options set, and the option that set each."""
+    options = {
+        "--listen": (args.listen, ("server.address", "server.port")),
+        "--log-level": (args.log_level, ("log.level",)),
+        "--log-format": (args.log_format, ("log.format",)),
+    }
+    return {key: option for option, (given, keys) in options.items() if given for key in keys}
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .base.errors import ConfigError
+    from .core.config import config_path
+    from .ops.logs import configure_logging
+    from .ops.reload import Reloader, startup_line
+    from .ops.sentry import init_sentry
+    from .ops.signals import run_until_signalled
+    from .tree.daemon import Daemon
+
+    try:
+        settings = _settings(args)
+    except ConfigError as error:
+        raise UsageError(f"configuration: {error}") from None
     nomad = settings.nomad_settings(os.environ)
     secrets = [settings.server.token, settings.nomad.token, nomad.token if nomad else ""]
-    configure_logging(settings.log, secrets)
+    stream = configure_logging(settings.log, secrets)
     init_sentry(os.environ, secrets)
     embedded = nomad is None
     if embedded and not is_loopback(settings.server.address) and not settings.server.token:
@@ -250,9 +293,17 @@ def _run(args: argparse.Namespace) -> int:
             f"serving on {settings.server.address} with the embedded simulated cluster, whose exec runs "
             "local processes, needs server.token (SUPERVISOR_SERVER_TOKEN)"
         )
+    path = config_path(args.config, os.environ)
+    line = startup_line(settings, path, os.environ, nomad, _options_set(args))
+    logger.info("{}", line, version=__version__)
+    reloader = Reloader(partial(_settings, args), settings, stream)
     where = f"{settings.server.address}:{settings.server.port}"
     daemon = Daemon(settings)
-    code = _run_trio(_run_until_signalled, daemon, what=f"supervisor run: cannot serve on {where}")
+    code = _run_trio(
+        partial(run_until_signalled, reload=reloader.reload),
+        daemon,
+        what=f"supervisor run: cannot serve on {where}",
+    )
     if code == 0 and daemon.failure is not None:
         print(f"supervisor run: stopped: {daemon.failure}", file=sys.stderr)
         return 1
@@ -262,12 +313,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    import os
-
     import attrs
 
     from .base.errors import ConfigError
-    from .core.config import load_settings
+    from .core.config import config_path, load_settings
     from .ops.check import check, exit_code, format_result, summary
     from .ops.check_result import CheckResult
     from .ops.logs import configure_logging
@@ -281,7 +330,7 @@ def _check(args: argparse.Namespace) -> int:
         raise UsageError(f"configuration: {error}") from None
     secrets = [settings.server.token, settings.nomad.token, nomad.token if nomad else ""]
     configure_logging(attrs.evolve(settings.log, level="WARNING"), secrets)
-    path = args.config or os.environ.get("SUPERVISOR_CONFIG") or None
+    path = config_path(args.config, os.environ)
     results: list[CheckResult] = []
 
     def report(result: CheckResult) -> None:
@@ -308,7 +357,7 @@ def _check(args: argparse.Namespace) -> int:
 GC_THRESHOLDS: Final = (10_000, 10, 10)
 
 
-def _run_trio(main: Callable[[object], Awaitable[None]], argument: object, *, what: str) -> int:
+def _run_trio(main: Callable[[T], Awaitable[None]], argument: T, *, what: str) -> int:
     """Run ``main``; an OS error (an address in use, say) is one line and exit code 1, not a trace."""
     gc.set_threshold(*GC_THRESHOLDS)
     failure = ""
@@ -323,13 +372,54 @@ def _run_trio(main: Callable[[object], Awaitable[None]], argument: object, *, wh
     return 0
 
 
+def _health(args: argparse.Namespace) -> int:
+    from .ops.probe import probe, url_problem
+
+    try:
+        timeout = float(args.timeout)
+    except ValueError:
+        timeout = math.nan
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--timeout {args.timeout!r}: must be a positive number of seconds")
+    if problem := url_problem(args.url):
+        raise UsageError(f"--url {args.url!r}: {problem}")
+    token = args.token or os.environ.get("SUPERVISOR_SERVER_TOKEN", "")
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"--token-file {args.token_file}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        if not token:
+            raise UsageError(f"--token-file {args.token_file}: the file is empty")
+    code, text = probe(args.url, token=token, timeout=timeout, as_json=args.json)
+    print(text)
+    return code
+
+
+def _probe_usage_error(args: argparse.Namespace, message: str) -> int:
+    """A usage error of the probe, as a monitoring plugin reports it: UNKNOWN, exit 3."""
+    from .ops.probe import unknown
+
+    code, text = unknown(message, as_json=args.json)
+    print(text)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        if args.command != "health":
+            parser.error(message)
+        print(f"{parser.prog} health: error: {message}", file=sys.stderr)
+        return _probe_usage_error(args, message)
     if args.command is None:
         parser.print_help()
-        return 2
+        return USAGE
     try:
         if args.command == "simulate":
             return _simulate(args)
@@ -337,16 +427,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "check":
             return _check(args)
+        if args.command == "config":
+            from .core.config_example import example_config
+
+            print(example_config(), end="")
+            return 0
         if args.command == "health":
-            import os
-
-            from .ops.probe import probe
-
-            token = args.token or os.environ.get("SUPERVISOR_SERVER_TOKEN", "")
-            code, text = probe(args.url, token=token, timeout=args.timeout, as_json=args.json)
-            print(text)
-            return code
+            return _health(args)
     except UsageError as error:
-        print(f"supervisor {args.command}: {error}", file=sys.stderr)
-        return 2
+        if args.command == "health":
+            return _probe_usage_error(args, str(error))
+        print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
+        return USAGE
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse rejects it first

@@ -17,6 +17,7 @@ from supervisor.base.errors import NomadUnavailableError
 from supervisor.core.config import HaSettings
 from supervisor.nomad import NomadClient
 from supervisor.nomad.locks import VariableLocks
+from supervisor.ops.metrics import DaemonMetrics
 from supervisor.simulator import SimConfig, SimulatedCluster
 from supervisor.tree.election import STEP_DOWN_MARGIN, LockElector
 from tests.simulator.conftest import make_client
@@ -160,11 +161,11 @@ async def test_a_standby_cut_off_from_nomad_keeps_waiting_for_the_lock(
         nursery.cancel_scope.cancel()
 
 
-async def test_the_standby_answers_every_route_503_standby() -> None:
-    switch = RoleSwitch(retry_after=3.3)
+async def test_the_standby_answers_every_route_but_get_metrics_503_standby() -> None:
+    switch = RoleSwitch(retry_after=3.3, metrics=DaemonMetrics(lambda: None))
     transport = httpx.ASGITransport(app=switch)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
-        for method, path in [("GET", "/api/v1/health"), ("POST", "/api/v1/runners"), ("GET", "/metrics")]:
+        for method, path in [("GET", "/api/v1/health"), ("POST", "/api/v1/runners"), ("POST", "/metrics")]:
             response = await http.request(method, path)
             assert response.status_code == 503
             assert response.json()["errorCode"] == "STANDBY"

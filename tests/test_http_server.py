@@ -907,3 +907,48 @@ async def test_over_tcp_with_httpx_and_the_access_log(records: list[Any]) -> Non
     assert re.fullmatch(rf'{client} "GET /api/v1/health HTTP/1.1" 204 0 B \d+\.\d ms', messages[0])
     assert re.fullmatch(rf'{client} "POST /echo HTTP/1.1" 200 7 B \d+\.\d ms', messages[1])
     assert not any("secret" in message for message in messages)
+
+
+async def _status_line(stream: trio.abc.Stream) -> bytes:
+    """The first line the server sends on ``stream``."""
+    received = b""
+    while b"\r\n" not in received:
+        received += bytes(await stream.receive_some())
+    return received.split(b"\r\n", 1)[0]
+
+
+async def test_every_status_line_carries_its_reason_phrase() -> None:
+    async def echo(request: Request) -> Response:
+        return Response(await request.body())
+
+    async def unavailable(request: Request) -> Response:
+        return Response(status_code=503)
+
+    async def accept(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.close()
+
+    app = Starlette(
+        routes=[
+            Route("/echo", echo, methods=["POST"]),
+            Route("/unavailable", unavailable),
+            WebSocketRoute("/socket", accept),
+        ]
+    )
+    upgrade = "".join(f"{name}: {value}\r\n" for name, value in _UPGRADE)
+    requests = {
+        b"GET /unavailable HTTP/1.1\r\nhost: api\r\n\r\n": b"HTTP/1.1 503 Service Unavailable",
+        b"GET /nowhere HTTP/1.1\r\nhost: api\r\n\r\n": b"HTTP/1.1 404 Not Found",
+        b"POST /echo HTTP/1.1\r\nhost: api\r\ncontent-length: 2\r\n\r\nhi": b"HTTP/1.1 200 OK",
+        b"POST /echo HTTP/1.1\r\nhost: api\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n": (
+            b"HTTP/1.1 100 Continue"
+        ),
+        f"GET /socket HTTP/1.1\r\nhost: api\r\n{upgrade}\r\n".encode(): b"HTTP/1.1 101 Switching Protocols",
+        b"GET / HTTP/9\r\n\r\n": b"HTTP/1.1 400 Bad Request",
+    }
+    async with _serving(app) as served:
+        for request, status_line in requests.items():
+            stream = await served.connect()
+            await stream.send_all(request)
+            assert await _status_line(stream) == status_line, request
+            await stream.aclose()

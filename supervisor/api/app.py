@@ -2,28 +2,29 @@
 
 Every refusal a client should recover from uses Poseidon's codes, because the real client acts on
 them: a gone runner is 410; no idle runner is 500 ``NOMAD_OVERLOAD``; the event stream down past the
-admission wait is 500 ``NOMAD_UNREACHABLE`` with ``Retry-After``. Client errors are ``{"message"}``,
-server errors ``{"message", "errorCode"}``.
+admission wait, or Nomad not reached after the client's retries, is 500 ``NOMAD_UNREACHABLE`` with
+``Retry-After``; Nomad's own failure (a 500 of its own) is ``NOMAD_INTERNAL_SERVER_ERROR``. Client
+errors are ``{"message"}``, server errors ``{"message", "errorCode"}``, a bug's too (``UNKNOWN``).
+Every body is read by ``request_bodies.read_body`` and every parameter through its declaration in
+``operations.py``, so that bad input is a 400 naming the field before anything reaches a runner.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import posixpath
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Final
 from urllib.parse import quote
 
-import attrs
 import orjson
 import trio
 from loguru import logger
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -33,6 +34,7 @@ from ..base.errors import (
     FileNotAvailable,
     InvalidRequest,
     NoIdleRunner,
+    NomadUnavailableError,
     NomadUnreachable,
     RequestTooLarge,
     RunnerGoneError,
@@ -40,27 +42,36 @@ from ..base.errors import (
     UnknownEnvironment,
 )
 from ..base.levels import StreamState
-from ..core.commands import validate_command
 from ..core.config import Settings
-from ..core.environments import MAX_AMOUNT, MAX_ID, decimal, environment_from_dict
 from ..core.runners import Runner
 from ..desk.desk import RUNNER_GONE
 from ..desk.executions import CLOSE_STALLED, REASON_STALLED, ExecutionRequest
-from ..desk.files import Download, parse_patch
+from ..desk.files import Download, resolve_patch
 from ..desk.service import RunnerService
-from ..ops.observability import health_details, metrics_text, pool_statistics
+from ..ops.metrics import DaemonMetrics
+from ..ops.observability import health_details, pool_statistics
 from .http_connection import WEBSOCKET_ENDED
-from .openapi import FALSE_VALUES, TRUE_VALUES, openapi_document
+from .http_metrics import CountRequests, serve_metrics
+from .openapi import openapi_document, routed_operations
+from .operations import (
+    DOWNLOAD_PATH,
+    ENVIRONMENT_ID,
+    EXECUTION_ID,
+    FETCH,
+    LISTING_PATH,
+    PRIVILEGED,
+    RECURSIVE,
+    RUNNER_ID,
+)
+from .request_bodies import ENVIRONMENT, EXECUTION, FILE_PATCH, RUNNER_CLAIM, read_body
 
 __all__ = ["create_app"]
 
 PREFIX: Final = "/api/v1"
-_UNAUTHENTICATED: Final = frozenset(
-    {f"{PREFIX}/health", f"{PREFIX}/version", f"{PREFIX}/openapi.json", "/metrics"}
-)
-# Floats this large that are whole numbers were integers past 64 bits in the JSON.
-_HUGE: Final = 2.0**63
 _CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError)
+_UNREACHABLE: Final = "NOMAD_UNREACHABLE"
+_RETRY_AFTER: Final = 5  # seconds, on NOMAD_UNREACHABLE
+_NO_LEADER: Final = "No cluster leader"
 
 
 def client_error(status: int, message: str) -> JSONResponse:
@@ -78,79 +89,17 @@ def server_error(message: str, code: str, *, retry_after: int | None = None) -> 
     return JSONResponse({"message": message, "errorCode": code}, status_code=500, headers=headers)
 
 
-def _bool(request: Request, name: str, default: bool) -> bool:
-    """A boolean query parameter, read as Poseidon (Go's strconv.ParseBool) reads it; empty is absent."""
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw in TRUE_VALUES:
-        return True
-    if raw in FALSE_VALUES:
-        return False
-    raise InvalidRequest(f"query parameter {name} must be true or false, got {raw!r}")
-
-
-def _has_huge_integer(document: Any) -> bool:
-    """Whether orjson turned an integer past 64 bits into a float (and so lost its digits). Walked
-    without recursion: orjson takes documents nested 1,024 deep."""
-    pending = [document]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, float) and value.is_integer() and abs(value) >= _HUGE:
-            return True
-        if isinstance(value, dict):
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-    return False
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-async def _json_body(request: Request) -> Any:
-    body = await request.body()
-    if not body.strip():
-        raise InvalidRequest("the request body is empty")
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the request body is not JSON: {exc}") from None
-    if _has_huge_integer(document):
-        # The standard parser keeps every digit, so that a 400 shows the number the client sent.
-        try:
-            return json.loads(body, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as exc:
-            raise InvalidRequest(f"the request body is not JSON we take: {exc}") from None
-    return document
-
-
-def _fields(body: Any, allowed: set[str]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise InvalidRequest(f"unknown field {unknown[0]!r}")
-    return body
-
-
-def _non_negative_int(body: dict[str, Any], name: str, maximum: int = MAX_AMOUNT) -> int:
-    value = body.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
-        raise InvalidRequest(f"{name} must be an integer from 0 to {maximum}, got {value!r}")
-    return value
-
-
 class _Auth:
-    """``Poseidon-Token`` on every route but health and version; a wrong or missing token is a 401."""
+    """``Poseidon-Token`` on every route but those at ``open_paths`` (health, version...); a wrong or
+    missing token is a 401."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, open_paths: Collection[str]) -> None:
         self.app = app
         self.token = token.encode()
+        self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.token or scope["type"] not in ("http", "websocket") or scope["path"] in _UNAUTHENTICATED:
+        if not self.token or scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         given = dict(scope.get("headers") or ()).get(b"poseidon-token", b"")
@@ -162,31 +111,6 @@ class _Auth:
             await websocket.send_denial_response(Response(status_code=401))
             return
         await Response(status_code=401)(scope, receive, send)
-
-
-def _execution_request(data: Any, runner_id: str) -> ExecutionRequest:
-    """The body of ``POST /runners/{id}/execute``, checked."""
-    body = _fields(data, {"command", "privilegedExecution", "environment", "timeLimit"})
-    command = body.get("command")
-    if not isinstance(command, str) or not command.strip():
-        raise InvalidRequest("command is required and must be a non-empty string")
-    if "'" in command:
-        raise InvalidRequest("command must not contain a single quotation mark (')")
-    environment = body.get("environment")
-    environment = {} if environment is None else environment
-    if not isinstance(environment, dict) or not all(isinstance(v, str) for v in environment.values()):
-        raise InvalidRequest("environment must be an object of string values")
-    privileged = body.get("privilegedExecution", False)
-    if not isinstance(privileged, bool):
-        raise InvalidRequest("privilegedExecution must be true or false")
-    validate_command(command, environment)
-    return ExecutionRequest(
-        runner_id=runner_id,
-        command=command,
-        environment=environment,
-        time_limit=_non_negative_int(body, "timeLimit"),
-        privileged=privileged,
-    )
 
 
 class _BodyLimit:
@@ -254,11 +178,12 @@ class _ClientSocket:
 
 class _Routes:
     def __init__(self, service: RunnerService, settings: Settings) -> None:
-        # The service only for the reports (health details, metrics); everything else asks the desk.
+        # The service only for the health details; everything else asks the desk.
         self.service = service
         self.desk = service.desk
         self.settings = settings
-        self.document = openapi_document(settings.server, settings.server.version or __version__)
+        # Written from the app's routes once they are made (create_app).
+        self.document: dict[str, Any] = {}
 
     # -- miscellaneous --------------------------------------------------------------------------
 
@@ -266,7 +191,7 @@ class _Routes:
         state = self.desk.stream_state
         if state is not StreamState.UP:
             message = f"the Nomad event stream is {state.value}"
-            return JSONResponse({"message": message, "errorCode": "NOMAD_UNREACHABLE"}, status_code=503)
+            return JSONResponse({"message": message, "errorCode": _UNREACHABLE}, status_code=503)
         threshold = self.settings.alert.prewarming_pool_threshold
         depleting = [str(s.environment_id) for s in self.desk.stats().values() if s.is_depleting(threshold)]
         if depleting:
@@ -278,9 +203,6 @@ class _Routes:
 
     async def health_details(self, request: Request) -> Response:
         return JSONResponse(await health_details(self.service, self.settings))
-
-    async def metrics(self, request: Request) -> Response:
-        return PlainTextResponse(metrics_text(self.service), media_type="text/plain; version=0.0.4")
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
@@ -294,22 +216,15 @@ class _Routes:
 
     # -- environments ---------------------------------------------------------------------------
 
-    def _environment_id(self, request: Request) -> int:
-        raw = request.path_params["environment_id"]
-        value = decimal(raw)
-        if value is None or value > MAX_ID:
-            raise InvalidRequest(f"executionEnvironmentId must be an integer from 0 to {MAX_ID}, got {raw!r}")
-        return value
-
     async def list_environments(self, request: Request) -> Response:
-        if _bool(request, "fetch", False):
+        if FETCH.read(request.query_params):
             await self.desk.store.load()
         environments = [e.to_api() for e in self.desk.environments()]
         return JSONResponse({"executionEnvironments": environments})
 
     async def get_environment(self, request: Request) -> Response:
-        environment_id = self._environment_id(request)
-        fetch = _bool(request, "fetch", False)
+        environment_id = ENVIRONMENT_ID.read(request.path_params)
+        fetch = FETCH.read(request.query_params)
         environment = (
             await self.desk.store.fetch(environment_id) if fetch else self.desk.environment(environment_id)
         )
@@ -318,13 +233,13 @@ class _Routes:
         return JSONResponse(environment.to_api())
 
     async def put_environment(self, request: Request) -> Response:
-        environment_id = self._environment_id(request)
-        environment = environment_from_dict(await _json_body(request), environment_id=environment_id)
-        created = await self.desk.store.put(environment)
+        environment_id = ENVIRONMENT_ID.read(request.path_params)
+        body = read_body(await request.body(), ENVIRONMENT)
+        created = await self.desk.store.put(body.environment(environment_id))
         return Response(status_code=201 if created else 204)
 
     async def delete_environment(self, request: Request) -> Response:
-        environment_id = self._environment_id(request)
+        environment_id = ENVIRONMENT_ID.read(request.path_params)
         try:
             await self.desk.store.delete(environment_id)
         except UnknownEnvironment:
@@ -334,13 +249,10 @@ class _Routes:
     # -- runners --------------------------------------------------------------------------------
 
     async def provide_runner(self, request: Request) -> Response:
-        body = _fields(await _json_body(request), {"executionEnvironmentId", "inactivityTimeout"})
-        environment_id = body.get("executionEnvironmentId")
-        if isinstance(environment_id, bool) or not isinstance(environment_id, int):
-            raise InvalidRequest("executionEnvironmentId is required and must be an integer")
-        timeout = _non_negative_int(body, "inactivityTimeout")
+        claim = read_body(await request.body(), RUNNER_CLAIM)
+        environment_id = claim.execution_environment_id
         try:
-            runner = await self.desk.claim(environment_id, timeout)
+            runner = await self.desk.claim(environment_id, claim.inactivity_timeout)
         except NoIdleRunner:
             return server_error("no runners available", "NOMAD_OVERLOAD")
         except UnknownEnvironment:
@@ -349,36 +261,38 @@ class _Routes:
 
     async def _runner(self, request: Request) -> Runner:
         """The request's runner, if it may start something new; a suspect one is proven first."""
-        return await self.desk.runner_for_work(request.path_params["runner_id"])
+        return await self.desk.runner_for_work(RUNNER_ID.read(request.path_params))
 
     async def delete_runner(self, request: Request) -> Response:
         try:
-            await self.desk.release(request.path_params["runner_id"])
+            await self.desk.release(RUNNER_ID.read(request.path_params))
         except RunnerGoneError:
             return client_error(410, RUNNER_GONE)
         return Response(status_code=204)
 
     async def list_files(self, request: Request) -> Response:
-        recursive = _bool(request, "recursive", True)
-        privileged = _bool(request, "privilegedExecution", False)
-        path = request.query_params.get("path") or "./"
+        recursive = RECURSIVE.read(request.query_params)
+        privileged = PRIVILEGED.read(request.query_params)
+        path = LISTING_PATH.read(request.query_params)
         runner = await self._runner(request)
         files = await self.desk.list_files(runner, path, recursive=recursive, privileged=privileged)
         return JSONResponse({"files": files})
 
     async def update_files(self, request: Request) -> Response:
-        deletions, copies = parse_patch(
-            await _json_body(request), self.desk.workspace, max_files=self.settings.server.max_files
+        patch = read_body(await request.body(), FILE_PATCH)
+        deletions, copies = resolve_patch(
+            patch.delete,
+            [(entry.path, entry.content) for entry in patch.copy],
+            self.desk.workspace,
+            max_files=self.settings.server.max_files,
         )
         runner = await self._runner(request)
         await self.desk.update_files(runner, deletions, copies)
         return Response(status_code=204)
 
     async def download_file(self, request: Request) -> Response:
-        path = request.query_params.get("path")
-        if not path:
-            raise InvalidRequest("query parameter path is required")
-        privileged = _bool(request, "privilegedExecution", False)
+        path = DOWNLOAD_PATH.read(request.query_params)
+        privileged = PRIVILEGED.read(request.query_params)
         runner = await self._runner(request)
         # The runner is held until the last byte is sent.
         content, release = await self.desk.download(runner, path, privileged=privileged)
@@ -387,10 +301,17 @@ class _Routes:
         return _DownloadResponse(content, release, media_type="application/octet-stream", headers=headers)
 
     async def execute(self, request: Request) -> Response:
-        execution = _execution_request(await _json_body(request), request.path_params["runner_id"])
+        body = read_body(await request.body(), EXECUTION)
         runner = await self._runner(request)
-        # A client that holds the execution up as long as this is taken as gone.
-        execution = attrs.evolve(execution, inactivity_timeout=runner.inactivity_timeout)
+        execution = ExecutionRequest(
+            runner_id=runner.id,
+            command=body.command,
+            environment=dict(body.environment),
+            time_limit=body.time_limit,
+            privileged=body.privileged_execution,
+            # A client that holds the execution up as long as this is taken as gone.
+            inactivity_timeout=runner.inactivity_timeout,
+        )
         execution_id = await self.desk.prepare_execution(runner, execution)
         scheme = "wss" if request.url.scheme == "https" else "ws"
         host = request.headers.get("host", f"{self.settings.server.address}:{self.settings.server.port}")
@@ -403,14 +324,16 @@ class _Routes:
         return response
 
     async def websocket(self, websocket: WebSocket) -> None:
-        runner_id = websocket.path_params["runner_id"]
-        execution_id = websocket.query_params.get("executionID", "")
+        runner_id = RUNNER_ID.read(websocket.path_params)
+        execution_id = websocket.query_params.get(EXECUTION_ID.name, "")
         try:
             # Its URL may have been handed out before the stream was lost: the gate is waited at
             # again before the URL is used up, so that the client can try it again after Retry-After.
             request = await self.desk.take_execution(runner_id, execution_id)
         except NomadUnreachable as exc:
-            await websocket.send_denial_response(server_error(str(exc), "NOMAD_UNREACHABLE", retry_after=5))
+            await websocket.send_denial_response(
+                server_error(str(exc), _UNREACHABLE, retry_after=_RETRY_AFTER)
+            )
             return
         except LookupError as exc:
             await websocket.send_denial_response(client_error(404, str(exc)))
@@ -443,11 +366,10 @@ class _DownloadResponse(StreamingResponse):
             self._release()
 
 
-def _error_response(status: int, code: str = "") -> Any:
-    async def handle(request: Request, exc: Exception) -> Response:
-        if status == 500:
-            logger.warning("{} {} failed: {}", request.method, request.url.path, exc)
-            return server_error(str(exc), code, retry_after=5 if code == "NOMAD_UNREACHABLE" else None)
+def _refusal(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The answer to a request refused with ``status`` (4xx), its message the error's."""
+
+    async def refuse(request: Request, exc: Exception) -> Response:
         message = str(exc)
         if status == 413:
             return _too_large(message)
@@ -455,7 +377,31 @@ def _error_response(status: int, code: str = "") -> Any:
             message = f"{RUNNER_GONE}: {message}"
         return client_error(status, message)
 
-    return handle
+    return refuse
+
+
+def error_code(exc: SupervisorError) -> str:
+    """What happened, as Poseidon's errorCode says it: Nomad not reached (the event stream down past
+    the admission wait, no answer or no leader after the client's retries, a gateway's 5xx) is
+    NOMAD_UNREACHABLE; anything else, a 500 of Nomad's own included, NOMAD_INTERNAL_SERVER_ERROR."""
+    if isinstance(exc, NomadUnreachable):
+        return _UNREACHABLE
+    if isinstance(exc, NomadUnavailableError) and not (exc.status_code == 500 and _NO_LEADER not in exc.body):
+        return _UNREACHABLE
+    return "NOMAD_INTERNAL_SERVER_ERROR"
+
+
+async def _server_failure(request: Request, exc: Exception) -> Response:
+    """A request that could not be served now: 500 with what happened."""
+    assert isinstance(exc, SupervisorError)
+    logger.warning("{} {} failed: {}", request.method, request.url.path, exc)
+    code = error_code(exc)
+    return server_error(str(exc), code, retry_after=_RETRY_AFTER if code == _UNREACHABLE else None)
+
+
+async def _bug(request: Request, exc: Exception) -> Response:
+    """A bug's 500, as JSON like every other answer (starlette raises the error on, to be logged)."""
+    return server_error("the request failed on an error of the supervisor's; it is logged", "UNKNOWN")
 
 
 async def _routing_error(request: Request, exc: Exception) -> Response:
@@ -466,40 +412,61 @@ async def _routing_error(request: Request, exc: Exception) -> Response:
     return response
 
 
-def create_app(service: RunnerService, settings: Settings) -> ASGIApp:
-    """Poseidon's API over ``service``, behind the Poseidon-Token check when a token is set."""
+def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetrics | None = None) -> ASGIApp:
+    """Poseidon's API over ``service``, behind the Poseidon-Token check when a token is set; its
+    requests counted into ``metrics`` (the daemon's, which outlive the app; else its own)."""
+    metrics = DaemonMetrics(lambda: service) if metrics is None else metrics
     routes = _Routes(service, settings)
     runner = f"{PREFIX}/runners/{{runner_id}}"
     environment = f"{PREFIX}/execution-environments/{{environment_id}}"
     app = Starlette(
         routes=[
-            Route(f"{PREFIX}/health", routes.health, methods=["GET"]),
-            Route(f"{PREFIX}/health/details", routes.health_details, methods=["GET"]),
-            Route("/metrics", routes.metrics, methods=["GET"]),
-            Route(f"{PREFIX}/version", routes.version, methods=["GET"]),
-            Route(f"{PREFIX}/openapi.json", routes.openapi, methods=["GET"]),
-            Route(f"{PREFIX}/statistics/execution-environments", routes.statistics, methods=["GET"]),
-            Route(f"{PREFIX}/runners", routes.provide_runner, methods=["POST"]),
-            Route(runner, routes.delete_runner, methods=["DELETE"]),
-            Route(f"{runner}/files", routes.list_files, methods=["GET"]),
-            Route(f"{runner}/files", routes.update_files, methods=["PATCH"]),
-            Route(f"{runner}/files/raw", routes.download_file, methods=["GET"]),
-            Route(f"{runner}/execute", routes.execute, methods=["POST"]),
-            WebSocketRoute(f"{runner}/websocket", routes.websocket),
-            Route(f"{runner}/websocket", routes.websocket_without_upgrade, methods=["GET"]),
-            Route(f"{PREFIX}/execution-environments", routes.list_environments, methods=["GET"]),
-            Route(environment, routes.get_environment, methods=["GET"]),
-            Route(environment, routes.put_environment, methods=["PUT"]),
-            Route(environment, routes.delete_environment, methods=["DELETE"]),
+            Route(f"{PREFIX}/health", routes.health, methods=["GET"], name="health"),
+            Route(f"{PREFIX}/health/details", routes.health_details, methods=["GET"], name="healthDetails"),
+            Route("/metrics", serve_metrics(metrics), methods=["GET"], name="metrics"),
+            Route(f"{PREFIX}/version", routes.version, methods=["GET"], name="version"),
+            Route(f"{PREFIX}/openapi.json", routes.openapi, methods=["GET"], name="openapi"),
+            Route(
+                f"{PREFIX}/statistics/execution-environments",
+                routes.statistics,
+                methods=["GET"],
+                name="statistics",
+            ),
+            Route(f"{PREFIX}/runners", routes.provide_runner, methods=["POST"], name="provideRunner"),
+            Route(runner, routes.delete_runner, methods=["DELETE"], name="destroyRunner"),
+            Route(f"{runner}/files", routes.list_files, methods=["GET"], name="listFiles"),
+            Route(f"{runner}/files", routes.update_files, methods=["PATCH"], name="updateFiles"),
+            Route(f"{runner}/files/raw", routes.download_file, methods=["GET"], name="downloadFile"),
+            Route(f"{runner}/execute", routes.execute, methods=["POST"], name="execute"),
+            WebSocketRoute(f"{runner}/websocket", routes.websocket, name="connectExecution"),
+            Route(
+                f"{runner}/websocket",
+                routes.websocket_without_upgrade,
+                methods=["GET"],
+                name="connectExecution",
+            ),
+            Route(
+                f"{PREFIX}/execution-environments",
+                routes.list_environments,
+                methods=["GET"],
+                name="listEnvironments",
+            ),
+            Route(environment, routes.get_environment, methods=["GET"], name="getEnvironment"),
+            Route(environment, routes.put_environment, methods=["PUT"], name="putEnvironment"),
+            Route(environment, routes.delete_environment, methods=["DELETE"], name="deleteEnvironment"),
         ],
         exception_handlers={
             HTTPException: _routing_error,
-            RunnerGoneError: _error_response(410),
-            RequestTooLarge: _error_response(413),
-            InvalidRequest: _error_response(400),
-            FileNotAvailable: _error_response(424),
-            NomadUnreachable: _error_response(500, "NOMAD_UNREACHABLE"),
-            SupervisorError: _error_response(500, "NOMAD_INTERNAL_SERVER_ERROR"),
+            RunnerGoneError: _refusal(410),
+            RequestTooLarge: _refusal(413),
+            InvalidRequest: _refusal(400),
+            FileNotAvailable: _refusal(424),
+            SupervisorError: _server_failure,
+            Exception: _bug,
         },
     )
-    return _Auth(_BodyLimit(app, settings.server.max_body), settings.server.token)
+    routed = routed_operations(app.routes)  # KeyError for a route without its operation
+    routes.document = openapi_document(app.routes, settings.server, settings.server.version or __version__)
+    open_paths = frozenset(item.route_path for item in routed if not item.operation.token)
+    api = _Auth(_BodyLimit(app, settings.server.max_body), settings.server.token, open_paths)
+    return CountRequests(api, metrics, app.routes)

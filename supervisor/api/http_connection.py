@@ -203,15 +203,16 @@ class Connection:
     ) -> None:
         """The access log's line for one request or WebSocket (without its query: secrets)."""
         if self.settings.access_log:
+            milliseconds = round((trio.current_time() - began) * 1000, 1)
             logger.info(
-                '{} "{} {} {}" {} {} B {:.1f} ms',
+                '{} "{} {} {protocol}" {status} {bytes} B {duration_ms:.1f} ms',
                 http_head.address(self.client),
                 request.method.decode("latin-1"),
                 http_head.path(request),
-                protocol,
-                "-" if status is None else status,
-                sent,
-                (trio.current_time() - began) * 1000,
+                protocol=protocol,
+                status="-" if status is None else status,
+                bytes=sent,
+                duration_ms=milliseconds,
             )
 
     async def _wait_for_request(self) -> h11.Request | None:
@@ -363,7 +364,9 @@ class _HttpExchange:
 
     async def _read_body(self, connection: Connection) -> Message:
         if connection.h11.they_are_waiting_for_100_continue:
-            await connection.send_h11(h11.InformationalResponse(status_code=100, headers=[]))
+            await connection.send_h11(
+                h11.InformationalResponse(status_code=100, headers=[], reason=http_head.reason(100))
+            )
         try:
             event = await connection.next_event()
         except h11.RemoteProtocolError:
@@ -514,7 +517,10 @@ class _WebSocket:
         headers += [(bytes(name).lower(), bytes(value)) for name, value in message.get("headers") or ()]
 
         def upgrade() -> bytes:
-            data = connection.h11.send(h11.InformationalResponse(status_code=101, headers=headers)) or b""
+            switching = h11.InformationalResponse(
+                status_code=101, headers=headers, reason=http_head.reason(101)
+            )
+            data = connection.h11.send(switching) or b""
             self._ws = WsConnection(ConnectionType.SERVER, trailing_data=connection.h11.trailing_data[0])
             return data
 

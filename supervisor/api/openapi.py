@@ -1,134 +1,184 @@
-"""The OpenAPI document of our API (served at ``/api/v1/openapi.json``).
+"""The OpenAPI document of our API (served at ``/api/v1/openapi.json``), written from the app's routes.
 
-Every route and shape of Poseidon's swagger.yaml, as this daemon answers it, plus what it adds: the
-health details, the metrics, the document itself, the limits (``server.max_body`` as 413, the
-bounds of every number), ``Retry-After`` on answers that say Nomad is unreachable, and the file
-headers' fields that Poseidon's implementation sends beyond its swagger (permissions, owner, group,
-linkTarget). Links let a stateful client follow a runner or an environment from the call that
-made it.
+Each route's path and methods come from the app, its operation's prose, parameters and answers from
+``operations.OPERATIONS`` (under the route's name), and every schema from the declarations that read
+the bodies (``request_bodies.py``, ``response_bodies.py``). What is left here is the prose shared by
+all: the shared error answers and the document's own. Links let a stateful client follow a runner
+or an environment from the call that made it: an answer that gives an ID links to every operation
+that takes it.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any, Final
 
-from ..core.commands import MAX_COMMAND_BYTES
+import attrs
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+
 from ..core.config import ServerSettings
-from ..core.environments import MAX_AMOUNT, MAX_ID
+from .body_fields import json_names, object_schema
+from .operations import OPERATIONS, PATH_PARAMETERS, Answer, Link, Operation
+from .request_bodies import EnvironmentBody
+from .response_bodies import CLIENT_ERROR, SERVER_ERROR, ClientError, FileHeader, ServerError
 
-__all__ = ["FALSE_VALUES", "TRUE_VALUES", "openapi_document"]
+__all__ = ["RoutedOperation", "openapi_document", "routed_operations"]
 
-# What a boolean query parameter takes, as Poseidon (Go's strconv.ParseBool) reads it.
-TRUE_VALUES: Final = ("1", "t", "T", "TRUE", "true", "True")
-FALSE_VALUES: Final = ("0", "f", "F", "FALSE", "false", "False")
-
-PREFIX: Final = "/api/v1"
 _JSON: Final = "application/json"
-_TOKEN: Final[list[dict[str, list[str]]]] = [{"poseidonAuthToken": []}]
-_ENVIRONMENT_FIELDS: Final = (
-    "image",
-    "prewarmingPoolSize",
-    "cpuLimit",
-    "memoryLimit",
-    "networkAccess",
-    "exposedPorts",
+_TOKEN: Final[tuple[dict[str, list[str]], ...]] = ({"poseidonAuthToken": []},)
+_PATH_PARAMETER: Final = re.compile(r"{(\w+)}")
+# The shared answers, by status.
+_SHARED: Final = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    404: "NotFound",
+    410: "RunnerGone",
+    413: "TooLarge",
+    424: "FailedFileDependency",
+    500: "InternalServerError",
+}
+_DESCRIPTION: Final = (
+    "Poseidon's API for CodeOcean (its swagger.yaml v0.2.2), as this daemon serves it, with what it "
+    "adds: the health details, the metrics, this document, the limits (server.max_body as 413, the "
+    "bounds of every number), Retry-After on answers that say Nomad is unreachable, and the file "
+    "headers' fields that Poseidon's implementation sends beyond its swagger (permissions, owner, "
+    "group, linkTarget). Every refusal of a request is JSON with a message that names the field."
 )
-_ERROR_CODES: Final = [
-    "NOMAD_UNREACHABLE",
-    "NOMAD_OVERLOAD",
-    "NOMAD_INTERNAL_SERVER_ERROR",
-    "PREWARMING_POOL_DEPLETING",
-    "UNKNOWN",
-]
 
 
-def _ref(kind: str, name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/{kind}/{name}"}
+@attrs.frozen
+class RoutedOperation:
+    """One method of one route, and the operation it serves."""
+
+    path: str
+    method: str
+    name: str
+    operation: Operation
+    websocket: bool
+    route_path: str
 
 
-def _json(schema: dict[str, Any]) -> dict[str, Any]:
-    return {_JSON: {"schema": schema}}
+def routed_operations(routes: Iterable[BaseRoute]) -> list[RoutedOperation]:
+    """Every method of every route, with its operation and its path as the document writes it
+    (``{runnerId}`` for the route's ``{runner_id}``); KeyError for a route that has no operation."""
+    routed = []
+    for route in routes:
+        if isinstance(route, WebSocketRoute):
+            methods, websocket = ["GET"], True
+        elif isinstance(route, Route):
+            methods, websocket = sorted(set(route.methods or ()) - {"HEAD"}), False
+        else:
+            continue
+        operation = OPERATIONS[route.name]
+        path = _document_path(route.path)
+        routed += [
+            RoutedOperation(path, method.lower(), route.name, operation, websocket, route.path)
+            for method in methods
+        ]
+    return routed
 
 
-def _responses(success: dict[str, Any], *errors: str) -> dict[str, Any]:
-    """``success`` plus the named shared responses, each under its status code."""
-    codes = {
-        "BadRequest": "400",
-        "Unauthorized": "401",
-        "NotFound": "404",
-        "RunnerGone": "410",
-        "TooLarge": "413",
-        "FailedFileDependency": "424",
-        "InternalServerError": "500",
+def _document_path(route_path: str) -> str:
+    return _PATH_PARAMETER.sub(lambda found: f"{{{PATH_PARAMETERS[found[1]].name}}}", route_path)
+
+
+def _path_parameters(path: str) -> list[str]:
+    """The names of a document path's parameters."""
+    return _PATH_PARAMETER.findall(path)
+
+
+def openapi_document(routes: Iterable[BaseRoute], settings: ServerSettings, version: str) -> dict[str, Any]:
+    """The document of an app with these routes and server settings."""
+    routed = routed_operations(routes)
+    paths: dict[str, dict[str, Any]] = {}
+    for item in routed:
+        paths.setdefault(item.path, {})[item.method] = _operation(item, routed)
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Runner supervisor API (Poseidon's API, kept)",
+            "version": version or "0",
+            "description": _DESCRIPTION,
+        },
+        "servers": [{"url": "/"}],
+        "tags": [{"name": "runner"}, {"name": "execution environment"}, {"name": "miscellaneous"}],
+        "components": {
+            "schemas": _schemas(),
+            "responses": _shared_responses(settings),
+            "securitySchemes": {
+                "poseidonAuthToken": {"type": "apiKey", "in": "header", "name": "Poseidon-Token"}
+            },
+        },
+        "paths": paths,
     }
-    return {**success, **{codes[name]: _ref("responses", name) for name in errors}}
 
 
-def _integer(minimum: int, maximum: int, **extra: Any) -> dict[str, Any]:
-    return {"type": "integer", "minimum": minimum, "maximum": maximum, **extra}
+def _operation(item: RoutedOperation, routed: list[RoutedOperation]) -> dict[str, Any]:
+    operation = item.operation
+    document: dict[str, Any] = {
+        "operationId": item.name,
+        "summary": operation.summary,
+        "tags": [operation.tag],
+    }
+    if operation.description:
+        document["description"] = operation.description
+    if operation.token:
+        document["security"] = list(_TOKEN)
+    by_name = {parameter.name: parameter for parameter in PATH_PARAMETERS.values()}
+    parameters = [by_name[name].parameter() for name in _path_parameters(item.path)]
+    parameters += [query.parameter() for query in operation.query]
+    if parameters:
+        document["parameters"] = parameters
+    errors = set(operation.errors) | ({401} if operation.token else set())
+    if operation.body is not None:
+        document["requestBody"] = {"required": True, "content": {_JSON: {"schema": operation.body.schema()}}}
+        errors |= {400, 413}
+    answers = {status: _answer(answer, item, routed) for status, answer in operation.answers.items()}
+    shared = {str(status): {"$ref": f"#/components/responses/{_SHARED[status]}"} for status in errors}
+    document["responses"] = dict(sorted({**answers, **shared}.items()))
+    return document
+
+
+def _answer(answer: Answer, item: RoutedOperation, routed: list[RoutedOperation]) -> dict[str, Any]:
+    document: dict[str, Any] = {"description": answer.description}
+    schema = answer.model.schema() if answer.model is not None else answer.schema
+    if schema is not None:
+        document["content"] = {answer.media_type: {"schema": dict(schema)}}
+    if answer.link is not None:
+        document["links"] = _links(answer.link, item, routed)
+    return document
+
+
+def _links(link: Link, source: RoutedOperation, routed: list[RoutedOperation]) -> dict[str, Any]:
+    """A link to every other HTTP operation that takes ``link.parameter`` in its path or its body."""
+    websockets = {item.name for item in routed if item.websocket}
+    links = {}
+    for target in routed:
+        if target.name in websockets or target.name == source.name:
+            continue
+        name = target.name[0].upper() + target.name[1:]
+        if link.parameter in _path_parameters(target.path):
+            links[name] = {"operationId": target.name, "parameters": {link.parameter: link.expression}}
+        elif target.operation.body is not None and link.parameter in json_names(target.operation.body.cls):
+            links[name] = {"operationId": target.name, "requestBody": {link.parameter: link.expression}}
+    return links
 
 
 def _schemas() -> dict[str, Any]:
-    environment = {
-        "type": "object",
-        "properties": {
-            "id": _integer(0, MAX_ID, description="The ID of the execution environment"),
-            "image": {"type": "string", "minLength": 1, "pattern": r"\S", "description": "The OCI image"},
-            "prewarmingPoolSize": _integer(0, 10_000, description="Idle runners to keep"),
-            "cpuLimit": {
-                "type": "number",
-                "minimum": 0,
-                "exclusiveMinimum": True,
-                "maximum": MAX_AMOUNT,
-                "description": "CPU of one runner in MHz",
-            },
-            "memoryLimit": _integer(1, MAX_AMOUNT, description="Memory of one runner in MB"),
-            "networkAccess": {"type": "boolean"},
-            "exposedPorts": {"type": "array", "items": _integer(1, 65535)},
-        },
-        "required": ["id", *_ENVIRONMENT_FIELDS],
-        "additionalProperties": False,
-    }
-    file_header = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "description": "The path, from the workspace, with ./"},
-            "entryType": {"type": "string", "enum": ["-", "b", "c", "d", "l", "p", "s", "?"]},
-            "linkTarget": {"type": "string", "description": "A link's target, as the link says it"},
-            "size": {"type": "integer", "minimum": 0},
-            "modificationTime": {"type": "integer"},
-            "permissions": {"type": "string", "example": "rwxr--r--"},
-            "owner": {"type": "string"},
-            "group": {"type": "string"},
-        },
-        "required": ["name", "entryType", "size", "modificationTime", "permissions", "owner", "group"],
-        "additionalProperties": False,
-    }
+    body = object_schema(EnvironmentBody)
     return {
-        "ExecutionEnvironment": environment,
-        # A PUT may leave out the id: the path gives it (and a different one is a 400).
-        "ExecutionEnvironmentBody": {**environment, "required": list(_ENVIRONMENT_FIELDS)},
-        "FileHeader": file_header,
-        "ClientError": {
-            "type": "object",
-            "properties": {"message": {"type": "string"}},
-            "required": ["message"],
-            "additionalProperties": False,
-        },
-        "ServerError": {
-            "type": "object",
-            "properties": {
-                "message": {"type": "string"},
-                "errorCode": {"type": "string", "enum": _ERROR_CODES},
-            },
-            "required": ["message", "errorCode"],
-            "additionalProperties": False,
-        },
+        # As the API shows it: with its ID always. A PUT may leave the ID out, the path gives it.
+        "ExecutionEnvironment": {**body, "required": ["id", *body["required"]]},
+        "ExecutionEnvironmentBody": body,
+        "FileHeader": object_schema(FileHeader),
+        "ClientError": object_schema(ClientError),
+        "ServerError": object_schema(ServerError),
     }
 
 
 def _shared_responses(settings: ServerSettings) -> dict[str, Any]:
-    client_error = _json(_ref("schemas", "ClientError"))
+    client_error = {_JSON: {"schema": CLIENT_ERROR.schema()}}
     return {
         "BadRequest": {
             "description": "The request is invalid; the message says which field and why",
@@ -146,462 +196,10 @@ def _shared_responses(settings: ServerSettings) -> dict[str, Any]:
             "content": client_error,
         },
         "InternalServerError": {
-            "description": "The request could not be served now (Nomad unreachable: with Retry-After)",
+            "description": "The request could not be served now: Nomad could not be reached "
+            "(NOMAD_UNREACHABLE, with Retry-After), no runner is idle (NOMAD_OVERLOAD), Nomad failed "
+            "(NOMAD_INTERNAL_SERVER_ERROR), or the supervisor did (UNKNOWN)",
             "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
-            "content": _json(_ref("schemas", "ServerError")),
+            "content": {_JSON: {"schema": SERVER_ERROR.schema()}},
         },
-    }
-
-
-# What every operation on a runner may answer besides its own: a bad request, no token, no route,
-# and a runner that is gone.
-_RUNNER_ERRORS: Final = ("BadRequest", "Unauthorized", "NotFound", "RunnerGone")
-
-
-def _runner_id() -> dict[str, Any]:
-    schema = {"type": "string", "pattern": "^[^/]+$"}
-    return {"name": "runnerId", "in": "path", "required": True, "schema": schema}
-
-
-def _boolean_query(name: str, default: bool) -> dict[str, Any]:
-    """A boolean read as Poseidon reads it (Go's strconv.ParseBool); empty is the default."""
-    values = [*TRUE_VALUES, *FALSE_VALUES, ""]
-    schema = {"type": "string", "enum": values, "default": str(default).lower()}
-    return {"name": name, "in": "query", "required": False, "schema": schema}
-
-
-def _runner_paths() -> dict[str, Any]:
-    runner_links = {
-        name: {"operationId": operation, "parameters": {"runnerId": "$response.body#/runnerId"}}
-        for name, operation in (
-            ("ListFiles", "listFiles"),
-            ("UpdateFiles", "updateFiles"),
-            ("DownloadFile", "downloadFile"),
-            ("Execute", "execute"),
-            ("DestroyRunner", "destroyRunner"),
-        )
-    }
-    provided = {
-        "type": "object",
-        "properties": {
-            "runnerId": {"type": "string"},
-            "mappedPorts": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"exposedPort": _integer(0, 65535), "hostAddress": {"type": "string"}},
-                },
-            },
-        },
-        "required": ["runnerId"],
-    }
-    claim = {
-        "type": "object",
-        "properties": {
-            "inactivityTimeout": _integer(0, MAX_AMOUNT, default=0),
-            "executionEnvironmentId": _integer(0, MAX_ID),
-        },
-        "required": ["executionEnvironmentId"],
-        "additionalProperties": False,
-    }
-    path_string = {"type": "string", "description": "From the workspace, or absolute inside it"}
-    patch = {
-        "type": "object",
-        "properties": {
-            "delete": {"type": "array", "nullable": True, "items": path_string},
-            "copy": {
-                "type": "array",
-                "nullable": True,
-                "items": {
-                    "type": "object",
-                    "properties": {"path": path_string, "content": {"type": "string", "format": "byte"}},
-                    "required": ["path"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-        "additionalProperties": False,
-    }
-    execution = {
-        "type": "object",
-        "properties": {
-            "command": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MAX_COMMAND_BYTES,
-                "pattern": "^[^']*$",
-            },
-            "privilegedExecution": {"type": "boolean", "default": False},
-            "environment": {
-                "type": "object",
-                "nullable": True,
-                "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                "additionalProperties": {"type": "string"},
-            },
-            "timeLimit": _integer(0, MAX_AMOUNT, default=0),
-        },
-        "required": ["command"],
-        "additionalProperties": False,
-    }
-    return {
-        f"{PREFIX}/runners": {
-            "post": {
-                "operationId": "provideRunner",
-                "summary": "Claim an idle runner of an environment",
-                "tags": ["runner"],
-                "security": _TOKEN,
-                "requestBody": {"required": True, "content": _json(claim)},
-                "responses": _responses(
-                    {"200": {"description": "The runner", "content": _json(provided), "links": runner_links}},
-                    "BadRequest",
-                    "Unauthorized",
-                    "NotFound",
-                    "TooLarge",
-                    "InternalServerError",
-                ),
-            }
-        },
-        f"{PREFIX}/runners/{{runnerId}}": {
-            "delete": {
-                "operationId": "destroyRunner",
-                "summary": "Give the runner back; it is destroyed",
-                "tags": ["runner"],
-                "security": _TOKEN,
-                "parameters": [_runner_id()],
-                "responses": _responses(
-                    {"204": {"description": "Given back"}}, "Unauthorized", "NotFound", "RunnerGone"
-                ),
-            }
-        },
-        f"{PREFIX}/runners/{{runnerId}}/files": {
-            "parameters": [_runner_id()],
-            "get": {
-                "operationId": "listFiles",
-                "summary": "List the workspace, or a path in it",
-                "tags": ["runner"],
-                "security": _TOKEN,
-                "parameters": [
-                    _boolean_query("recursive", True),
-                    {
-                        "name": "path",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string", "default": "./"},
-                    },
-                    _boolean_query("privilegedExecution", False),
-                ],
-                "responses": _responses(
-                    {
-                        "200": {
-                            "description": "The entries",
-                            "content": _json(
-                                {
-                                    "type": "object",
-                                    "properties": {
-                                        "files": {"type": "array", "items": _ref("schemas", "FileHeader")}
-                                    },
-                                    "required": ["files"],
-                                }
-                            ),
-                        }
-                    },
-                    *_RUNNER_ERRORS,
-                    "FailedFileDependency",
-                    "InternalServerError",
-                ),
-            },
-            "patch": {
-                "operationId": "updateFiles",
-                "summary": "Delete, then copy, files in the workspace",
-                "tags": ["runner"],
-                "security": _TOKEN,
-                "requestBody": {"required": True, "content": _json(patch)},
-                "responses": _responses(
-                    {"204": {"description": "Done"}},
-                    *_RUNNER_ERRORS,
-                    "TooLarge",
-                    "InternalServerError",
-                ),
-            },
-        },
-        f"{PREFIX}/runners/{{runnerId}}/files/raw": {
-            "get": {
-                "operationId": "downloadFile",
-                "summary": "Download a file, streamed",
-                "tags": ["runner"],
-                "security": _TOKEN,
-                "parameters": [
-                    _runner_id(),
-                    {"name": "path", "in": "query", "required": True, "schema": {"type": "string"}},
-                    _boolean_query("privilegedExecution", False),
-                ],
-                "responses": _responses(
-                    {
-                        "200": {
-                            "description": "The file",
-                            "content": {
-                                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
-                            },
-                        }
-                    },
-                    *_RUNNER_ERRORS,
-                    "FailedFileDependency",
-                    "InternalServerError",
-                ),
-            }
-        },
-        f"{PREFIX}/runners/{{runnerId}}/execute": {
-            "post": {
-                "operationId": "execute",
-                "summary": "Prepare an execution; its WebSocket URL is single-use and bound to the runner",
-                "tags": ["runner"],
-                "security": _TOKEN,
-                "parameters": [_runner_id()],
-                "requestBody": {"required": True, "content": _json(execution)},
-                "responses": _responses(
-                    {
-                        "200": {
-                            "description": "The WebSocket URL to connect to",
-                            "content": _json(
-                                {
-                                    "type": "object",
-                                    "properties": {"websocketUrl": {"type": "string"}},
-                                    "required": ["websocketUrl"],
-                                }
-                            ),
-                        }
-                    },
-                    *_RUNNER_ERRORS,
-                    "TooLarge",
-                    "InternalServerError",
-                ),
-            }
-        },
-        f"{PREFIX}/runners/{{runnerId}}/websocket": {
-            "get": {
-                "operationId": "connectExecution",
-                "summary": "The execution's WebSocket (websocket.schema.json); messages over "
-                "server.max_message close it with 1009",
-                "tags": ["runner"],
-                "security": _TOKEN,
-                "parameters": [
-                    _runner_id(),
-                    {"name": "executionID", "in": "query", "required": True, "schema": {"type": "string"}},
-                ],
-                "responses": _responses(
-                    {
-                        "101": {"description": "Switching protocols"},
-                        "426": {
-                            "description": "A request without a WebSocket upgrade",
-                            "content": _json(_ref("schemas", "ClientError")),
-                        },
-                    },
-                    "Unauthorized",
-                    "NotFound",
-                    "RunnerGone",
-                    "InternalServerError",
-                ),
-            }
-        },
-    }
-
-
-def _environment_paths() -> dict[str, Any]:
-    fetch = _boolean_query("fetch", False)
-    environment_id = {
-        "name": "executionEnvironmentId",
-        "in": "path",
-        "required": True,
-        "schema": _integer(0, MAX_ID),
-    }
-    same_id = {"executionEnvironmentId": "$request.path.executionEnvironmentId"}
-    links = {
-        "GetEnvironment": {"operationId": "getEnvironment", "parameters": same_id},
-        "DeleteEnvironment": {"operationId": "deleteEnvironment", "parameters": same_id},
-        "ProvideRunner": {
-            "operationId": "provideRunner",
-            "requestBody": {"executionEnvironmentId": "$request.path.executionEnvironmentId"},
-        },
-    }
-    environment = _ref("schemas", "ExecutionEnvironment")
-    return {
-        f"{PREFIX}/execution-environments": {
-            "get": {
-                "operationId": "listEnvironments",
-                "tags": ["execution environment"],
-                "security": _TOKEN,
-                "parameters": [fetch],
-                "responses": _responses(
-                    {
-                        "200": {
-                            "description": "Every environment",
-                            "content": _json(
-                                {
-                                    "type": "object",
-                                    "properties": {
-                                        "executionEnvironments": {"type": "array", "items": environment}
-                                    },
-                                    "required": ["executionEnvironments"],
-                                }
-                            ),
-                        }
-                    },
-                    "BadRequest",
-                    "Unauthorized",
-                    "InternalServerError",
-                ),
-            }
-        },
-        f"{PREFIX}/execution-environments/{{executionEnvironmentId}}": {
-            "parameters": [environment_id],
-            "get": {
-                "operationId": "getEnvironment",
-                "tags": ["execution environment"],
-                "security": _TOKEN,
-                "parameters": [fetch],
-                "responses": _responses(
-                    {"200": {"description": "The environment", "content": _json(environment)}},
-                    "BadRequest",
-                    "Unauthorized",
-                    "NotFound",
-                    "InternalServerError",
-                ),
-            },
-            "put": {
-                "operationId": "putEnvironment",
-                "tags": ["execution environment"],
-                "security": _TOKEN,
-                "requestBody": {
-                    "required": True,
-                    "content": _json(_ref("schemas", "ExecutionEnvironmentBody")),
-                },
-                "responses": _responses(
-                    {
-                        "201": {"description": "Created", "links": links},
-                        "204": {"description": "Replaced", "links": links},
-                    },
-                    "BadRequest",
-                    "Unauthorized",
-                    "TooLarge",
-                    "InternalServerError",
-                ),
-            },
-            "delete": {
-                "operationId": "deleteEnvironment",
-                "tags": ["execution environment"],
-                "security": _TOKEN,
-                "responses": _responses(
-                    {"204": {"description": "Deleted"}},
-                    "BadRequest",
-                    "Unauthorized",
-                    "NotFound",
-                    "InternalServerError",
-                ),
-            },
-        },
-    }
-
-
-def _miscellaneous_paths() -> dict[str, Any]:
-    health_error = {
-        "description": "Nomad is unreachable, or a prewarming pool is depleting",
-        "content": _json(_ref("schemas", "ServerError")),
-    }
-    statistics = {
-        "type": "object",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "integer"},
-                "prewarmingPoolSize": {"type": "integer"},
-                "idleRunners": {"type": "integer"},
-                "usedRunners": {"type": "integer"},
-            },
-            "required": ["id", "prewarmingPoolSize", "idleRunners", "usedRunners"],
-        },
-    }
-    return {
-        f"{PREFIX}/health": {
-            "get": {
-                "operationId": "health",
-                "tags": ["miscellaneous"],
-                "responses": {"204": {"description": "Everything is okay"}, "503": health_error},
-            }
-        },
-        f"{PREFIX}/health/details": {
-            "get": {
-                "operationId": "healthDetails",
-                "summary": "Every check the health probe reads, with its figures",
-                "tags": ["miscellaneous"],
-                "security": _TOKEN,
-                "responses": _responses(
-                    {"200": {"description": "The checks", "content": _json({"type": "object"})}},
-                    "Unauthorized",
-                ),
-            }
-        },
-        "/metrics": {
-            "get": {
-                "operationId": "metrics",
-                "summary": "Prometheus metrics",
-                "tags": ["miscellaneous"],
-                "responses": {
-                    "200": {
-                        "description": "The metrics",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    }
-                },
-            }
-        },
-        f"{PREFIX}/version": {
-            "get": {
-                "operationId": "version",
-                "tags": ["miscellaneous"],
-                "responses": {
-                    "200": {"description": "The release", "content": _json({"type": "string"})},
-                    "404": {"description": "No version is set"},
-                },
-            }
-        },
-        f"{PREFIX}/openapi.json": {
-            "get": {
-                "operationId": "openapi",
-                "summary": "This document",
-                "tags": ["miscellaneous"],
-                "responses": {"200": {"description": "The document", "content": _json({"type": "object"})}},
-            }
-        },
-        f"{PREFIX}/statistics/execution-environments": {
-            "get": {
-                "operationId": "statistics",
-                "tags": ["miscellaneous"],
-                "security": _TOKEN,
-                "responses": _responses(
-                    {"200": {"description": "Each environment's runners", "content": _json(statistics)}},
-                    "Unauthorized",
-                ),
-            }
-        },
-    }
-
-
-def openapi_document(settings: ServerSettings, version: str) -> dict[str, Any]:
-    """The document for a daemon with these server settings."""
-    return {
-        "openapi": "3.0.3",
-        "info": {
-            "title": "Runner supervisor API (Poseidon's API, kept)",
-            "version": version or "0",
-            "description": "Poseidon's API for CodeOcean, as this daemon serves it, with its extensions.",
-        },
-        "servers": [{"url": "/"}],
-        "tags": [{"name": "runner"}, {"name": "execution environment"}, {"name": "miscellaneous"}],
-        "components": {
-            "schemas": _schemas(),
-            "responses": _shared_responses(settings),
-            "securitySchemes": {
-                "poseidonAuthToken": {"type": "apiKey", "in": "header", "name": "Poseidon-Token"}
-            },
-        },
-        "paths": {**_miscellaneous_paths(), **_runner_paths(), **_environment_paths()},
     }

@@ -1,9 +1,10 @@
-"""The API of a daemon with ``[ha]``: the active term's app, or 503 ``STANDBY`` on every route.
+"""The API of a daemon with ``[ha]``: the active term's app, or the standby's answers.
 
 A health-checked load balancer sends traffic to the active daemon only: the standby answers
-``GET /api/v1/health`` (and everything else) 503 with ``errorCode: STANDBY`` and ``Retry-After``,
-and refuses WebSocket upgrades the same way. An execution's WebSocket that was open when its daemon
-stepped down stays with the app that accepted it.
+``GET /api/v1/health`` (and everything else but ``GET /metrics``) 503 with ``errorCode: STANDBY``
+and ``Retry-After``, and refuses WebSocket upgrades the same way. ``/metrics`` is served in either
+role, with the role in it, so that Prometheus keeps scraping a standby. An execution's WebSocket
+that was open when its daemon stepped down stays with the app that accepted it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 import orjson
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..ops.metrics import DaemonMetrics
+from .http_metrics import CountRequests, serve_metrics
 
 __all__ = ["STANDBY_MESSAGE", "RoleSwitch"]
 
@@ -19,12 +24,14 @@ STANDBY_MESSAGE: Final = "this supervisor is the standby; the active one serves 
 
 
 class RoleSwitch:
-    """An ASGI app: ``app`` while this daemon is active (set by its term), the standby answer
-    while it is None."""
+    """An ASGI app: ``app`` while this daemon is active (set by its term), the standby's answers
+    while it is None (its HTTP requests counted into ``metrics``)."""
 
-    def __init__(self, retry_after: float) -> None:
+    def __init__(self, retry_after: float, metrics: DaemonMetrics) -> None:
         self.app: ASGIApp | None = None
         self._retry_after = str(max(1, round(retry_after)))
+        self._metrics_route = Route("/metrics", serve_metrics(metrics), methods=["GET"])
+        self._standby = CountRequests(self._answer_as_standby, metrics, [self._metrics_route])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection."""
@@ -34,10 +41,16 @@ class RoleSwitch:
         elif app is not None:
             await app(scope, receive, send)
         elif scope["type"] == "http":
-            await self._answer(send, "http.response")
+            await self._standby(scope, receive, send)
         elif scope["type"] == "websocket":
             await receive()  # websocket.connect
             await self._answer(send, "websocket.http.response")
+
+    async def _answer_as_standby(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._metrics_route.matches(scope)[0] is Match.FULL:
+            await self._metrics_route.handle(scope, receive, send)
+        else:
+            await self._answer(send, "http.response")
 
     async def _answer(self, send: Send, kind: str) -> None:
         body = orjson.dumps({"message": STANDBY_MESSAGE, "errorCode": "STANDBY"})

@@ -1,371 +1,301 @@
 """The daemon's settings: a TOML file, every key overridable by ``SUPERVISOR_<SECTION>_<KEY>``, and
 Nomad's own variables (``NOMAD_ADDR``, ``NOMAD_TOKEN``, ...) for the Nomad connection.
 
-An invalid file or value stops startup with a ConfigError that names the key.
+What each key is, its default and its rule, is written once, in ``config_schema``; here the file
+and the variables are structured into those classes (cattrs, strictly typed: a string is no
+number). An invalid file or value, a misspelt key or variable, or a token too short to be secret
+stops startup with a ConfigError that names the key.
 """
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from attrs import field, frozen
+import attrs
+import cattrs
+from cattrs.errors import AttributeValidationNote
 
-from ..base.errors import ConfigError, InvalidRequest
-from ..nomad import NomadSettings
-from ..nomad.locks import MAX_LOCK_TTL, MIN_LOCK_TTL
-from ..nomad.settings import DIRECT_EXEC_MODES
+from ..base.errors import ConfigError
+from .config_rules import described, secret_problems
+from .config_schema import (
+    LOG_FORMATS,
+    LOG_LEVELS,
+    MIN_SECRET_LENGTH,
+    SECRET_TOKEN,
+    AdmissionSettings,
+    AlertSettings,
+    EnvironmentEntry,
+    ExecutionSettings,
+    FactorySettings,
+    HaSettings,
+    HealthSettings,
+    LogSettings,
+    NomadSection,
+    ServerSettings,
+    Settings,
+    SupervisionSettings,
+    WatcherSettings,
+)
 from .environments import ExecutionEnvironment, environment_from_dict
 
 __all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "MIN_SECRET_LENGTH",
+    "SECTIONS",
     "AdmissionSettings",
     "AlertSettings",
     "ExecutionSettings",
     "FactorySettings",
     "HaSettings",
     "HealthSettings",
+    "LogSettings",
+    "NomadSection",
     "ServerSettings",
     "Settings",
     "SupervisionSettings",
     "WatcherSettings",
+    "config_path",
     "load_settings",
+    "variable_name",
 ]
 
-
-@frozen
-class ServerSettings:
-    """``[server]``: where the API listens, its token, and the graceful stop's budget."""
-
-    address: str = "127.0.0.1"
-    port: int = 7200
-    # Empty: no authentication. Otherwise every route but health and version needs Poseidon-Token.
-    token: str = ""
-    version: str = ""
-    graceful_timeout: float = 15.0
-    # A request body larger than this (bytes) is a 413, refused before it is read whole.
-    max_body: int = 64 * 1024 * 1024
-    # A client's WebSocket message (stdin) larger than this (bytes) closes its socket with 1009.
-    max_message: int = 1024 * 1024
-    # At most this many delete and copy entries in one PATCH of a runner's files.
-    max_files: int = 10_000
+# Each section's name and class, in the order of the file.
+SECTIONS: Final[dict[str, type[Any]]] = {
+    a.name: type(getattr(Settings(), a.name)) for a in attrs.fields(Settings) if a.name != "environments"
+}
+for _cls in (*SECTIONS.values(), EnvironmentEntry):
+    attrs.resolve_types(_cls)  # each field's type as a type, for the variables' parsing
+_PREFIX: Final = "SUPERVISOR_"
+CONFIG_VARIABLE: Final = f"{_PREFIX}CONFIG"
+# Supervisord's variables, set in the environment of every program it runs: not ours.
+_SUPERVISORD_VARIABLES: Final = frozenset(
+    {"SUPERVISOR_ENABLED", "SUPERVISOR_SERVER_URL", "SUPERVISOR_PROCESS_NAME", "SUPERVISOR_GROUP_NAME"}
+)
+_TRUE: Final = ("1", "true", "yes")
+_FALSE: Final = ("0", "false", "no")
 
 
-@frozen
-class AdmissionSettings:
-    """``[admission]``: how long new work waits for Nomad before it is refused."""
-
-    # How long a claim or a new execution waits for the event stream before 500 NOMAD_UNREACHABLE,
-    # and a call waits for a runner's agent that a server cannot reach before 410.
-    wait_timeout: float = 5.0
-    # How often such a call tries the agent again meanwhile.
-    agent_retry_interval: float = 0.5
+def variable_name(section: str, key: str) -> str:
+    """The environment variable that overrides ``section.key``."""
+    return f"{_PREFIX}{section}_{key}".upper()
 
 
-@frozen
-class WatcherSettings:
-    """``[watcher]``: the periodic relist and the event stream's heartbeat deadline."""
-
-    # Relist and reconcile this often even while the stream runs: Nomad loses jobs without an event.
-    resync_interval: float = 60.0
-    heartbeat_timeout: float = 45.0
+def config_path(path: str | Path | None, environ: Mapping[str, str]) -> str | None:
+    """The configuration file: ``path``, else ``SUPERVISOR_CONFIG``, else none."""
+    return str(path) if path else environ.get(CONFIG_VARIABLE) or None
 
 
-@frozen
-class AlertSettings:
-    """``[alert]``: when a depleting pool is reported and reloaded."""
-
-    prewarming_pool_threshold: float = 0.5
-    reload_timeout: float = 300.0
-    # How often the pools' fill is looked at.
-    check_interval: float = 1.0
+# -- strict types ---------------------------------------------------------------------------------
 
 
-@frozen
-class FactorySettings:
-    """``[factory]``: how fast runner jobs are registered, and the retries' backoff cap."""
-
-    registrations_per_second: float = 100.0
-    # New runner jobs starting on one agent, at most, counting those not placed yet on every agent:
-    # more go to other agents, and wait while every agent is at it.
-    max_starting: int = 10
-    max_backoff: float = 30.0
+def _strict_int(value: Any, _: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("int")
+    return value
 
 
-@frozen
-class ExecutionSettings:
-    """``[execution]``: stopping commands, execution URLs, the workspace and the task."""
-
-    # After timeLimit, the command gets this long to stop before its runner is replaced.
-    stop_grace: float = 3.0
-    # An execution URL not connected within this long is forgotten.
-    connect_timeout: float = 60.0
-    # Workspace path inside a runner; absolute paths outside it are refused.
-    workspace: str = "/workspace"
-    # Prefix of unprivileged commands (for example "/sbin/setuser user"); empty runs them as is.
-    unprivileged_wrapper: str = ""
-    task: str = "default-task"
+def _strict_float(value: Any, _: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError("float")
+    return float(value)
 
 
-@frozen
-class SupervisionSettings:
-    """``[supervision]``: the restart intensity of the daemon's children."""
-
-    # More restarts of the daemon's children than this within period seconds: stop gracefully.
-    intensity: int = 5
-    period: float = 30.0
+def _strict_bool(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("bool")
+    return value
 
 
-@frozen
-class HealthSettings:
-    """``[health]``: when a down stream is critical, and how long Nomad's check may take."""
-
-    # The stream down this long turns health critical (a reconnect takes less).
-    stream_down_grace: float = 30.0
-    # How long health details wait for Nomad's leader before calling Nomad unreachable.
-    nomad_check_timeout: float = 2.0
+def _strict_str(value: Any, _: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("str")
+    return value
 
 
-@frozen
-class NomadSection:
-    address: tuple[str, ...] = ()
-    token: str = ""
-    namespace: str = ""
-    ca_cert: str = ""
-    client_cert: str = ""
-    client_key: str = ""
-    request_timeout: float = 10.0
-    exec_connect_timeout: float = 10.0
-    close_timeout: float = 2.0
-    direct_exec: str = "auto"
-    agent_connect_timeout: float = 1.0
+def _strings(value: Any, _: Any) -> tuple[str, ...]:
+    """One string or a list of them; blanks around each dropped, empty ones left out."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise TypeError("list of strings")
+    return tuple(i.strip() for i in items if i.strip())
 
 
-LOG_FORMATS: Final = ("text", "json")
-LOG_LEVELS: Final = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
+def _integers(value: Any, _: Any) -> tuple[int, ...]:
+    if not isinstance(value, list | tuple):
+        raise TypeError("list of integers")
+    return tuple(_strict_int(i, int) for i in value)
 
 
-@frozen
-class LogSettings:
-    """``[log]``: how much is logged, as text or one JSON object per line, and the access log."""
-
-    level: str = "INFO"
-    format: str = "text"
-    # One line per HTTP request, through the same log stream.
-    access: bool = False
-
-
-@frozen
-class HaSettings:
-    """``[ha]``: an active and standby daemons, elected through a Nomad Variables lock."""
-
-    enabled: bool = False
-    lock_path: str = "supervisor/leader"
-    # Seconds. Nomad takes a lock TTL of 10 s to 24 h; a lapsed lock stays blocked lock_delay more.
-    ttl: float = 10.0
-    lock_delay: float = 5.0
+def _converter() -> cattrs.Converter:
+    converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
+    converter.register_structure_hook(int, _strict_int)
+    converter.register_structure_hook(float, _strict_float)
+    converter.register_structure_hook(bool, _strict_bool)
+    converter.register_structure_hook(str, _strict_str)
+    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], _strings)
+    converter.register_structure_hook_func(lambda t: t == tuple[int, ...], _integers)
+    return converter
 
 
-@frozen
-class Settings:
-    """Every section, as loaded by ``load_settings``; the defaults are the product's."""
-
-    server: ServerSettings = field(factory=ServerSettings)
-    nomad: NomadSection = field(factory=NomadSection)
-    admission: AdmissionSettings = field(factory=AdmissionSettings)
-    watcher: WatcherSettings = field(factory=WatcherSettings)
-    alert: AlertSettings = field(factory=AlertSettings)
-    factory: FactorySettings = field(factory=FactorySettings)
-    execution: ExecutionSettings = field(factory=ExecutionSettings)
-    health: HealthSettings = field(factory=HealthSettings)
-    supervision: SupervisionSettings = field(factory=SupervisionSettings)
-    log: LogSettings = field(factory=LogSettings)
-    ha: HaSettings = field(factory=HaSettings)
-    environments: tuple[ExecutionEnvironment, ...] = ()
-
-    def nomad_settings(self, environ: Mapping[str, str]) -> NomadSettings | None:
-        """The Nomad connection, or None for the embedded simulated cluster (no address anywhere)."""
-        overrides: dict[str, object] = {
-            "token": self.nomad.token,
-            "namespace": self.nomad.namespace,
-            "ca_cert": self.nomad.ca_cert,
-            "client_cert": self.nomad.client_cert,
-            "client_key": self.nomad.client_key,
-            "request_timeout": self.nomad.request_timeout,
-            "exec_connect_timeout": self.nomad.exec_connect_timeout,
-            "close_timeout": self.nomad.close_timeout,
-            "direct_exec": self.nomad.direct_exec,
-            "agent_connect_timeout": self.nomad.agent_connect_timeout,
-        }
-        if self.nomad.address:
-            overrides["addresses"] = self.nomad.address
-        elif not environ.get("NOMAD_ADDR"):
-            return None
-        return NomadSettings.from_env(environ, **overrides)
-
-
-_SECTIONS: Final[dict[str, type[Any]]] = {
-    "server": ServerSettings,
-    "nomad": NomadSection,
-    "admission": AdmissionSettings,
-    "watcher": WatcherSettings,
-    "alert": AlertSettings,
-    "factory": FactorySettings,
-    "execution": ExecutionSettings,
-    "health": HealthSettings,
-    "supervision": SupervisionSettings,
-    "log": LogSettings,
-    "ha": HaSettings,
+_CONVERTER: Final = _converter()
+_TYPE_NAMES: Final = {
+    int: "int",
+    float: "float",
+    bool: "bool",
+    str: "str",
+    tuple[str, ...]: "list of strings",
+    tuple[int, ...]: "list of integers",
 }
 
 
-def _convert(key: str, value: Any, default: Any) -> Any:
-    """``value`` (from TOML or an environment string) as the type of ``default``."""
-    from_env = isinstance(value, str)
+def _from_variable(name: str, text: str, kind: Any) -> Any:
+    """A variable's text as a value of ``kind``: numbers, booleans, comma-separated lists."""
     try:
-        if isinstance(default, bool):
-            if from_env:
-                if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
-                    raise ValueError(value)
-                return value.lower() in ("1", "true", "yes")
-            if not isinstance(value, bool):
-                raise TypeError(value)
-            return value
-        if isinstance(default, int) and not isinstance(default, bool):
-            if isinstance(value, bool) or (not from_env and not isinstance(value, int)):
-                raise TypeError(value)
-            return int(value)
-        if isinstance(default, float):
-            if isinstance(value, bool) or (not from_env and not isinstance(value, int | float)):
-                raise TypeError(value)
-            return float(value)
-        if isinstance(default, tuple):
-            items = value.split(",") if from_env else ([value] if isinstance(value, str) else value)
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                raise TypeError(value)
-            return tuple(i.strip() for i in items if i.strip())
-        if not isinstance(value, str):
-            raise TypeError(value)
-        return value
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}: {value!r} is not a valid {type(default).__name__}") from None
+        if kind is bool:
+            if text.strip().lower() not in (*_TRUE, *_FALSE):
+                raise ValueError(text)
+            return text.strip().lower() in _TRUE
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        if kind == tuple[str, ...]:
+            return text.split(",")
+        return text
+    except ValueError:
+        raise ConfigError(f"{name}: {text!r} is not a valid {_TYPE_NAMES.get(kind, kind)}") from None
 
 
-def _section(name: str, cls: type[Any], table: Mapping[str, Any], environ: Mapping[str, str]) -> Any:
+# -- errors, named ------------------------------------------------------------------------------
+
+
+def _first_error(error: BaseException) -> tuple[str, BaseException]:
+    """The first error inside cattrs' groups, and the key its note names (``""`` when none does)."""
+    key = ""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+        notes = getattr(error, "__notes__", ())
+        key = key or next((n.name for n in notes if isinstance(n, AttributeValidationNote)), "")
+    return key, error
+
+
+def _named(
+    where: str, cls: type[Any], error: BaseException, values: Mapping[str, Any], origins: Mapping[str, str]
+) -> ConfigError:
+    """The first of cattrs' errors as one line that names the key (and the variable it came from)."""
+    key, leaf = _first_error(error)
+    if isinstance(leaf, ConfigError):  # a rule's: its message starts with the key
+        key = str(leaf).partition(":")[0]
+        origin = f" (from {origins[key]})" if key in origins else ""
+        return ConfigError(f"{where}.{leaf}{origin}")
+    if isinstance(leaf, KeyError):
+        return ConfigError(f"{where}: {key} is required")
+    origin = f" (from {origins[key]})" if key in origins else ""
+    attribute = attrs.fields_dict(cls)[key]
+    kind = _TYPE_NAMES.get(attribute.type, "value") if attribute.type is not None else "value"
+    value = "the value" if described(attribute).secret else repr(values.get(key))
+    return ConfigError(f"{where}.{key}: {value} is not a valid {kind}{origin}")
+
+
+def _suggestion(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+
+def _read(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
+
+
+def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
+    known = [CONFIG_VARIABLE] + [
+        variable_name(section, a.name) for section, cls in SECTIONS.items() for a in attrs.fields(cls)
+    ]
+    for name in sorted(environ):
+        if name.startswith(_PREFIX) and name not in known and name not in _SUPERVISORD_VARIABLES:
+            # Compared without the prefix they share, which would make any two names look alike.
+            close = difflib.get_close_matches(
+                name.removeprefix(_PREFIX), [k.removeprefix(_PREFIX) for k in known], n=1
+            )
+            hint = (
+                f"did you mean {_PREFIX}{close[0]}?"
+                if close
+                else "`supervisor config example` lists every key"
+            )
+            raise ConfigError(f"{name}: no such setting; {hint}")
+
+
+def _section(name: str, cls: type[Any], table: Any, environ: Mapping[str, str]) -> Any:
     if not isinstance(table, Mapping):
         raise ConfigError(f"[{name}] must be a table")
-    defaults = cls()
-    known = {a.name for a in cls.__attrs_attrs__}
-    unknown = sorted(set(table) - known)
+    known = list(attrs.fields_dict(cls))
+    unknown = sorted(set(table) - set(known))
     if unknown:
-        raise ConfigError(f"{name}.{unknown[0]}: unknown key (known: {', '.join(sorted(known))})")
-    values = {}
-    for attribute in known:
-        env_name = f"SUPERVISOR_{name}_{attribute}".upper()
-        raw = environ[env_name] if env_name in environ else table.get(attribute)
-        if raw is not None:
-            where = env_name if env_name in environ else f"{name}.{attribute}"
-            values[attribute] = _convert(where, raw, getattr(defaults, attribute))
-    settings = cls(**values)
-    return settings
+        raise ConfigError(f"{name}.{unknown[0]}: unknown key{_suggestion(unknown[0], known)}")
+    values = dict(table)
+    origins = {}
+    for attribute in attrs.fields(cls):
+        variable = variable_name(name, attribute.name)
+        if variable in environ:
+            values[attribute.name] = _from_variable(variable, environ[variable], attribute.type)
+            origins[attribute.name] = variable
+    try:
+        return _CONVERTER.structure(values, cls)
+    except cattrs.BaseValidationError as error:
+        raise _named(name, cls, error, values, origins) from None
+
+
+def _environments(raw: Any) -> tuple[ExecutionEnvironment, ...]:
+    if not isinstance(raw, list) or not all(isinstance(e, Mapping) for e in raw):
+        raise ConfigError("environments: must be an array of tables ([[environments]])")
+    environments = []
+    for i, table in enumerate(raw):
+        where = f"environments[{i}]"
+        entry = _section(where, EnvironmentEntry, table, {})
+        environments.append(environment_from_dict(attrs.asdict(entry), where=where, snake_case=True))
+    ids = [e.id for e in environments]
+    if len(ids) != len(set(ids)):
+        raise ConfigError("environments: an id appears twice")
+    return tuple(environments)
+
+
+def _refuse_short_tokens(settings: Settings, environ: Mapping[str, str]) -> None:
+    """A token too short to be secret, in a section or in ``NOMAD_TOKEN``, named (never shown)."""
+    for name in SECTIONS:
+        for problem in secret_problems(name, getattr(settings, name)):
+            raise ConfigError(problem)
+    nomad_token = environ.get("NOMAD_TOKEN", "")
+    if not settings.nomad.token and not SECRET_TOKEN.test(nomad_token):
+        raise ConfigError(
+            f"NOMAD_TOKEN: a token of {len(nomad_token)} characters is too short to be secret; "
+            f"must be {SECRET_TOKEN.text}"
+        )
 
 
 def load_settings(path: str | Path | None, environ: Mapping[str, str]) -> Settings:
     """Settings from ``path`` (or ``SUPERVISOR_CONFIG``; none: defaults) and the environment."""
-    path = path or environ.get("SUPERVISOR_CONFIG") or None
-    document: dict[str, Any] = {}
-    if path is not None:
-        try:
-            document = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path}: {exc}") from exc
-    unknown = sorted(set(document) - set(_SECTIONS) - {"environments"})
+    document = _read(config_path(path, environ))
+    _refuse_unknown_variables(environ)
+    unknown = sorted(set(document) - set(SECTIONS) - {"environments"})
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown section")
-    sections = {name: _section(name, cls, document.get(name, {}), environ) for name, cls in _SECTIONS.items()}
-    raw_environments = document.get("environments", [])
-    if not isinstance(raw_environments, list):
-        raise ConfigError("environments: must be an array of tables ([[environments]])")
-    try:
-        environments = tuple(
-            environment_from_dict(entry, where=f"environments[{i}]", snake_case=True)
-            for i, entry in enumerate(raw_environments)
+        raise ConfigError(
+            f"{unknown[0]}: unknown section{_suggestion(unknown[0], [*SECTIONS, 'environments'])}"
         )
-    except InvalidRequest as exc:
-        raise ConfigError(str(exc)) from None
-    settings = Settings(**sections, environments=environments)
-    _validate(settings)
+    sections = {name: _section(name, cls, document.get(name, {}), environ) for name, cls in SECTIONS.items()}
+    settings = Settings(**sections, environments=_environments(document.get("environments", [])))
+    _refuse_short_tokens(settings, environ)
     return settings
-
-
-def _validate_choices(settings: Settings) -> None:
-    if settings.nomad.direct_exec not in DIRECT_EXEC_MODES:
-        raise ConfigError(
-            f"nomad.direct_exec: {settings.nomad.direct_exec!r} is not one of {', '.join(DIRECT_EXEC_MODES)}"
-        )
-    if settings.log.level.upper() not in LOG_LEVELS:
-        raise ConfigError(f"log.level: {settings.log.level!r} is not one of {', '.join(LOG_LEVELS)}")
-    if settings.log.format not in LOG_FORMATS:
-        raise ConfigError(f"log.format: {settings.log.format!r} is not one of {', '.join(LOG_FORMATS)}")
-
-
-def _validate_ha(ha: HaSettings) -> None:
-    if not MIN_LOCK_TTL <= ha.ttl <= MAX_LOCK_TTL:
-        raise ConfigError(
-            f"ha.ttl: {ha.ttl:g} is outside what Nomad takes for a lock's TTL ({MIN_LOCK_TTL:g} s to 24 h)"
-        )
-    if ha.lock_delay < 0:
-        raise ConfigError("ha.lock_delay: must not be negative")
-    if (
-        not ha.lock_path
-        or ha.lock_path.startswith("/")
-        or not all(c.isalnum() or c in "-_~/" for c in ha.lock_path)
-    ):
-        raise ConfigError(f"ha.lock_path: {ha.lock_path!r} is no Nomad variable path (letters, digits, -_~/)")
-
-
-def _validate(settings: Settings) -> None:
-    if not 0 <= settings.server.port <= 65535:
-        raise ConfigError(f"server.port: {settings.server.port} is outside 0-65535")
-    if not 0 <= settings.alert.prewarming_pool_threshold <= 1:
-        raise ConfigError("alert.prewarming_pool_threshold: must be between 0 and 1")
-    _validate_choices(settings)
-    if settings.factory.registrations_per_second <= 0:
-        raise ConfigError("factory.registrations_per_second: must be positive")
-    if settings.factory.max_starting < 1:
-        raise ConfigError("factory.max_starting: must be at least 1")
-    if settings.watcher.resync_interval <= 0 or settings.watcher.heartbeat_timeout <= 0:
-        raise ConfigError("watcher.resync_interval and watcher.heartbeat_timeout: must be positive")
-    for name in ("admission.wait_timeout", "execution.stop_grace", "execution.connect_timeout"):
-        section, key = name.split(".")
-        if getattr(getattr(settings, section), key) < 0:
-            raise ConfigError(f"{name}: must not be negative")
-    for name in (
-        "alert.check_interval",
-        "admission.agent_retry_interval",
-        "health.stream_down_grace",
-        "health.nomad_check_timeout",
-        "nomad.request_timeout",
-        "nomad.exec_connect_timeout",
-        "nomad.close_timeout",
-        "nomad.agent_connect_timeout",
-        "server.max_body",
-        "server.max_message",
-        "server.max_files",
-    ):
-        section, key = name.split(".")
-        if getattr(getattr(settings, section), key) <= 0:
-            raise ConfigError(f"{name}: must be positive")
-    if settings.supervision.intensity < 0 or settings.supervision.period <= 0:
-        raise ConfigError(
-            "supervision.intensity must not be negative, and supervision.period must be positive"
-        )
-    if not settings.execution.workspace.startswith("/"):
-        raise ConfigError("execution.workspace: must be an absolute path")
-    _validate_ha(settings.ha)
-    ids = [e.id for e in settings.environments]
-    if len(ids) != len(set(ids)):
-        raise ConfigError("environments: an id appears twice")

@@ -91,6 +91,15 @@ def _int(where: str, value: Any, *, minimum: int = 0, maximum: int = MAX_AMOUNT)
     return value
 
 
+def _is_text(text: str) -> bool:
+    """Whether ``text`` is Unicode text: no lone surrogate (JSON's ``"\\ud800"``)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def environment_from_dict(
     data: Any, *, where: str = "body", environment_id: int | None = None, snake_case: bool = False
 ) -> ExecutionEnvironment:
@@ -114,6 +123,8 @@ def environment_from_dict(
     image = values["image"]
     if not isinstance(image, str) or not image.strip():
         raise InvalidRequest(f"{where}: image must be a non-empty string")
+    if "\0" in image or not _is_text(image):
+        raise InvalidRequest(f"{where}: image must be Unicode text without NUL bytes")
     cpu = values["cpu_limit"]
     if isinstance(cpu, bool) or not isinstance(cpu, int | float) or not 0 < cpu <= MAX_AMOUNT:
         raise InvalidRequest(f"{where}: cpuLimit must be a positive number up to {MAX_AMOUNT}, got {cpu!r}")

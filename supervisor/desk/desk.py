@@ -132,13 +132,14 @@ class RunnerDesk:
             if self._pool.used_runner(runner.id) is not None:
                 self._effects.apply(self._pool.release(runner.id))
             raise NomadUnreachable(f"runner {runner.id} could not be marked as claimed in Nomad")
-        logger.info("runner {} claimed (inactivity timeout {}s)", runner.id, inactivity_timeout)
+        logger.info("runner claimed", runner=runner.id, inactivity_timeout=inactivity_timeout)
         return runner
 
     async def release(self, runner_id: str) -> None:
         """The client gives the runner back (RunnerGoneError if it holds none by that ID)."""
         await self._synced()
         self._effects.apply(self._pool.release(runner_id))
+        logger.info("runner released", runner=runner_id)
 
     async def runner_for_work(self, runner_id: str) -> Runner:
         """The runner, if new work may start in it: its inactivity timeout starts again, the

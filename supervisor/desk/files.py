@@ -7,7 +7,6 @@ that goes away ends the session and has the command stopped.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -44,7 +43,7 @@ from .workspace import (
     workspace_path,
 )
 
-__all__ = ["Download", "FileService"]
+__all__ = ["Download", "FileService", "resolve_patch"]
 
 _STDIN_CHUNK: Final = 64 * 1024
 _DOWNLOAD_BUFFER: Final = 16  # exec output chunks (at most 4 KiB each) between Nomad and the client
@@ -52,59 +51,26 @@ _MAX_STDERR: Final = 64 * 1024
 _MAX_LISTING: Final = 64 * 1024 * 1024
 
 
-def parse_patch(
-    body: Any, workspace: str, *, max_files: int
+def resolve_patch(
+    delete: Sequence[str], copy: Sequence[tuple[str, bytes]], workspace: str, *, max_files: int
 ) -> tuple[list[str], list[tuple[str, bytes | None]]]:
-    """Poseidon's ``{"delete": [...], "copy": [{"path", "content"}]}``, checked and made relative;
-    at most ``max_files`` entries in all."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("body must be a JSON object")
-    unknown = sorted(set(body) - {"delete", "copy"})
-    if unknown:
-        raise InvalidRequest(f"unknown field {unknown[0]!r}")
-    deletions_raw = _array(body.get("delete"))
-    copies_raw = _array(body.get("copy"))
-    if deletions_raw is None or copies_raw is None:
-        raise InvalidRequest("delete and copy must be arrays")
-    if len(deletions_raw) + len(copies_raw) > max_files:
+    """A PATCH's paths (the API has read its shape) made relative to the workspace and checked: at
+    most ``max_files`` entries in all; a copy's path ending in "/" is a directory (None)."""
+    if len(delete) + len(copy) > max_files:
         raise InvalidRequest(f"at most {max_files} delete and copy entries are taken in one request")
     deletions = []
-    for i, path in enumerate(deletions_raw):
+    for i, path in enumerate(delete):
         if path == CLEAR_WORKSPACE or path in ("./", ".", "*"):
             deletions.append(".")
         else:
             deletions.append(workspace_path(path, workspace, field=f"delete[{i}]"))
-    copies = [_copy_entry(f"copy[{i}]", entry, workspace) for i, entry in enumerate(copies_raw)]
+    copies: list[tuple[str, bytes | None]] = []
+    for i, (path, content) in enumerate(copy):
+        relative = workspace_path(path, workspace, field=f"copy[{i}].path")
+        if relative == ".":
+            raise InvalidRequest(f"copy[{i}].path names the workspace itself")
+        copies.append((relative, None if path.endswith("/") else content))
     return deletions, copies
-
-
-def _array(value: Any) -> list[Any] | None:
-    """An array of the body; missing or null is empty (as Go reads it), anything else is None."""
-    if value is None:
-        return []
-    return value if isinstance(value, list) else None
-
-
-def _copy_entry(field: str, entry: Any, workspace: str) -> tuple[str, bytes | None]:
-    """One ``{"path", "content"}`` of a copy: a path ending in "/" is a directory (None)."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-        raise InvalidRequest(f"{field} must be an object with a path")
-    extra = sorted(set(entry) - {"path", "content"})
-    if extra:
-        raise InvalidRequest(f"{field}: unknown field {extra[0]!r}")
-    raw_path: str = entry["path"]
-    relative = workspace_path(raw_path, workspace, field=f"{field}.path")
-    if relative == ".":
-        raise InvalidRequest(f"{field}.path names the workspace itself")
-    if raw_path.endswith("/"):
-        return relative, None
-    content = entry.get("content", "")
-    if not isinstance(content, str):
-        raise InvalidRequest(f"{field}.content must be a base64 string")
-    try:
-        return relative, base64.b64decode(content, validate=True)
-    except ValueError:  # binascii.Error, or a character past ASCII
-        raise InvalidRequest(f"{field}.content is not valid base64") from None
 
 
 @frozen

@@ -1,17 +1,43 @@
 """``supervisor health``: the monitoring probe. Exit codes follow the monitoring-plugin convention:
-0 OK, 1 WARNING (degraded), 2 CRITICAL, 3 UNKNOWN (the daemon cannot be reached or its answer read)."""
+0 OK, 1 WARNING (degraded), 2 CRITICAL, 3 UNKNOWN (the daemon cannot be reached or its answer read,
+or the probe was called wrongly)."""
 
 from __future__ import annotations
 
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 
-__all__ = ["EXIT_CODES", "probe"]
+__all__ = ["EXIT_CODES", "UNKNOWN", "probe", "unknown", "url_problem"]
 
 EXIT_CODES: Final = {"ok": 0, "warning": 1, "critical": 2}
 UNKNOWN: Final = 3
+_SCHEMES: Final = ("http", "https")
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with the daemon's URL, or None: it needs http:// or https:// and a host."""
+    parts = urlsplit(url)
+    if "://" not in url:
+        return f"no scheme: write it as http://{url}"
+    if parts.scheme not in _SCHEMES:
+        return f"the scheme {parts.scheme!r} is not http or https"
+    if not parts.hostname:
+        return "no host"
+    try:
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError:
+        return "the port is not a number from 0 to 65535"
+    return None
+
+
+def unknown(message: str, *, as_json: bool) -> tuple[int, str]:
+    """UNKNOWN (exit 3) and ``message``, as a line or as JSON."""
+    if as_json:
+        return UNKNOWN, orjson.dumps({"status": "unknown", "message": message}).decode()
+    return UNKNOWN, f"UNKNOWN: {message}"
 
 
 def _summary(document: dict[str, Any]) -> str:
@@ -49,33 +75,39 @@ def probe(url: str, *, token: str, timeout: float, as_json: bool) -> tuple[int, 
     or with ``as_json`` a JSON document whatever happened (``{"status": "unknown", "message"}`` when
     there is no health document to show)."""
 
-    def unknown(message: str) -> tuple[int, str]:
-        if as_json:
-            return UNKNOWN, orjson.dumps({"status": "unknown", "message": message}).decode()
-        return UNKNOWN, f"UNKNOWN: {message}"
-
     headers = {"Poseidon-Token": token} if token else {}
     try:
         response = httpx.get(url.rstrip("/") + "/api/v1/health/details", headers=headers, timeout=timeout)
     except Exception as exc:  # a bad URL included: whatever it is, the answer is UNKNOWN
-        return unknown(f"the supervisor at {url} cannot be reached: {exc}")
+        return unknown(f"the supervisor at {url} cannot be reached: {exc}", as_json=as_json)
     standby = _standby(response) if response.status_code == 503 else None
     if standby is not None:
         # A healthy standby (HA): nothing is wrong with it, and the active one is checked on its own.
         if as_json:
             return 0, orjson.dumps({"status": "standby", "message": standby}).decode()
         return 0, f"OK: standby: {standby}"
+    if response.status_code == 401:
+        what = "refuses the token given" if token else "wants a token"
+        return unknown(
+            f"the supervisor at {url} answered HTTP 401: it {what}; pass its server.token with --token, "
+            "--token-file or SUPERVISOR_SERVER_TOKEN",
+            as_json=as_json,
+        )
     if response.status_code != 200:
-        return unknown(f"the supervisor at {url} answered HTTP {response.status_code}")
+        return unknown(f"the supervisor at {url} answered HTTP {response.status_code}", as_json=as_json)
     try:
         document = orjson.loads(response.content)
         status = document["status"]
         code = EXIT_CODES[status]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        return unknown(f"the supervisor at {url} gave an answer that is not a health document")
+        return unknown(
+            f"the supervisor at {url} gave an answer that is not a health document", as_json=as_json
+        )
     if as_json:
         return code, orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
     try:
         return code, f"{status.upper()}: {_summary(document)}"
     except (AttributeError, TypeError, KeyError):
-        return unknown(f"the supervisor at {url} gave a health document this probe cannot read")
+        return unknown(
+            f"the supervisor at {url} gave a health document this probe cannot read", as_json=as_json
+        )

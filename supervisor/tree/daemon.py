@@ -61,6 +61,7 @@ from ..desk.service import RunnerService
 from ..nomad import NomadClient, NomadSettings
 from ..nomad.api import NomadApi
 from ..nomad.locks import VariableLocks
+from ..ops.metrics import DaemonMetrics
 from ..ops.observability import status_line
 from ..ops.systemd import SystemdNotifier
 from .election import AlwaysActive, Elector, LockElector
@@ -150,7 +151,9 @@ class Daemon:
         self.ended = trio.Event()
         self.systemd = SystemdNotifier(self.environ)
         self.addresses: list[str] = []
-        self.switch = RoleSwitch(retry_after=settings.ha.ttl / 3)
+        # Active while the API serves a term's service.
+        self.metrics = DaemonMetrics(lambda: self.service if self.switch.app is not None else None)
+        self.switch = RoleSwitch(retry_after=settings.ha.ttl / 3, metrics=self.metrics)
         self.server = AsgiServer(self.switch, self._server_settings())
         self._term: _Term | None = None
         # Set once the first term has started its tiers.
@@ -330,7 +333,7 @@ class Daemon:
                 service.begin_stop()
                 term.ending.set()
             await self._start_tiers(term_tiers, _Parts(self, service), opened)
-            self.switch.app = create_app(service, settings)
+            self.switch.app = create_app(service, settings, self.metrics)
             self._term_started.set()
             if task_status is not None:
                 task_status.started(self)

@@ -128,7 +128,7 @@ async def test_execution_urls_are_single_use_and_checked(harness: Harness) -> No
         ({}, "command is required"),
         ({"command": "echo 'quoted'"}, "single quotation mark"),
         ({"command": "env", "environment": {"1BAD": "x"}}, "not a valid variable name"),
-        ({"command": "env", "environment": {"A": 1}}, "string values"),
+        ({"command": "env", "environment": {"A": 1}}, "environment.A must be a string, got 1"),
         ({"command": "true", "timeLimit": -5}, "timeLimit"),
         ({"command": "true", "privilegedExecution": "yes"}, "privilegedExecution"),
         ({"command": "true", "shell": "bash"}, "unknown field 'shell'"),

@@ -98,8 +98,8 @@ async def test_commands_no_runner_could_take_are_400(
     [
         ({"copy": [{"path": "a" * 256}]}, "longer than 255"),
         ({"copy": [{"path": "a/" * 2100 + "b"}]}, "longer than 4095"),
-        ({"copy": {}}, "arrays"),
-        ({"delete": "x"}, "arrays"),
+        ({"copy": {}}, "copy must be an array or null, got {}"),
+        ({"delete": "x"}, "delete must be an array or null, got 'x'"),
     ],
 )
 async def test_paths_and_shapes_no_runner_could_take_are_400(

@@ -1,11 +1,13 @@
-"""/api/v1/health/details and /metrics."""
+"""/api/v1/health/details and /metrics: Prometheus' conventions, the role, the HTTP requests."""
 
 from __future__ import annotations
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.base.levels import StreamState
 
+from ..test_observability import convention_violations, role_of, sample_values
 from .conftest import Harness
 
 
@@ -54,34 +56,64 @@ async def test_details_report_draining_nodes_and_a_down_stream(harness: Harness)
     assert details["checks"]["draining_nodes"] == {"status": "warning", "nodes": [node.name]}
 
 
-async def test_metrics_in_prometheus_text(harness: Harness) -> None:
-    await harness.environment(10)
-    await harness.wait_for(lambda: harness.idle(10) == 2)
+async def _metrics(harness: Harness) -> str:
     base = str(harness.http.base_url).rstrip("/").removesuffix("/api/v1")
     async with httpx.AsyncClient() as http:
         response = await http.get(base + "/metrics")
     assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
-    lines = response.text.splitlines()
-    assert "supervisor_event_stream_up 1" in lines
-    assert 'supervisor_runners{environment="10",state="idle"} 2' in lines
-    assert "# TYPE supervisor_executions_total counter" in lines
-    assert "supervisor_runners_suspect 0" in lines
-    assert "supervisor_nodes_avoided 0" in lines
-    assert 'supervisor_runners_found_gone_total{path="exec refusal"} 0' in lines
-    samples = [line for line in lines if not line.startswith("#")]
-    assert all(len(line.rsplit(" ", 1)) == 2 for line in samples)
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return response.text
+
+
+async def test_metrics_in_prometheus_text_by_its_conventions(harness: Harness) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    text = await _metrics(harness)
+    assert convention_violations(text) == []
+    families = {family.name: family.type for family in text_string_to_metric_families(text)}
+    assert families["supervisor_executions"] == "counter"
+    assert {"process_cpu_seconds", "python_info", "supervisor_build_info"} <= families.keys()
+    assert role_of(text) == "active"
+    assert sample_values(text, "supervisor_event_stream_up") == {(): 1}
+    runners = sample_values(text, "supervisor_runners")
+    assert runners[("environment", "10"), ("state", "idle")] == 2
+    assert sample_values(text, "supervisor_runners_target") == {(("environment", "10"),): 2}
+    assert sample_values(text, "supervisor_runners_suspect") == {(): 0}
+    assert sample_values(text, "supervisor_nodes_avoided") == {(): 0}
+    found_gone = sample_values(text, "supervisor_runners_found_gone_total")
+    assert found_gone[(("path", "exec_refusal"),)] == 0
+    assert found_gone.keys() == {(("path", p),) for p in ("event", "listing", "node_restart", "exec_refusal")}
+    outcomes = sample_values(text, "supervisor_executions_total")
+    assert outcomes.keys() == {(("outcome", o),) for o in ("exit", "timeout", "error", "closed")}
+
+
+async def test_http_requests_are_counted_by_route_template(harness: Harness) -> None:
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    runner = await harness.runner(10)
+    assert (await harness.http.delete(f"/runners/{runner}")).status_code == 204
+    assert (await harness.http.get("/runners/10-no-such-runner/files")).status_code == 410
+    text = await _metrics(harness)
+    requests = sample_values(text, "supervisor_http_requests_total")
+    released = (("method", "DELETE"), ("route", "/api/v1/runners/{runner_id}"), ("status", "204"))
+    assert requests[released] == 1
+    gone = (("method", "GET"), ("route", "/api/v1/runners/{runner_id}/files"), ("status", "410"))
+    assert requests[gone] == 1
+    assert not [labels for labels in requests if runner in str(labels) or "no-such" in str(labels)]
+    durations = sample_values(text, "supervisor_http_request_duration_seconds_count")
+    assert durations[released[:2]] == 1
 
 
 async def test_metrics_time_each_runner_start_and_count_the_starting(harness: Harness) -> None:
     await harness.environment(10)
     await harness.wait_for(lambda: harness.idle(10) == 2)
-    base = str(harness.http.base_url).rstrip("/").removesuffix("/api/v1")
-    async with httpx.AsyncClient() as http:
-        lines = (await http.get(base + "/metrics")).text.splitlines()
-    assert "# TYPE supervisor_runner_start_seconds histogram" in lines
-    assert "supervisor_runner_start_seconds_count 2" in lines, "both runners of the pool started"
-    assert 'supervisor_runner_start_seconds_bucket{le="+Inf"} 2' in lines
-    buckets = [int(line.rsplit(" ", 1)[1]) for line in lines if "start_seconds_bucket" in line]
-    assert buckets == sorted(buckets), "cumulative"
-    assert "supervisor_factory_starting 0" in lines, "none is starting any more"
+    text = await _metrics(harness)
+    families = {family.name: family.type for family in text_string_to_metric_families(text)}
+    assert families["supervisor_runner_start_seconds"] == "histogram"
+    count = sample_values(text, "supervisor_runner_start_seconds_count")
+    assert count == {(): 2}, "both runners of the pool started"
+    buckets = sample_values(text, "supervisor_runner_start_seconds_bucket")
+    assert buckets[(("le", "+Inf"),)] == 2
+    cumulative = [value for _, value in sorted(buckets.items(), key=lambda item: float(item[0][0][1]))]
+    assert cumulative == sorted(cumulative), "cumulative"
+    assert sample_values(text, "supervisor_factory_starting") == {(): 0}, "none is starting any more"

@@ -41,7 +41,7 @@ async def test_claim_hands_out_an_idle_runner_and_orders_a_replacement(harness: 
     ("body", "status", "message"),
     [
         ({}, 400, "executionEnvironmentId is required"),
-        ({"executionEnvironmentId": "10"}, 400, "executionEnvironmentId is required"),
+        ({"executionEnvironmentId": "10"}, 400, "executionEnvironmentId must be an integer from 0 to"),
         ({"executionEnvironmentId": 10, "inactivityTimeout": -1}, 400, "inactivityTimeout"),
         ({"executionEnvironmentId": 10, "extra": 1}, 400, "unknown field 'extra'"),
         ({"executionEnvironmentId": 99}, 404, "execution environment 99 does not exist"),

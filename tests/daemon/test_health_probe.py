@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import trio
 
 from supervisor.base.levels import StreamState
+from supervisor.cli import main
 from supervisor.core.config import ServerSettings, Settings
 from supervisor.ops.probe import probe
 
@@ -39,6 +41,7 @@ async def test_probe_exit_codes(harness: Harness, settings: Settings) -> None:
     code, text = await run_probe(harness, token="wrong")
     assert code == 3
     assert "HTTP 401" in text
+    assert "--token" in text, "it says how to pass the token"
 
 
 async def test_probe_of_nothing_is_unknown() -> None:
@@ -50,3 +53,37 @@ async def test_probe_of_nothing_is_unknown() -> None:
     )
     assert code == 3
     assert text.startswith("UNKNOWN: the supervisor at")
+
+
+@pytest.mark.parametrize("settings", [Settings(server=ServerSettings(port=0, token="s3cret"))])
+async def test_the_probe_takes_its_token_off_the_command_line(
+    harness: Harness,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = harness.daemon.addresses[0]
+    await harness.environment(10)
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+
+    async def health(*argv: str) -> tuple[int, str]:
+        code = await trio.to_thread.run_sync(main, ["health", "--url", url, *argv])
+        return code, capsys.readouterr().out
+
+    monkeypatch.delenv("SUPERVISOR_SERVER_TOKEN", raising=False)
+    code, text = await health()
+    assert code == 3
+    assert "HTTP 401: it wants a token; pass its server.token with --token, --token-file or" in text
+    code, text = await health("--token", "wrong1")
+    assert code == 3
+    assert "HTTP 401: it refuses the token given; pass its server.token with --token" in text
+
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    code, text = await health("--token-file", str(token_file))
+    assert (code, text.split(":")[0]) == (0, "OK"), "the file's token, its newline dropped"
+
+    monkeypatch.setenv("SUPERVISOR_SERVER_TOKEN", "s3cret")
+    code, text = await health()
+    assert (code, text.split(":")[0]) == (0, "OK"), "the environment's token"
