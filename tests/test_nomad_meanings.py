@@ -20,7 +20,7 @@ from supervisor.base.errors import (
     NomadRequestError,
     NomadUnavailableError,
 )
-from supervisor.nomad.boundary import MEANINGS, Meaning, meaning_of, translate_status
+from supervisor.nomad.boundary import MEANINGS, Meaning, in_one_line, meaning_of, translate_status
 from supervisor.simulator import SimConfig, SimulatedCluster
 
 from .simulator.conftest import batch_job
@@ -160,3 +160,28 @@ def test_only_what_may_succeed_later_is_transient() -> None:
     }
     assert translate_status(204, "", "a request") is None
     assert isinstance(translate_status(600, "", "a request"), NomadUnavailableError)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (
+            '1 error occurred:\n\t* Task group "g" validation failed: 1 error occurred:\n\t* Task "t" '
+            "validation failed: 1 error occurred:\n\t* 1 error occurred:\n\t* "
+            "minimum MemoryMB value is 10; got 5\n\n",
+            'Task group "g" validation failed: Task "t" validation failed: '
+            "minimum MemoryMB value is 10; got 5",
+        ),
+        (
+            '2 errors occurred:\n\t* Missing job task groups\n\t* Invalid job type: "x"\n\n',
+            'Missing job task groups; Invalid job type: "x"',
+        ),
+        (
+            "rpc error: 1 error occurred:\n\t* job priority must be between [1, 100]\n\n",
+            "job priority must be between [1, 100]",
+        ),
+        ("job not found", "job not found"),
+    ],
+)
+def test_a_refusal_reads_in_one_line(text: str, line: str) -> None:
+    assert in_one_line(text) == line

@@ -29,7 +29,7 @@ from ..core.pool import RunnerPool
 from ..core.runners import Action, DestroyRunner
 from ..nomad import JobListStub
 from ..nomad.api import NomadApi
-from ..nomad.boundary import token_refused
+from ..nomad.boundary import in_one_line, token_refused
 
 __all__ = ["JOB_WRITES", "JOB_WRITES_NEED", "EnvironmentStore"]
 
@@ -71,7 +71,7 @@ class EnvironmentStore:
                 )
                 raise
             except NomadRequestError as exc:
-                message = exc.body.strip() or str(exc)
+                message = in_one_line(exc.body) or str(exc)
                 raise InvalidRequest(
                     f"Nomad refuses the job of execution environment {environment.id}: {message}"
                 ) from exc

@@ -28,7 +28,7 @@ from ..core.environments import runner_job
 from ..core.pool import RunnerPool
 from ..core.runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerState
 from ..nomad.api import JobWriter
-from ..nomad.boundary import token_refused
+from ..nomad.boundary import in_one_line, token_refused
 from .environment_store import JOB_WRITES, JOB_WRITES_NEED
 
 __all__ = ["RunnerFactory"]
@@ -236,7 +236,7 @@ class RunnerFactory:
                 FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc.body, JOB_WRITES_NEED)
             )
         elif isinstance(action, CreateRunner) and isinstance(exc, NomadRequestError):
-            text = exc.body.strip() or str(exc)
+            text = in_one_line(exc.body) or str(exc)
             self._faults.report(
                 FaultKind.ENVIRONMENT_REFUSED,
                 str(action.environment_id),

@@ -21,6 +21,7 @@ from ..base.errors import (
 __all__ = [
     "MEANINGS",
     "Meaning",
+    "in_one_line",
     "meaning_of",
     "release_response",
     "translate_status",
@@ -151,3 +152,21 @@ def token_refused(answer: str, needs: str) -> tuple[str, str]:
         f"nomad.token (NOMAD_TOKEN) is missing, unknown to this cluster, or its policy lacks what the "
         f"daemon needs ({needs}): `supervisor check` tells which"
     )
+
+
+_MULTIERROR_HEAD: Final = re.compile(r"(?:rpc error: )?\d+ errors? occurred:")
+_ITEM: Final = re.compile(r"\s*\t\* ")
+
+
+def in_one_line(text: str) -> str:
+    """Nomad's refusal in one line: go-multierror's nested ``N errors occurred:`` lists flattened,
+    each problem after the group or task it belongs to (``Task group "g" validation failed: Task
+    "t" validation failed: minimum MemoryMB value is 10; got 5``), several joined by ``; ``."""
+    problems = [p.strip() for p in _ITEM.split(_MULTIERROR_HEAD.sub("", text))]
+    joined: list[str] = []
+    for problem in (p for p in problems if p):
+        if joined and joined[-1].endswith("failed:"):
+            joined[-1] = f"{joined[-1]} {problem}"
+        else:
+            joined.append(problem)
+    return "; ".join(joined) or text.strip()

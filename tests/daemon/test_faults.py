@@ -72,7 +72,8 @@ async def test_an_environment_nomad_refuses_is_the_clients_400_with_nomads_word(
     assert response.status_code == 400
     message = response.json()["message"]
     assert message.startswith("Nomad refuses the job of execution environment 10: ")
-    assert "minimum MemoryMB value is 10" in message
+    assert message.endswith("Task default-task validation failed: minimum MemoryMB value is 10; got 5")
+    assert "\n" not in message
     assert (await harness.http.get("/execution-environments/10")).status_code == 404
     assert harness.cluster.state.jobs == {}, "nothing half-created"
     assert harness.service.faults.active() == [], "the client was told: nothing lasts"
