@@ -34,6 +34,7 @@ from targets import target
 from supervisor.base.errors import EventStreamError
 from supervisor.core.config import Settings
 from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.orders import SetEnvironment
 from supervisor.desk.service import RunnerService
 from supervisor.nomad import NomadClient, NomadSettings
 
@@ -152,7 +153,7 @@ def loaded_service(nursery: trio.Nursery, client: NomadClient) -> tuple[RunnerSe
     runner_ids: list[str] = []
     for environment_id in range(1, ENVIRONMENTS + 1):
         environment = ExecutionEnvironment(environment_id, "python:3.12-slim", 100, 100.0, 256, False, ())
-        _, actions = service.pool.set_environment(environment)
+        actions = service.effects.tell(SetEnvironment(environment))
         runner_ids += [a.runner_id for a in actions if hasattr(a, "runner_id")]
     node_ids = [str(uuid.UUID(int=i + 1)) for i in range(NODES)]
     return service, runner_ids, node_ids

@@ -15,12 +15,13 @@ from supervisor.core.commands import NOMAD_VARIABLES_COMMAND
 from supervisor.core.config import ExecutionSettings
 from supervisor.core.evidence import Finding
 from supervisor.core.runners import REASON_UNSTOPPABLE
+from supervisor.desk.execution_state import RunningExecution
 from supervisor.desk.executions import (
     CLOSE_STALLED,
+    AdmittedExecution,
     ClientSocket,
     ExecutionRequest,
     ExecutionService,
-    _Running,
 )
 from supervisor.effects.stopping import CommandStops
 from supervisor.nomad import ExecExited, ExecOutput
@@ -35,27 +36,39 @@ class _NoAllocations:
 
 
 class _Runners:
-    """The runners as an execution sees them: every runner is in ``alloc_id`` (or where
+    """The runners as an execution's lease sees them: every runner is in ``alloc_id`` (or where
     ``alloc_of`` says); what the executions found is noted, replacements apart."""
+
+    def __init__(self, alloc_of: Callable[[str], str | None], replaced: list[tuple[str, str]]) -> None:
+        self.alloc_of = alloc_of
+        self.replaced = replaced
+        self.found_out: list[tuple[str, Finding]] = []
+
+
+class _Lease:
+    """A lease on one runner of ``_Runners``."""
 
     agent_wait = 5.0
     agent_retry = 0.5
 
-    def __init__(self, alloc_of: Callable[[str], str | None], replaced: list[tuple[str, str]]) -> None:
-        self._alloc_of = alloc_of
-        self.replaced = replaced
-        self.found_out: list[tuple[str, Finding]] = []
+    def __init__(self, runners: _Runners, runner_id: str) -> None:
+        self.runners = runners
+        self.runner_id = runner_id
+        self.alloc_id = runners.alloc_of(runner_id) or ""
 
-    def alloc_id(self, runner_id: str) -> str | None:
-        return self._alloc_of(runner_id)
-
-    def working(self, runner_id: str, delta: int) -> None:
+    def hold(self) -> None:
         pass
 
-    def found(self, runner_id: str, finding: Finding) -> None:
+    def give_back(self) -> None:
+        pass
+
+    def holds(self) -> bool:
+        return bool(self.alloc_id) and self.runners.alloc_of(self.runner_id) == self.alloc_id
+
+    def found(self, finding: Finding) -> None:
         if finding is Finding.UNSTOPPABLE:
-            self.replaced.append((runner_id, REASON_UNSTOPPABLE))
-        self.found_out.append((runner_id, finding))
+            self.runners.replaced.append((self.runner_id, REASON_UNSTOPPABLE))
+        self.runners.found_out.append((self.runner_id, finding))
 
 
 class _Service(ExecutionService):
@@ -65,10 +78,11 @@ class _Service(ExecutionService):
     stops: CommandStops
 
     async def serve_on(self, socket: ClientSocket, execution_id: str, request: ExecutionRequest) -> int:
-        return await self.serve(socket, execution_id, request, self.runners)
+        lease = _Lease(self.runners, request.runner_id)
+        return await self.serve(socket, AdmittedExecution(execution_id, request, lease))
 
-    def running(self, execution_id: str, runner_id: str) -> _Running:
-        return _Running(execution_id, runner_id, self.runners)
+    def running(self, execution_id: str, runner_id: str) -> RunningExecution:
+        return RunningExecution(execution_id, runner_id, _Lease(self.runners, runner_id))
 
 
 def _service(
@@ -136,7 +150,7 @@ async def test_a_stop_that_cannot_reach_nomad_is_retried_and_the_runner_kept(
     client = _BackAfter(failures=3)
     async with trio.open_nursery() as nursery:
         service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, replaced=replaced)
-        await service._stop(service.running("exec-1", "10-runner"), "alloc-1")
+        await service._stop(service.running("exec-1", "10-runner"))
         assert len(client.commands) == 1, "the first attempt failed; the rest happen in the background"
         await trio.testing.wait_all_tasks_blocked()
         assert service.stops.waiting == 1, "the waiting stop is counted (supervisor_command_stops_waiting)"
@@ -152,7 +166,7 @@ async def test_a_waiting_stop_ends_once_its_runner_is_gone(autojump_clock: trio.
     runners = {"10-runner": "alloc-1"}
     async with trio.open_nursery() as nursery:
         service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, alloc_of=runners.get)
-        await service._stop(service.running("exec-1", "10-runner"), "alloc-1")
+        await service._stop(service.running("exec-1", "10-runner"))
         await trio.testing.wait_all_tasks_blocked()
         assert service.stops.waiting == 1
         started = trio.current_time()
@@ -166,7 +180,7 @@ async def test_a_command_that_cannot_be_stopped_gets_its_runner_replaced(nursery
     replaced: list[tuple[str, str]] = []
     client = _Refusing()
     service = _service(client, ExecutionSettings(stop_grace=0.1), nursery, replaced=replaced)
-    await service._stop(service.running("exec-1", "10-runner"), "alloc-1")
+    await service._stop(service.running("exec-1", "10-runner"))
     assert replaced == [("10-runner", "an execution could not be stopped")]
     assert "kill -TERM" in client.commands[0][-1]
 

@@ -12,9 +12,9 @@ import trio.testing
 from supervisor.base.errors import NomadRequestError, NomadUnavailableError
 from supervisor.core.config import FactorySettings
 from supervisor.core.environments import ExecutionEnvironment, claim_meta, runner_job
-from supervisor.core.evidence import Moment
+from supervisor.core.evidence import AllocationSeen, Moment
 from supervisor.core.pool import RunnerPool
-from supervisor.core.runners import CreateRunner, DestroyRunner, MarkUsed, NodeAvoided
+from supervisor.core.runners import CreateRunner, DestroyRunner, MarkUsed, NodeAvoided, RunnerStarted
 from supervisor.effects.factory import START_PATIENCE, RunnerFactory
 from supervisor.nomad.models import (
     Allocation,
@@ -443,15 +443,14 @@ async def _one_start(wait: float) -> tuple[int, RunnerFactory]:
     nomad = _QuickNomad()
     async with trio.open_nursery() as nursery:
         pool, factory = await _two_creations(nursery, nomad, registrations_per_second=100, pool_size=1)
-        pool.on_started = factory.started
         await trio.sleep(wait)
         starting = factory.starting
-        pool.apply_allocation(
-            Allocation(
-                id="a1", job_id=nomad.calls[0][1], client_status="running", create_index=43, modify_index=43
-            ),
-            Moment(trio.current_time()),
+        alloc = Allocation(
+            id="a1", job_id=nomad.calls[0][1], client_status="running", create_index=43, modify_index=43
         )
+        actions = pool.handle(AllocationSeen(alloc), Moment(trio.current_time()))
+        assert actions == [RunnerStarted(nomad.calls[0][1])], "the pool tells of the first start"
+        factory.started(nomad.calls[0][1])
         nursery.cancel_scope.cancel("test over")
     assert factory.starting == 0
     return starting, factory

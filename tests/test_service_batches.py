@@ -7,7 +7,9 @@ import trio
 from supervisor.base.levels import StreamState
 from supervisor.core.config import Settings
 from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.evidence import JobRegistered, NodesListed
 from supervisor.core.nodes import QUICK_SILENT_SECONDS, SILENT_SECONDS
+from supervisor.core.orders import SetEnvironment
 from supervisor.desk.service import RunnerService
 from supervisor.nomad import Allocation, Event, EventBatch, Node, NodeEvent, NodeListStub
 
@@ -23,9 +25,9 @@ def event(payload: Node | Allocation, kind: str, index: int) -> Event:
 
 async def test_a_covered_batch_still_tells_of_drains_and_agent_restarts(nursery: trio.Nursery) -> None:
     service = RunnerService(NomadDouble(), Settings(), execution_nursery=nursery)
-    service.pool.set_environment(ENVIRONMENT)
+    service.effects.tell(SetEnvironment(ENVIRONMENT))
     runner_id = next(iter(service.pool.runners))
-    service.pool.registered(runner_id, 5)
+    service.effects.tell(JobRegistered(runner_id, 5))
     service.informer.apply_batch(
         EventBatch(
             6,
@@ -71,11 +73,11 @@ def two_nodes_two_runners(nursery: trio.Nursery) -> tuple[RunnerService, list[st
     reports its runner; n1's does not."""
     service = RunnerService(NomadDouble(), Settings(), execution_nursery=nursery)
     ready = [NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("n1", "n2")]
-    service.pool.replace_nodes(ready, 2)
-    service.pool.set_environment(ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ()))
+    service.effects.tell(NodesListed(ready, 2))
+    service.effects.tell(SetEnvironment(ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ())))
     runners = list(service.pool.runners)
     for runner_id in runners:
-        service.pool.registered(runner_id, 5)
+        service.effects.tell(JobRegistered(runner_id, 5))
     service.gate.report(StreamState.UP)
     service.informer.apply_batch(
         EventBatch(

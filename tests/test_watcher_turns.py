@@ -15,7 +15,8 @@ import trio
 
 from supervisor.base.errors import NomadUnavailableError
 from supervisor.base.levels import Requests
-from supervisor.informer.admission import AdmissionGate
+from supervisor.core.config import Settings
+from supervisor.effects.effects import Effects
 from supervisor.informer.informer import Informer
 from supervisor.nomad import EventBatch, StreamStatistics
 from supervisor.nomad.api import NomadApi
@@ -42,9 +43,13 @@ class FakeClient:
         pass
 
 
-class FakeGate:
-    def report(self, state: Any) -> None:
-        pass
+class FakeEffects:
+    """The effects as the informer's constructor reads them: the pool and the relists."""
+
+    pool: Any = None
+
+    def __init__(self) -> None:
+        self.relists = Requests()
 
 
 class FakeService(Informer):
@@ -52,10 +57,8 @@ class FakeService(Informer):
 
     def __init__(self) -> None:
         self.fake = FakeClient()
-        unused: Any = None  # the pool, the effects and the environments: the scripted parts need none
-        super().__init__(
-            cast(NomadApi, self.fake), unused, unused, unused, cast(AdmissionGate, FakeGate()), Requests()
-        )
+        unused: Any = None  # the environments: the scripted parts need none
+        super().__init__(cast(NomadApi, self.fake), cast(Effects, FakeEffects()), unused, Settings())
         self.log: list[str] = []
         self.listings = 0
         self.let_go = trio.Event()

@@ -178,9 +178,11 @@ class _ClientSocket:
 
 class _Routes:
     def __init__(self, service: RunnerService, settings: Settings) -> None:
-        # The service only for the health details; everything else asks the desk.
+        # The service only for the health details; everything else asks the desk, and an execution
+        # the desk admitted runs in the execution service.
         self.service = service
         self.desk = service.desk
+        self.executions = service.executions
         self.settings = settings
         # Written from the app's routes once they are made (create_app).
         self.document: dict[str, Any] = {}
@@ -329,7 +331,7 @@ class _Routes:
         try:
             # Its URL may have been handed out before the stream was lost: the gate is waited at
             # again before the URL is used up, so that the client can try it again after Retry-After.
-            request = await self.desk.take_execution(runner_id, execution_id)
+            execution = await self.desk.take_execution(runner_id, execution_id)
         except NomadUnreachable as exc:
             await websocket.send_denial_response(
                 server_error(str(exc), _UNREACHABLE, retry_after=_RETRY_AFTER)
@@ -342,7 +344,7 @@ class _Routes:
             await websocket.send_denial_response(client_error(410, RUNNER_GONE))
             return
         await websocket.accept()
-        code = await self.desk.execute(_ClientSocket(websocket), execution_id, request)
+        code = await self.executions.serve(_ClientSocket(websocket), execution)
         # A client that closes as soon as it reads the terminal message races our close frame: then
         # the socket is closing either way.
         with contextlib.suppress(RuntimeError, *_CLIENT_GONE):

@@ -1,9 +1,11 @@
 """Evidence: the typed facts the pool learns from, each the answer of one source.
 
 The informer turns what Nomad says (events and listings) into ``NomadFact``s; the runner desk turns
-what an exec session found about its runner into ``ExecFinding``s. The pool takes both through one
-entry, ``RunnerPool.evidence(fact, at)``, with the moment as an argument (``Moment``): it never reads
-a clock. What it returns are actions, which the effects carry out.
+what an exec session found about its runner into ``ExecFinding``s (and a runner it proved into
+``RunnerProven``); the factory reports what Nomad answered its writes (``WriteAnswered``); the
+Nomad client what it learned of agents (``AgentNews``). The pool takes them, and the orders of
+``orders.py``, through one entry, ``RunnerPool.handle(change, at)``, with the moment as an argument
+(``Moment``): it never reads a clock. What it returns are actions, which the effects carry out.
 """
 
 from __future__ import annotations
@@ -13,22 +15,32 @@ import enum
 from attrs import frozen
 
 from ..nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
+from ..nomad.agents import AgentRoute
 from .runners import FOUND_BY_EVENT
 
 __all__ = [
+    "AgentAddressLearned",
+    "AgentNews",
     "AgentReport",
+    "AgentUnreachable",
     "AllocationSeen",
     "ExecFinding",
     "Fact",
     "Finding",
+    "JobPurged",
+    "JobRefused",
+    "JobRegistered",
     "JobSeen",
     "JobsListed",
     "Moment",
     "NodeSeen",
     "NodesListed",
     "NomadFact",
+    "RunnerProven",
     "RunnersListed",
     "SilentAgent",
+    "StreamResumed",
+    "WriteAnswered",
 ]
 
 
@@ -105,9 +117,71 @@ class SilentAgent:
     node_id: str
 
 
+@frozen
+class StreamResumed:
+    """The event stream went on at ``flowed`` after a pause (``NodeTracker.stream_paused``)."""
+
+    flowed: float
+
+
 NomadFact = (
-    AllocationSeen | AgentReport | JobSeen | NodeSeen | NodesListed | RunnersListed | JobsListed | SilentAgent
+    AllocationSeen
+    | AgentReport
+    | JobSeen
+    | NodeSeen
+    | NodesListed
+    | RunnersListed
+    | JobsListed
+    | SilentAgent
+    | StreamResumed
 )
+
+
+@frozen
+class JobRegistered:
+    """Nomad accepted the runner's job at ``index``."""
+
+    runner_id: str
+    index: int
+
+
+@frozen
+class JobPurged:
+    """Nomad confirmed the purge of a removed runner's job at ``index`` (0: the purge was cut short
+    or refused, and only a listing that shows the job can have it destroyed again)."""
+
+    runner_id: str
+    index: int = 0
+
+
+@frozen
+class JobRefused:
+    """Nomad refused the runner's job for good: the runner is forgotten, its pool not refilled (Nomad
+    would refuse the same job again; the next change that fills the pool tries again)."""
+
+    runner_id: str
+
+
+WriteAnswered = JobRegistered | JobPurged | JobRefused
+
+
+@frozen
+class AgentAddressLearned:
+    """Nomad gave the address of the route's node's agent (``NodeTracker.agent_learned``)."""
+
+    route: AgentRoute
+    http_addr: str
+    tls: bool
+
+
+@frozen
+class AgentUnreachable:
+    """An exec could not reach the route's agent (``NodeTracker.agent_unreachable``)."""
+
+    route: AgentRoute
+
+
+AgentNews = AgentAddressLearned | AgentUnreachable
 
 
 class Finding(enum.Enum):
@@ -133,4 +207,11 @@ class ExecFinding:
     finding: Finding
 
 
-Fact = NomadFact | ExecFinding
+@frozen
+class RunnerProven:
+    """One GET of the runner's allocation, newer than its agent's restart, showed it running."""
+
+    runner_id: str
+
+
+Fact = NomadFact | ExecFinding | RunnerProven | WriteAnswered | AgentNews

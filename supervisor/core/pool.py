@@ -24,37 +24,44 @@ after its index no longer shows the job, so they stay as many as the runners rec
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from attrs import define, field
 
 from ..base.entropy import Entropy
 from ..base.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
-from ..nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
+from ..nomad import Allocation, AllocListStub, Node, NodeListStub
 from .allocation_state import end_reason, is_live, is_running, restart_delay
-from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, new_runner_id, runner_environment_id
+from .environments import ExecutionEnvironment, new_runner_id
 from .evidence import (
+    AgentAddressLearned,
     AgentReport,
+    AgentUnreachable,
     AllocationSeen,
     ExecFinding,
     Fact,
     Finding,
+    JobPurged,
+    JobRefused,
+    JobRegistered,
     JobSeen,
     JobsListed,
     Moment,
     NodeSeen,
     NodesListed,
+    RunnerProven,
     RunnersListed,
     SilentAgent,
+    StreamResumed,
 )
+from .listing import ListingReconcile, own
 from .nodes import NodeChanges, NodeTracker
+from .orders import Change, Claim, Destroy, Order, Release, RemoveEnvironment, SetEnvironment, Touch
 from .pool_view import PoolView
 from .replacements import SLOWER_THAN_A_START, ReplacementBudget
 from .runners import (
     FOUND_BY_EVENT,
     FOUND_BY_EXEC_REFUSAL,
-    FOUND_BY_LISTING,
-    FOUND_BY_NODE_RESTART,
     REASON_AGENT_AWAY,
     REASON_ALLOCATION_STOPPED,
     REASON_ALLOCATION_UNKNOWN,
@@ -72,17 +79,12 @@ from .runners import (
     RelistWanted,
     Runner,
     RunnerGone,
+    RunnerStarted,
     RunnerState,
     Tombstone,
 )
 
 __all__ = ["RunnerPool"]
-
-
-def _own(text: str) -> str:
-    """A copy of a string decoded from a listing, made now: kept for as long as its runner, it would
-    otherwise hold the listing's freed memory (pages it shares with it) from going back."""
-    return text.encode().decode()
 
 
 def _written_by_its_client(alloc: Allocation | AllocListStub) -> bool:
@@ -92,13 +94,13 @@ def _written_by_its_client(alloc: Allocation | AllocListStub) -> bool:
     return server_side is not None and alloc.modify_index > server_side
 
 
-def _found_by_listing(runner: Runner | None) -> str:
-    return FOUND_BY_NODE_RESTART if runner is not None and runner.suspect_since else FOUND_BY_LISTING
-
-
 @define
-class RunnerPool(PoolView):
-    """Every environment's runners: facts in (claims, events, listings, evidence), actions out."""
+class RunnerPool(ListingReconcile, PoolView):
+    """Every environment's runners: changes in (facts and orders, through ``handle``), actions out.
+
+    The pool is the one writer of its state. Everyone else reads it through ``view``, a
+    ``PoolView`` over the same structures, which has no way to change them.
+    """
 
     environments: dict[int, ExecutionEnvironment] = field(factory=dict)
     runners: dict[str, Runner] = field(factory=dict)
@@ -119,16 +121,67 @@ class RunnerPool(PoolView):
     _warm: dict[int, int] = field(factory=dict)
     # The used runners: the inactivity expiry looks at them only, not at every runner.
     _used: dict[str, Runner] = field(factory=dict)
-    # Told the ID of each runner whose allocation runs for the first time (the factory times it).
-    on_started: Callable[[str], None] | None = None
+    # Runners whose allocation ran for the first time since the last change was handled.
+    _started: list[str] = field(factory=list)
     _replacements: ReplacementBudget = field(factory=ReplacementBudget)
     # Where new runners' IDs come from: the daemon's source, which a simulation seeds.
     entropy: Entropy = field(factory=Entropy, kw_only=True)
+    # The readers' face of this pool.
+    view: PoolView = field(init=False)
 
-    # -- evidence -------------------------------------------------------------------------------
+    def __attrs_post_init__(self) -> None:
+        self.view = PoolView.sharing(self)
+
+    # -- the one entry --------------------------------------------------------------------------
+
+    def handle(self, change: Change, at: Moment) -> list[Action]:
+        """Apply one change, a fact or an order, at the moment ``at``; the actions it calls for. An
+        order the pool cannot carry out raises its error (``orders.py``) and changes nothing."""
+        actions = self._order(change, at) if isinstance(change, Order) else self._fact(change, at)
+        if self._started:
+            actions += [RunnerStarted(runner_id) for runner_id in self._started]
+            self._started.clear()
+        return actions
+
+    def _order(self, order: Order, at: Moment) -> list[Action]:
+        match order:
+            case Claim(environment_id, inactivity_timeout):
+                return self.claim(environment_id, inactivity_timeout, at.now)[1]
+            case Touch(runner_id, working):
+                self.activity(runner_id, at.now, working=working)
+                return []
+            case Release(runner_id):
+                return self.release(runner_id)
+            case Destroy(runner_id, reason):
+                return self.destroy(runner_id, reason)
+            case SetEnvironment(environment, fill):
+                return self.set_environment(environment, fill=fill)[1]
+            case RemoveEnvironment(environment_id):
+                return self.remove_environment(environment_id)
+        raise AssertionError(f"not an order: {order!r}")  # pragma: no cover
+
+    def _fact(self, fact: Fact, at: Moment) -> list[Action]:
+        match fact:
+            case JobRegistered(runner_id, index):
+                self.registered(runner_id, index)
+            case JobPurged(runner_id, index):
+                self.purged(runner_id, index)
+            case JobRefused(runner_id):
+                self.registration_failed(runner_id)
+            case RunnerProven(runner_id):
+                self.prove(runner_id)
+            case StreamResumed(flowed):
+                self.nodes.stream_paused(flowed)
+            case AgentAddressLearned(route, http_addr, tls):
+                self.nodes.agent_learned(route, http_addr, tls)
+            case AgentUnreachable(route):
+                self.nodes.agent_unreachable(route)
+            case _:
+                return self.evidence(fact, at)
+        return []
 
     def evidence(self, fact: Fact, at: Moment) -> list[Action]:
-        """Apply one fact, from Nomad or from an exec session, at the moment ``at``."""
+        """Apply one fact from Nomad or from an exec session at the moment ``at`` (``handle``'s)."""
         match fact:
             case AllocationSeen(alloc, found):
                 return self.apply_allocation(alloc, at, found=found)
@@ -149,7 +202,7 @@ class RunnerPool(PoolView):
                 return self.avoid(node_id, at, silent=True)
             case ExecFinding(runner_id, finding):
                 return self._finding(runner_id, finding, at)
-        raise AssertionError(f"not a fact: {fact!r}")  # pragma: no cover
+        raise AssertionError(f"not a change: {fact!r}")  # pragma: no cover
 
     def _finding(self, runner_id: str, finding: Finding, at: Moment) -> list[Action]:
         runner = self.runners.get(runner_id)
@@ -249,22 +302,6 @@ class RunnerPool(PoolView):
                     return runner_id
         return next(iter(idle))
 
-    def orphans(self, jobs: Iterable[JobListStub]) -> list[Action]:
-        """Runner jobs of environments that do not exist (their template job is gone): destroy
-        them, since nothing will ever hand them out. A job of an environment the pool knows, or a
-        job that is not ours (its ID and its meta both say whose runner it is), is left alone."""
-        actions: list[Action] = []
-        for job in jobs:
-            environment_id = runner_environment_id(job.id)
-            if environment_id is None or environment_id in self.environments or job.id in self.runners:
-                continue
-            if job.meta.get("environment") != str(environment_id):
-                continue  # named like a runner, but another system's job
-            if job.id not in self.tombstones:
-                self.tombstones[job.id] = Tombstone(max(job.modify_index, self.listed_index), None)
-                actions.append(DestroyRunner(job.id, f"its environment {environment_id} does not exist"))
-        return actions
-
     def release(self, runner_id: str) -> list[Action]:
         """The client gives the runner back: it is destroyed, never handed out again."""
         runner = self.used_runner(runner_id)
@@ -349,10 +386,6 @@ class RunnerPool(PoolView):
         if runner is None:
             return []
         return [*self._remove(runner, reason, found=FOUND_BY_EXEC_REFUSAL), RelistWanted(reason)]
-
-    def stream_paused(self, flowed: float) -> None:
-        """The event stream went on at ``flowed`` after a pause (``NodeTracker.stream_paused``)."""
-        self.nodes.stream_paused(flowed)
 
     def avoid(self, node_id: str, at: Moment, *, silent: bool = False) -> list[Action]:
         """The node's agent is away: new runners avoid the node for a while
@@ -476,97 +509,6 @@ class RunnerPool(PoolView):
             return []
         return self._remove(runner, REASON_JOB_GONE, found=FOUND_BY_EVENT)
 
-    def reconcile(
-        self, jobs: Iterable[JobListStub], allocs: Iterable[AllocListStub], at: Moment, *, index: int
-    ) -> list[Action]:
-        """Bring local state to what Nomad lists at ``index``, in place, then refill the pools.
-
-        ``allocs`` may hold the live allocations only: a runner whose known allocation was placed
-        before ``index`` and is not listed as live has ended. A runner missing from the listing is
-        gone only if its job was known to exist at or before ``index``: one registered after the
-        listing was taken is simply not in it yet. A tombstoned runner never comes back, and a
-        listing older than one reconciled before is ignored: the tombstones it could contradict may
-        have been dropped by the newer one. A suspect runner whose node was ready again before the
-        listing began is proven if listed running; one that is missing is removed.
-        """
-        if index < self.listed_index:
-            return []
-        self.listed_index = index
-        latest: dict[str, AllocListStub] = {}
-        for alloc in allocs:
-            current = latest.get(alloc.job_id)
-            if current is None or (is_live(alloc), alloc.create_index) > (
-                is_live(current),
-                current.create_index,
-            ):
-                latest[alloc.job_id] = alloc
-        actions: list[Action] = []
-        listed: set[str] = set()
-        for job in jobs:
-            environment_id = runner_environment_id(job.id)
-            if environment_id is None or environment_id not in self.environments:
-                continue
-            listed.add(job.id)
-            if job.id in self.tombstones:
-                actions += self._listed_after_removal(job.id, index)
-            else:
-                actions += self._reconcile_job(job, environment_id, latest.get(job.id), at, index)
-        for runner in list(self.runners.values()):
-            if 0 < runner.registered_index <= index and runner.id not in listed:
-                found = _found_by_listing(runner)
-                actions += self._remove(runner, REASON_JOB_GONE, vanished_at=index, found=found)
-        for runner_id, tombstone in list(self.tombstones.items()):
-            gone_at = tombstone.gone_at
-            if gone_at is not None and gone_at <= index and runner_id not in listed:
-                del self.tombstones[runner_id]
-        return actions + self.fill_all()
-
-    def _reconcile_job(
-        self, job: JobListStub, environment_id: int, job_alloc: AllocListStub | None, at: Moment, index: int
-    ) -> list[Action]:
-        """One listed runner job that is not tombstoned, with its latest listed allocation."""
-        runner = self.runners.get(job.id)
-        found = _found_by_listing(runner)
-        if job.stop or (job.status == "dead" and (job_alloc is None or not is_live(job_alloc))):
-            if runner is not None:
-                return self._remove(runner, REASON_JOB_GONE, found=found)
-            self.tombstones[job.id] = Tombstone(index)
-            return [DestroyRunner(job.id, "its Nomad job is dead")]
-        if runner is None:
-            runner = self._adopt(job, environment_id, at.now)
-        if job_alloc is not None:
-            back = runner.suspect_since and self.nodes.back(runner.node_id)
-            if back and job_alloc.id == runner.alloc_id and is_running(job_alloc):
-                # Listed running by a listing that began after its node was ready again (the
-                # watcher applies events and listings in turn, never beside each other).
-                self.prove(runner.id)
-            return self.apply_allocation(job_alloc, at, found=found)
-        if runner.alloc_id and runner.alloc_create_index <= index:
-            return self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)
-        return []
-
-    def _listed_after_removal(self, runner_id: str, index: int) -> list[Action]:
-        """A removed runner's job in a listing: stale if taken before its purge; otherwise the job
-        came back (a write that raced the purge) and is destroyed again. Never handed out."""
-        tombstone = self.tombstones[runner_id]
-        if tombstone.gone_at is None or index < tombstone.gone_at:
-            return []
-        self.tombstones[runner_id] = Tombstone(index)
-        return [DestroyRunner(runner_id, "a removed runner's job outlived its purge")]
-
-    def _adopt(self, job: JobListStub, environment_id: int, now: float) -> Runner:
-        """A runner job this process did not know: its meta says whether a client holds it."""
-        used = job.meta.get("used") == "true"
-        state = RunnerState.USED if used else RunnerState.STARTING
-        runner = Runner(_own(job.id), environment_id, state, registered_index=max(job.create_index, 1))
-        if used:
-            timeout = job.meta.get("timeout", "0")
-            seconds = decimal(timeout)
-            runner.inactivity_timeout = float(min(seconds, MAX_AMOUNT)) if seconds is not None else 60.0
-            runner.last_activity = now
-        self._keep(runner)
-        return runner
-
     # -- state changes --------------------------------------------------------------------------
 
     def _update(self, runner: Runner, alloc: Allocation | AllocListStub) -> None:
@@ -580,7 +522,7 @@ class RunnerPool(PoolView):
         if runner.alloc_id != alloc.id:
             self.nodes.done_waiting(runner.id)  # that allocation waits no more
             self._by_alloc.pop(runner.alloc_id, None)
-            runner.alloc_id = _own(alloc.id)
+            runner.alloc_id = own(alloc.id)
             self._by_alloc[runner.alloc_id] = runner.id
         runner.alloc_create_index = alloc.create_index
         runner.alloc_modify_index = alloc.modify_index
@@ -589,8 +531,8 @@ class RunnerPool(PoolView):
             runner.ports = tuple(alloc.ports)
 
     def _set_state(self, runner: Runner, state: RunnerState) -> None:
-        if state is RunnerState.IDLE and runner.state is RunnerState.STARTING and self.on_started:
-            self.on_started(runner.id)
+        if state is RunnerState.IDLE and runner.state is RunnerState.STARTING:
+            self._started.append(runner.id)
         runner.state = state
         if state is not RunnerState.STARTING:
             self.nodes.done_waiting(runner.id)
@@ -638,5 +580,3 @@ class RunnerPool(PoolView):
             else:
                 self._warm[runner.environment_id] -= 1
         return runner
-
-    # -- inspection -----------------------------------------------------------------------------

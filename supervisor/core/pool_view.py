@@ -1,6 +1,9 @@
 """What the runner pool says of its runners, without changing them: the reads of the rest of the
-daemon (the desk, the informer, the reports) and of the pool itself. ``RunnerPool`` holds the state
-and changes it; this is its face for questions.
+daemon (the desk, the informer, the factory, the reports) and of the pool itself. ``RunnerPool``
+holds the state and changes it, through its one entry; this is its face for questions.
+
+``RunnerPool.view`` is a view over the very structures the pool changes (it never copies them), so
+it is always current. A runner it returns is the pool's own object: read it, never change it.
 """
 
 from __future__ import annotations
@@ -21,10 +24,45 @@ class PoolView:
     runners: dict[str, Runner]
     nodes: NodeTracker
     tombstones: dict[str, Tombstone]
+    found_gone: dict[str, int]
     _idle: dict[int, dict[str, None]]
     _by_alloc: dict[str, str]
     _of_environment: dict[int, dict[str, Runner]]
     _used: dict[str, Runner]
+
+    @classmethod
+    def sharing(cls, pool: PoolView) -> PoolView:
+        """A view of ``pool``'s structures, which the pool changes in place and never replaces."""
+        view = cls()
+        view.environments, view.runners, view.nodes = pool.environments, pool.runners, pool.nodes
+        view.tombstones, view.found_gone = pool.tombstones, pool.found_gone
+        view._idle, view._by_alloc = pool._idle, pool._by_alloc
+        view._of_environment, view._used = pool._of_environment, pool._used
+        return view
+
+    def runner(self, runner_id: str) -> Runner | None:
+        """The runner by that ID, whatever its state."""
+        return self.runners.get(runner_id)
+
+    def all_runners(self) -> list[Runner]:
+        """Every runner the pool knows."""
+        return list(self.runners.values())
+
+    def environment(self, environment_id: int) -> ExecutionEnvironment | None:
+        """The environment as the pool knows it."""
+        return self.environments.get(environment_id)
+
+    def all_environments(self) -> list[ExecutionEnvironment]:
+        """Every environment the pool knows, by ID."""
+        return [environment for _, environment in sorted(self.environments.items())]
+
+    def node_draining(self, node_id: str) -> bool:
+        """Whether the node drains now."""
+        return self.nodes.draining(node_id)
+
+    def found_gone_counts(self) -> dict[str, int]:
+        """Runners found gone, by how (``FOUND_BY_*``)."""
+        return dict(self.found_gone)
 
     def runner_of_alloc(self, alloc_id: str) -> Runner | None:
         """The runner whose allocation this is, if any."""
@@ -94,14 +132,6 @@ class PoolView:
         if runner is None or not runner.node_id:
             return None
         return self.nodes.agent_route(runner.node_id)
-
-    def agent_learned(self, route: AgentRoute, http_addr: str, tls: bool) -> AgentRoute:
-        """The address Nomad gave for the route's node (``NodeTracker.agent_learned``)."""
-        return self.nodes.agent_learned(route, http_addr, tls)
-
-    def agent_unreachable(self, route: AgentRoute) -> None:
-        """The agent could not be reached (``NodeTracker.agent_unreachable``)."""
-        self.nodes.agent_unreachable(route)
 
     def unreachable_agents(self) -> list[str]:
         """The nodes whose agent could not be reached since it last registered."""

@@ -23,6 +23,7 @@ __all__ = [
     "RelistWanted",
     "Runner",
     "RunnerGone",
+    "RunnerStarted",
     "RunnerState",
     "Tombstone",
 ]
@@ -86,8 +87,15 @@ class NodeAvoided:
     silent: bool
 
 
+@frozen
+class RunnerStarted:
+    """The runner's allocation runs for the first time (the factory times its start)."""
+
+    runner_id: str
+
+
 FactoryAction = CreateRunner | DestroyRunner | MarkUsed
-Action = FactoryAction | RunnerGone | RelistWanted | NodeAvoided
+Action = FactoryAction | RunnerGone | RelistWanted | NodeAvoided | RunnerStarted
 
 # Why a used runner ended, as its executions' error message says it.
 REASON_DESTROYED: Final = "the runner was destroyed by request"

@@ -26,19 +26,15 @@ likes.
 
 from __future__ import annotations
 
-import codecs
-import contextlib
-import math
 import sys
-from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, cast
 
 import trio
-from attrs import define, field, frozen
+from attrs import frozen
 from loguru import logger
 
-from ..base.entropy import Entropy
+from ..base.context import TermContext
 from ..base.errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
@@ -49,23 +45,33 @@ from ..base.errors import (
     SupervisorError,
     leaves,
 )
-from ..base.faults import FaultKind, Faults
+from ..base.faults import FaultKind
 from ..core.allocation_state import end_reason, is_running
 from ..core.commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
 from ..core.config import ExecutionSettings
 from ..core.evidence import Finding
 from ..core.runners import REASON_ALLOCATION_UNKNOWN
 from ..effects.stopping import CommandStops, StopOutcome
-from ..nomad import ExecExited, ExecOutput
-from ..nomad.api import ExecChannel, ExecutionClient
+from ..nomad import ExecExited
+from ..nomad.api import ExecutionClient
 from ..nomad.boundary import token_refused
+from .execution_state import (
+    Attempt,
+    ClientSocket,
+    ExecutionLease,
+    RunningExecution,
+    describe_end,
+    exit_message,
+    forward_output,
+    send_to_client,
+)
 
 __all__ = [
     "CLOSE_STALLED",
     "REASON_STALLED",
+    "AdmittedExecution",
     "ClientSocket",
     "ExecutionRequest",
-    "ExecutionRunners",
     "ExecutionService",
     "wait_for_agent",
 ]
@@ -104,42 +110,6 @@ _EXEC: Final = "exec"
 _EXEC_NEEDS: Final = "alloc-exec in the daemon's namespace"
 
 
-class ExecutionRunners(Protocol):
-    """What an execution needs of the runners: the runner desk provides it."""
-
-    @property
-    def agent_wait(self) -> float:
-        """How long an exec waits for an agent a server cannot reach (nothing ran)."""
-
-    @property
-    def agent_retry(self) -> float:
-        """How often it tries that agent again meanwhile."""
-
-    def alloc_id(self, runner_id: str) -> str | None:
-        """The allocation of the used runner, while it is one."""
-
-    def working(self, runner_id: str, delta: int) -> None:
-        """An execution began (+1) or ended (-1) in the runner: it does not expire meanwhile."""
-
-    def found(self, runner_id: str, finding: Finding) -> None:
-        """What an exec session in the runner found out about it."""
-
-
-class ClientSocket(Protocol):
-    """The client's side of an execution, as the API layer provides it."""
-
-    async def send_json(self, message: dict[str, Any]) -> None:
-        """Send one message to the client."""
-
-    async def receive_text(self) -> str | None:
-        """The next text frame; None when the client has closed."""
-        ...
-
-    async def wait_closed(self) -> None:
-        """Return once the client has closed or gone (its socket closed for a message over
-        ``server.max_message`` too), whether or not a receive_text() is under way."""
-
-
 @frozen
 class ExecutionRequest:
     """What ``POST /runners/{id}/execute`` asked for, kept until its WebSocket connects."""
@@ -154,58 +124,13 @@ class ExecutionRequest:
     inactivity_timeout: float = 0.0
 
 
-@define
-class _Attempt:
-    exited: ExecExited | None = None
-    # Nomad sent something: the command started.
-    output: bool = False
-    # The client has its exit message already: sent as soon as Nomad said, before the session's end.
-    exit_sent: bool = False
-    # What the client was told of the exit: ``exit``, or the error of the allocation's death.
-    terminal: dict[str, Any] | None = None
-    failure: SupervisorError | None = None
+@frozen
+class AdmittedExecution:
+    """An execution whose WebSocket connected, with the lease on its runner that the desk gave it."""
 
-
-@define(eq=False)
-class _Running:
     execution_id: str
-    runner_id: str
-    runners: ExecutionRunners
-    scope: trio.CancelScope = field(factory=trio.CancelScope)
-    gone_reason: str = ""
-    # Ended by the daemon's stop: its command is stopped, its socket closed as going away.
-    shutting_down: bool = False
-    # The exec session under way, or the last one.
-    attempt: _Attempt = field(factory=_Attempt)
-    # How long a send to the client, or a write of its stdin, may make no progress (0: for ever).
-    stall_limit: float = 0.0
-    # What held the execution up past that, once it did: the execution ends.
-    stalled: str = ""
-    # The client read none of its output: it is sent nothing more.
-    deaf: bool = False
-
-    def within_stall_limit(self) -> trio.CancelScope:
-        """The scope of one send to the client or write of its stdin: it ends at the stall limit."""
-        return trio.move_on_after(self.stall_limit if self.stall_limit > 0 else math.inf)
-
-    def stall(self, what: str) -> None:
-        """The client held the execution up past the stall limit: it ends, its command stopped."""
-        if not self.stalled:
-            self.stalled = (
-                f"{what} for {self.stall_limit:g}s, the runner's inactivity timeout: the command is stopped"
-            )
-        self.scope.cancel(self.stalled)
-
-    async def send(self, socket: ClientSocket, message: dict[str, Any]) -> None:
-        """Send to the client, unless it is gone or read none of its output up to the stall limit."""
-        if self.deaf:
-            await trio.lowlevel.checkpoint()
-            return
-        with self.within_stall_limit() as waited:
-            await _send(socket, message)
-        if waited.cancelled_caught:
-            self.deaf = True
-            self.stall("the client read none of its output")
+    request: ExecutionRequest
+    lease: ExecutionLease
 
 
 class ExecutionService:
@@ -218,15 +143,15 @@ class ExecutionService:
         stops: CommandStops,
         *,
         execution_nursery: trio.Nursery,
-        entropy: Entropy | None = None,
-        faults: Faults | None = None,
+        context: TermContext | None = None,
     ) -> None:
         self._client = client
         self._settings = settings
         self._stops = stops
-        self._faults = Faults() if faults is None else faults
+        context = TermContext() if context is None else context
+        self._faults = context.faults
         # Where execution IDs come from.
-        self._entropy = Entropy() if entropy is None else entropy
+        self._entropy = context.entropy
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
         # Each runner's allocation and its NOMAD_* variable names, until the runner goes.
         self._variables: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -234,7 +159,7 @@ class ExecutionService:
         self.outcomes: dict[str, int] = {"exit": 0, "timeout": 0, "error": 0, "closed": 0}
         # Executions by the path their exec session took: straight to the agent, or via a server.
         self.paths: dict[str, int] = {"agent": 0, "server": 0}
-        self._running: set[_Running] = set()
+        self._running: set[RunningExecution] = set()
         # The daemon is stopping: no execution starts any more (set by ``begin_stop``).
         self.stopping = False
         # Set while no execution runs.
@@ -295,85 +220,108 @@ class ExecutionService:
             running.scope.cancel(MESSAGE_SHUTTING_DOWN)
         return len(self._running)
 
-    async def serve(
-        self, socket: ClientSocket, execution_id: str, request: ExecutionRequest, runners: ExecutionRunners
-    ) -> int:
-        """Run the execution in the execution nursery, telling ``runners`` what it finds; returns,
-        when it has ended, the WebSocket close code: 1000, 1001 (going away) when the daemon's stop
-        ended it, or 1008 when its client held it up past the stall limit. It counts as running
-        from this call on, so that the execution nursery, which waits for the running ones, cannot
-        close under it."""
+    async def serve(self, socket: ClientSocket, execution: AdmittedExecution) -> int:
+        """Run the execution in the execution nursery, holding its lease; returns, when it has
+        ended, the WebSocket close code: 1000, 1001 (going away) when the daemon's stop ended it, or
+        1008 when its client held it up past the stall limit. It counts as running from this call
+        on, so that the execution nursery, which waits for the running ones, cannot close under it."""
         if self.stopping:
-            await _send(socket, {"type": "error", "data": MESSAGE_SHUTTING_DOWN})
+            await send_to_client(socket, {"type": "error", "data": MESSAGE_SHUTTING_DOWN})
             return CLOSE_GOING_AWAY
-        alloc_id = runners.alloc_id(request.runner_id)
-        if alloc_id is None:
-            await _send(socket, {"type": "error", "data": "the runner is gone"})
+        lease, request = execution.lease, execution.request
+        if not lease.holds():
+            await send_to_client(socket, {"type": "error", "data": "the runner is gone"})
             return CLOSE_NORMAL
-        running = _Running(execution_id, request.runner_id, runners, stall_limit=request.inactivity_timeout)
+        limit = request.inactivity_timeout
+        running = RunningExecution(execution.execution_id, lease.runner_id, lease, stall_limit=limit)
         self._running.add(running)
         if self._none_running.is_set():
             self._none_running = trio.Event()
-        runners.working(request.runner_id, +1)
-        done = trio.Event()
-        code = CLOSE_NORMAL
+        lease.hold()
+        ended = trio.Event()
+        codes: list[int] = []
+        self._nursery.start_soon(self._execution, socket, running, request, codes, ended)
+        await ended.wait()
+        return codes[0] if codes else CLOSE_NORMAL
 
-        async def execution() -> None:
-            nonlocal code
-            try:
-                code = await self._run(socket, running, alloc_id, request)
-            except* Exception:
-                # A bug in one execution must not end the others in the nursery.
-                logger.exception("execution {} on {} failed", execution_id, request.runner_id)
-                if not running.attempt.exit_sent:  # the client has its one terminal message
-                    await running.send(socket, {"type": "error", "data": "internal error of the supervisor"})
-            finally:
-                self._running.discard(running)
-                if not self._running:
-                    self._none_running.set()
-                runners.working(request.runner_id, -1)
-                done.set()
-
-        self._nursery.start_soon(execution)
-        await done.wait()
-        return code
-
-    async def _run(
-        self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
-    ) -> int:
+    async def _execution(
+        self,
+        socket: ClientSocket,
+        running: RunningExecution,
+        request: ExecutionRequest,
+        codes: list[int],
+        ended: trio.Event,
+    ) -> None:
+        """The execution's task: ``start``, the bridge, one terminal message; its close code into
+        ``codes``. A bug in one execution must not end the others in the nursery."""
         execution_id = running.execution_id
-        started = trio.current_time()
-        logger.info("execution started", execution=execution_id, runner=request.runner_id)
-        await running.send(socket, {"type": "start"})
-        terminal = await self._bridge(socket, running, alloc_id, request)
-        outcome = str(terminal["type"]) if terminal is not None else "closed"
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-        if outcome == "exit":
-            self._faults.clear(FaultKind.TOKEN_REFUSED, _EXEC)
-        logger.info(
-            "execution ended",
-            execution=execution_id,
-            runner=request.runner_id,
-            seconds=round(trio.current_time() - started, 3),
-            outcome=_describe_end(terminal),
-        )
-        if terminal is not None and not (terminal is running.attempt.terminal and running.attempt.exit_sent):
-            await running.send(socket, terminal)
-        if running.shutting_down:
-            return CLOSE_GOING_AWAY
-        return CLOSE_STALLED if running.stalled else CLOSE_NORMAL
+        try:
+            started = trio.current_time()
+            logger.info("execution started", execution=execution_id, runner=request.runner_id)
+            await running.send(socket, {"type": "start"})
+            terminal = await self._bridge(socket, running, request)
+            outcome = str(terminal["type"]) if terminal is not None else "closed"
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+            if outcome == "exit":
+                self._faults.clear(FaultKind.TOKEN_REFUSED, _EXEC)
+            seconds = round(trio.current_time() - started, 3)
+            logger.info(
+                "execution ended",
+                execution=execution_id,
+                runner=request.runner_id,
+                seconds=seconds,
+                outcome=describe_end(terminal),
+            )
+            attempt = running.attempt
+            if terminal is not None and not (terminal is attempt.terminal and attempt.exit_sent):
+                await running.send(socket, terminal)
+            if running.shutting_down:
+                codes.append(CLOSE_GOING_AWAY)
+            else:
+                codes.append(CLOSE_STALLED if running.stalled else CLOSE_NORMAL)
+        except* Exception:
+            logger.exception("execution {} on {} failed", execution_id, request.runner_id)
+            if not running.attempt.exit_sent:  # the client has its one terminal message
+                await running.send(socket, {"type": "error", "data": "internal error of the supervisor"})
+        finally:
+            self._running.discard(running)
+            if not self._running:
+                self._none_running.set()
+            running.lease.give_back()
+            ended.set()
 
     async def _bridge(
-        self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
+        self, socket: ClientSocket, running: RunningExecution, request: ExecutionRequest
     ) -> dict[str, Any] | None:
-        """The terminal message; None when the client closed first."""
+        """The terminal message; None when the client closed first.
+
+        Exec sessions until one runs, each recorded in ``running.attempt`` as it goes (so that a
+        cancellation keeps what it found). An agent the server cannot reach ran nothing (Nomad
+        refuses before the command starts, and no output came): it may be restarting, so it is
+        tried again up to the agent wait."""
+        lease = running.lease
         with running.scope:
             if request.time_limit > 0:
                 running.scope.deadline = trio.current_time() + request.time_limit
-            await self._attempts(socket, running, alloc_id, request)
+            give_up = trio.current_time() + lease.agent_wait
+            while True:
+                attempt = running.attempt = Attempt()
+                await self._attempt(attempt, socket, running, request)
+                unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
+                if unreachable:
+                    lease.found(Finding.AGENT_UNREACHABLE)
+                elif attempt.output:
+                    lease.found(Finding.AGENT_REACHED)
+                if not unreachable or not await wait_for_agent(give_up, lease.agent_retry):
+                    break
+        return await self._terminal(running)
+
+    async def _terminal(self, running: RunningExecution) -> dict[str, Any] | None:
+        """What the end of the exec sessions means for the client (None: it closed first); a
+        command that may still run is stopped."""
         attempt = running.attempt
         if attempt.exited is not None:  # the outcome is known, whatever ended the session after it
-            return attempt.terminal or _exit_message(attempt.exited)
+            return attempt.terminal or exit_message(attempt.exited)
         failure = attempt.failure
         if running.scope.cancelled_caught:
             if running.gone_reason:
@@ -384,7 +332,7 @@ class ExecutionService:
                 stopped = trio.Event()
 
                 async def stop() -> None:
-                    await self._stop(running, alloc_id)
+                    await self._stop(running)
                     stopped.set()
 
                 self._nursery.start_soon(stop)
@@ -392,27 +340,29 @@ class ExecutionService:
                     await stopped.wait()
                 return {"type": "error", "data": MESSAGE_SHUTTING_DOWN}
             if running.stalled:
-                await self._stop(running, alloc_id)
+                await self._stop(running)
                 return {"type": "error", "data": running.stalled}
             if isinstance(failure, ExecAgentUnreachable):
                 return {"type": "timeout"}  # it passed while the agent was away: nothing ran
-            await self._stop(running, alloc_id)  # the time limit passed
+            await self._stop(running)  # the time limit passed
             return {"type": "timeout"}
         if isinstance(failure, ExecAllocationUnknown):
-            running.runners.found(running.runner_id, Finding.ALLOCATION_UNKNOWN)
+            running.lease.found(Finding.ALLOCATION_UNKNOWN)
             return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
         if isinstance(failure, ExecAgentUnreachable):
-            running.runners.found(running.runner_id, Finding.AGENT_AWAY)
+            running.lease.found(Finding.AGENT_AWAY)
             return {"type": "error", "data": MESSAGE_AGENT_AWAY}
         # The command may still run: stop it (a client gone, a lost exec connection, a refusal).
-        outcome = await self._stop(running, alloc_id)
+        outcome = await self._stop(running)
         return None if failure is None else self._failed(running, failure, outcome)
 
-    def _failed(self, running: _Running, failure: SupervisorError, stop: StopOutcome) -> dict[str, Any]:
+    def _failed(
+        self, running: RunningExecution, failure: SupervisorError, stop: StopOutcome
+    ) -> dict[str, Any]:
         """The terminal error for an execution that ``failure`` ended, after the stop that followed."""
         if isinstance(failure, ExecConnectionLost):
             if stop is StopOutcome.ALLOCATION_GONE:
-                running.runners.found(running.runner_id, Finding.ALLOCATION_UNKNOWN)
+                running.lease.found(Finding.ALLOCATION_UNKNOWN)
                 return {"type": "error", "data": REASON_ALLOCATION_UNKNOWN}
             agent_away = stop is StopOutcome.AGENT_UNREACHABLE
             return {
@@ -433,35 +383,15 @@ class ExecutionService:
             return {"type": "error", "data": f"Nomad refused the execution: {failure.reason}"}
         return {"type": "error", "data": f"Nomad could not run the execution: {failure}"}
 
-    async def _attempts(
-        self, socket: ClientSocket, running: _Running, alloc_id: str, request: ExecutionRequest
-    ) -> None:
-        """Exec sessions until one runs, each recorded in ``running.attempt`` as it goes (so that a
-        cancellation keeps what it found). An agent the server cannot reach ran nothing (Nomad
-        refuses before the command starts, and no output came): it may be restarting, so it is
-        tried again up to the agent wait."""
-        runners = running.runners
-        give_up = trio.current_time() + runners.agent_wait
-        while True:
-            attempt = running.attempt = _Attempt()
-            await self._attempt(attempt, socket, running, alloc_id, request)
-            unreachable = isinstance(attempt.failure, ExecAgentUnreachable) and not attempt.output
-            if unreachable:
-                runners.found(running.runner_id, Finding.AGENT_UNREACHABLE)
-            elif attempt.output:
-                runners.found(running.runner_id, Finding.AGENT_REACHED)
-            if not unreachable or not await wait_for_agent(give_up, runners.agent_retry):
-                return
-
     async def _attempt(
         self,
-        attempt: _Attempt,
+        attempt: Attempt,
         socket: ClientSocket,
-        running: _Running,
-        alloc_id: str,
+        running: RunningExecution,
         request: ExecutionRequest,
     ) -> None:
         """One exec session for the execution; ``attempt`` records what ended it."""
+        alloc_id = running.lease.alloc_id
         try:
             argv = execution_command(
                 request.command,
@@ -498,7 +428,7 @@ class ExecutionService:
                 nursery.start_soon(watch_client)
                 confirm = partial(self._killed_with_allocation, alloc_id)
                 send = partial(running.send, socket)
-                attempt.exited = await _forward_output(send, session, attempt, confirm)
+                attempt.exited = await forward_output(send, session, attempt, confirm)
                 nursery.cancel_scope.cancel("the command exited")
         except* SupervisorError as group:
             failures = leaves(group)
@@ -543,21 +473,21 @@ class ExecutionService:
             del self._variables[next(iter(self._variables))]
         return names
 
-    async def _stop(self, running: _Running, alloc_id: str) -> StopOutcome:
+    async def _stop(self, running: RunningExecution) -> StopOutcome:
         return await self._stops.stop_in_runner(
-            alloc_id,
+            running.lease.alloc_id,
             running.execution_id,
-            needed=lambda: running.runners.alloc_id(running.runner_id) == alloc_id,
-            on_failure=partial(self._replace_unstoppable, running, alloc_id),
+            needed=running.lease.holds,
+            on_failure=partial(self._replace_unstoppable, running),
         )
 
-    def _replace_unstoppable(self, running: _Running, alloc_id: str) -> None:
-        if running.runners.alloc_id(running.runner_id) != alloc_id:
+    def _replace_unstoppable(self, running: RunningExecution) -> None:
+        if not running.lease.holds():
             return  # the runner, or the allocation the command ran in, is gone already
         logger.warning(
             "execution {} could not be stopped; replacing runner {}", running.execution_id, running.runner_id
         )
-        running.runners.found(running.runner_id, Finding.UNSTOPPABLE)
+        running.lease.found(Finding.UNSTOPPABLE)
 
 
 async def wait_for_agent(give_up: float, interval: float) -> bool:
@@ -568,50 +498,3 @@ async def wait_for_agent(give_up: float, interval: float) -> bool:
         return False
     await trio.sleep(min(interval, remaining))
     return True
-
-
-async def _forward_output(
-    send: Callable[[dict[str, Any]], Awaitable[None]],
-    session: ExecChannel,
-    attempt: _Attempt,
-    confirm: Callable[[ExecExited], Awaitable[dict[str, Any] | None]],
-) -> ExecExited:
-    decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
-    async for frame in session:
-        attempt.output = True
-        if isinstance(frame, ExecExited):
-            for name, decoder in decoders.items():
-                if rest := decoder.decode(b"", final=True):
-                    await send({"type": name, "data": rest})
-            # Sent before the exec session is torn down, which waits for Nomad to drop it.
-            attempt.exited = frame
-            attempt.terminal = await confirm(frame) or _exit_message(frame)
-            await send(attempt.terminal)
-            attempt.exit_sent = True  # not before: a send cancelled before it began sent nothing
-            return frame
-        assert isinstance(frame, ExecOutput)
-        text = decoders[frame.stream].decode(frame.data)
-        if text:
-            await send({"type": frame.stream, "data": text})
-    raise ExecConnectionLost("the exec session ended without an exit")  # pragma: no cover
-
-
-def _exit_message(exited: ExecExited) -> dict[str, Any]:
-    return {"type": "exit", "data": max(0, min(255, exited.exit_code))}
-
-
-def _describe_end(terminal: dict[str, Any] | None) -> str:
-    """How an execution ended, for its log line."""
-    if terminal is None:
-        return "the client closed the connection"
-    if terminal["type"] == "exit":
-        return f"exit {terminal['data']}"
-    if terminal["type"] == "error":
-        return f"error: {terminal['data']}"
-    return str(terminal["type"])
-
-
-async def _send(socket: ClientSocket, message: dict[str, Any]) -> None:
-    """Send unless the client is gone: a closed client gets nothing more."""
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        await socket.send_json(message)

@@ -12,19 +12,20 @@ from collections.abc import Sequence
 
 import trio
 
+from ..base.context import TermContext
 from ..base.entropy import Entropy
 from ..base.faults import Faults
 from ..base.levels import Requests
 from ..core.config import Settings
 from ..core.environments import ExecutionEnvironment
 from ..core.pool import RunnerPool
+from ..effects.agent_locator import PoolAgentLocator
 from ..effects.alerter import PrewarmingPoolAlerter
 from ..effects.effects import Effects
 from ..effects.environment_store import EnvironmentStore
 from ..effects.factory import RunnerFactory
 from ..effects.leftovers import LeftoverSweep
 from ..effects.stopping import CommandStops
-from ..informer.admission import AdmissionGate
 from ..informer.informer import Informer
 from ..nomad.api import NomadApi
 from .desk import RunnerDesk
@@ -45,17 +46,20 @@ class RunnerService:
         execution_nursery: trio.Nursery,
         entropy: Entropy | None = None,
     ) -> None:
-        # Every random choice and generated ID of the term's parts comes from ``entropy``.
-        self.entropy = entropy = Entropy() if entropy is None else entropy
-        self.pool = RunnerPool(entropy=entropy)
-        # What no retry mends (a refused token, a refused environment job): health's to tell.
-        self.faults = faults = Faults()
+        # Every random choice and generated ID of the term's parts comes from ``entropy``; what no
+        # retry mends (a refused token, a refused environment job) is health's to tell.
+        context = TermContext(Entropy() if entropy is None else entropy, Faults())
+        self.entropy, self.faults = entropy, faults = context.entropy, context.faults
+        # The one writer of the runners' state; every other part reads its view, and hands it
+        # changes through its one entry (``Effects.tell``).
+        pool = RunnerPool(entropy=entropy)
+        # The pool as every other part reads it.
+        self.pool = pool.view
         # The term's client: where each allocation's agent runs, for exec straight to it, the pool
         # says (its node tracker owns what is known of agents).
-        self.client = client = client.located(self.pool)
+        self.client = client = client.located(PoolAgentLocator(pool))
         self.settings = settings
         execution = settings.execution
-        self.gate = AdmissionGate(settings.admission.wait_timeout)
         self.relists = relists = Requests()
         self.stops = CommandStops(
             client,
@@ -65,54 +69,42 @@ class RunnerService:
             entropy=entropy,
         )
         self.executions = ExecutionService(
-            client, execution, self.stops, execution_nursery=execution_nursery, entropy=entropy, faults=faults
+            client, execution, self.stops, execution_nursery=execution_nursery, context=context
         )
-        self.factory = RunnerFactory(client, self.pool, settings.factory, entropy=entropy, faults=faults)
-        self.pool.on_started = self.factory.started
+        self.factory = RunnerFactory(client, pool, settings.factory, entropy=entropy, faults=faults)
         leftovers = LeftoverSweep(
             client,
             task=execution.task,
             grace=execution.stop_grace,
-            alloc_of=self.pool.used_alloc_id,
+            alloc_of=pool.view.used_alloc_id,
             nursery=execution_nursery,
             entropy=entropy,
         )
-        self.effects = Effects(self.pool, self.factory, self.executions, relists, leftovers)
+        self.effects = Effects(pool, self.factory, self.executions, relists, leftovers)
         self.environments = EnvironmentStore(
-            client, self.pool, self.effects.apply, entropy=entropy, faults=faults
+            client, pool.view, self.effects.tell, entropy=entropy, faults=faults
         )
         self.informer = Informer(
-            client,
-            self.pool,
-            self.effects,
-            self.environments,
-            self.gate,
-            relists,
-            settings.watcher,
-            entropy=entropy,
-            faults=faults,
+            client, self.effects, self.environments, settings, entropy=entropy, faults=faults
         )
+        self.gate = self.informer.gate
         self.files = files = FileService(
             client,
             execution,
             self.stops,
             execution_nursery=execution_nursery,
-            allocation_in_use=self.pool.knows_alloc,
+            allocation_in_use=pool.view.knows_alloc,
             entropy=entropy,
         )
         self.desk = RunnerDesk(
             client,
-            self.pool,
             self.effects,
             self.informer,
-            gate=self.gate,
             executions=self.executions,
             files=files,
-            environments=self.environments,
-            leftovers=leftovers,
             admission=settings.admission,
         )
-        self.alerter = PrewarmingPoolAlerter(self.pool, relists, settings.alert)
+        self.alerter = PrewarmingPoolAlerter(pool.view, relists, settings.alert)
 
     # -- what the tree asks of a term -------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from loguru import logger
 
 from ..base.levels import Requests
 from ..core.config import AlertSettings
-from ..core.pool import RunnerPool
+from ..core.pool_view import PoolView
 from ..core.runners import PoolStats
 
 __all__ = ["AlertStates", "PrewarmingPoolAlerter"]
@@ -55,7 +55,7 @@ class AlertStates:
 class PrewarmingPoolAlerter:
     """Watches every pool's fill and asks for a relist when one stays depleted too long."""
 
-    def __init__(self, pool: RunnerPool, relists: Requests, settings: AlertSettings) -> None:
+    def __init__(self, pool: PoolView, relists: Requests, settings: AlertSettings) -> None:
         self._pool = pool
         self._relists = relists
         self.states = AlertStates(settings.prewarming_pool_threshold, settings.reload_timeout)

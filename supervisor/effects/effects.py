@@ -1,9 +1,11 @@
 """Effects: the one place where the pool's actions are carried out.
 
-The pool decides; ``Effects.apply`` carries out what it returned, as controller-runtime's workqueue
-carries out what a reconciler decides: Nomad's writes go to the factory (rate-limited, spread over
-agents, with one backoff), the executions of a runner that is gone are ended, relists are asked of
-the informer, and what is only news (a node avoided, runners found gone) is logged once.
+The pool decides; ``Effects.tell`` hands it a change through its one entry and carries out what it
+returned (``Effects.apply``), as controller-runtime's workqueue carries out what a reconciler
+decides: Nomad's writes go to the factory (rate-limited, spread over agents, with one backoff), the
+executions of a runner that is gone are ended, relists are asked of the informer, a runner's first
+start is timed by the factory, and what is only news (a node avoided, runners found gone) is logged
+once.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, Protocol
 
+import trio
 from loguru import logger
 
 from ..base.levels import Requests
+from ..core.evidence import Moment
 from ..core.nodes import AWAY_SECONDS
-from ..core.pool import RunnerPool
+from ..core.orders import Change, PoolDoor
 from ..core.runners import (
     REASON_DESTROYED,
     REASON_ENVIRONMENT,
@@ -25,6 +29,7 @@ from ..core.runners import (
     NodeAvoided,
     RelistWanted,
     RunnerGone,
+    RunnerStarted,
 )
 from .expiry import InactivityExpiry
 from .factory import RunnerFactory
@@ -50,22 +55,34 @@ class Effects:
 
     def __init__(
         self,
-        pool: RunnerPool,
+        pool: PoolDoor,
         factory: RunnerFactory,
         executions: ExecutionEnds,
         relists: Requests,
         leftovers: LeftoverSweep,
     ) -> None:
         self.factory = factory
+        self._door = pool
+        # The pool's reads, for the parts that hand it changes through ``tell``.
+        self.pool = pool.view
         self._executions = executions
-        self._relists = relists
-        self._leftovers = leftovers
-        self.expiry = InactivityExpiry(pool, self.apply)
+        self.relists = relists
+        # The commands that cut sessions left in runners, stopped before new work starts there.
+        self.leftovers = leftovers
+        self.expiry = InactivityExpiry(pool.view, self.tell)
+
+    def tell(self, change: Change, at: Moment | None = None) -> list[Action]:
+        """Hand the pool one change at ``at`` (now, by trio's clock, when not given: only the
+        informer's facts need how far the stream has flowed), carry out what it decides, and return
+        that. An order the pool cannot carry out raises its error and changes nothing."""
+        actions = self._door.handle(change, at if at is not None else Moment(trio.current_time()))
+        self.apply(actions)
+        return actions
 
     def claims_adopted(self, runner_ids: Iterable[str]) -> None:
         """Claims of a previous run, adopted at the start: the commands it left in them are
         stopped, and their inactivity deadlines count."""
-        self._leftovers.adopt(runner_ids)
+        self.leftovers.adopt(runner_ids)
         self.expiry.changed()
 
     def deadlines_changed(self) -> None:
@@ -84,8 +101,10 @@ class Effects:
                 self.expiry.changed()  # a claim: a new inactivity deadline
             if isinstance(action, RunnerGone):
                 self._executions.runner_gone(action.runner_id, action.reason)
+            elif isinstance(action, RunnerStarted):
+                self.factory.started(action.runner_id)
             elif isinstance(action, RelistWanted):
-                self._relists.request(action.reason)
+                self.relists.request(action.reason)
             elif isinstance(action, NodeAvoided):
                 why = (
                     "its agent has said nothing of the runners placed there"

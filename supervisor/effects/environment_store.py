@@ -25,7 +25,8 @@ from ..base.errors import (
 )
 from ..base.faults import FaultKind, Faults
 from ..core.environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
-from ..core.pool import RunnerPool
+from ..core.orders import Change, RemoveEnvironment, SetEnvironment
+from ..core.pool_view import PoolView
 from ..core.runners import Action, DestroyRunner
 from ..nomad import JobListStub
 from ..nomad.api import NomadApi
@@ -44,15 +45,15 @@ class EnvironmentStore:
     def __init__(
         self,
         client: NomadApi,
-        pool: RunnerPool,
-        apply: Callable[[Iterable[Action]], None],
+        pool: PoolView,
+        tell: Callable[[Change], list[Action]],
         *,
         entropy: Entropy | None = None,
         faults: Faults | None = None,
     ) -> None:
         self._client = client
         self._pool = pool
-        self._apply = apply
+        self._tell = tell
         self._faults = Faults() if faults is None else faults
         # The retries' jitter.
         self._entropy = Entropy() if entropy is None else entropy
@@ -77,7 +78,8 @@ class EnvironmentStore:
                 ) from exc
             self._faults.clear(FaultKind.TOKEN_REFUSED, JOB_WRITES)
             self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(environment.id))
-            created, actions = self._pool.set_environment(environment)
+            created = self._pool.environment(environment.id) is None
+            self._tell(SetEnvironment(environment))
         logger.info(
             "environment {} {} (image {}, pool of {})",
             environment.id,
@@ -85,14 +87,12 @@ class EnvironmentStore:
             environment.image,
             environment.prewarming_pool_size,
         )
-        self._apply(actions)
         return created
 
     async def delete(self, environment_id: int) -> None:
         """Forget the environment and its runners, and purge its template job."""
         async with self.lock:
-            actions = self._pool.remove_environment(environment_id)
-            self._apply(actions)
+            actions = self._tell(RemoveEnvironment(environment_id))
             await self._client.deregister_job(f"{TEMPLATE_PREFIX}{environment_id}", purge=True)
         self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(environment_id))
         destroyed = sum(isinstance(a, DestroyRunner) for a in actions)
@@ -111,8 +111,8 @@ class EnvironmentStore:
             if job.stop or not job.id.startswith(TEMPLATE_PREFIX):
                 continue
             environment = environment_from_template(job.meta)
-            if environment is not None and self._pool.environments.get(environment.id) != environment:
-                self._apply(self._pool.set_environment(environment, fill=fill)[1])
+            if environment is not None and self._pool.environment(environment.id) != environment:
+                self._tell(SetEnvironment(environment, fill=fill))
 
     async def fetch(self, environment_id: int) -> ExecutionEnvironment | None:
         """The environment as Nomad holds it now (None if it does not), adopted into the pool."""
@@ -123,7 +123,7 @@ class EnvironmentStore:
                 return None
             environment = environment_from_template(job.meta) if not job.stop else None
             if environment is not None:
-                self._apply(self._pool.set_environment(environment)[1])
+                self._tell(SetEnvironment(environment))
             return environment
 
     async def ensure(self, environments: Iterable[ExecutionEnvironment]) -> None:

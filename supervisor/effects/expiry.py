@@ -6,14 +6,15 @@ sleeps until the next deadline; whoever may bring a deadline sooner calls ``chan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Final, NoReturn
 
 import trio
 from loguru import logger
 
-from ..core.pool import RunnerPool
-from ..core.runners import REASON_INACTIVITY, Action
+from ..core.orders import Change, Destroy
+from ..core.pool_view import PoolView
+from ..core.runners import REASON_INACTIVITY
 
 __all__ = ["InactivityExpiry"]
 
@@ -24,9 +25,9 @@ _IDLE_WAKE: Final = 3600.0
 class InactivityExpiry:
     """Destroys used runners whose inactivity timeout passed."""
 
-    def __init__(self, pool: RunnerPool, apply: Callable[[Iterable[Action]], None]) -> None:
+    def __init__(self, pool: PoolView, tell: Callable[[Change], object]) -> None:
         self._pool = pool
-        self._apply = apply
+        self._tell = tell
         self._changed = trio.Event()
 
     def changed(self) -> None:
@@ -40,7 +41,7 @@ class InactivityExpiry:
             self._changed = trio.Event()
             for runner_id in self._pool.expired(trio.current_time()):
                 logger.debug("runner {} reached its inactivity timeout", runner_id)
-                self._apply(self._pool.destroy(runner_id, REASON_INACTIVITY))
+                self._tell(Destroy(runner_id, REASON_INACTIVITY))
             deadline = self._pool.next_expiry()
             wake = deadline if deadline is not None else trio.current_time() + _IDLE_WAKE
             with trio.move_on_at(wake):

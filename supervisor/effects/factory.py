@@ -25,8 +25,9 @@ from ..base.faults import FaultKind, Faults
 from ..base.histogram import Histogram
 from ..core.config import FactorySettings
 from ..core.environments import runner_job
-from ..core.pool import RunnerPool
-from ..core.runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, RunnerState
+from ..core.evidence import JobPurged, JobRefused, JobRegistered, Moment, WriteAnswered
+from ..core.orders import PoolDoor
+from ..core.runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, Runner, RunnerState
 from ..nomad.api import JobWriter
 from ..nomad.boundary import in_one_line, token_refused
 from .environment_store import JOB_WRITES, JOB_WRITES_NEED
@@ -52,14 +53,16 @@ class RunnerFactory:
     def __init__(
         self,
         client: JobWriter,
-        pool: RunnerPool,
+        pool: PoolDoor,
         settings: FactorySettings,
         *,
         entropy: Entropy | None = None,
         faults: Faults | None = None,
     ) -> None:
         self._client = client
-        self._pool = pool
+        # What Nomad answered goes through the pool's entry; everything else is read from its view.
+        self._door = pool
+        self._pool = pool.view
         self._settings = settings
         self._faults = Faults() if faults is None else faults
         # The retries' jitter (the runners' IDs are the pool's to draw).
@@ -114,7 +117,7 @@ class RunnerFactory:
         for runner_id, at in self._starting.items():
             if runner_id == excluding or not self._is_starting(runner_id):
                 continue
-            node_id = self._pool.runners[runner_id].node_id
+            node_id = self._runner(runner_id).node_id
             if node_id:
                 placed[node_id] = placed.get(node_id, 0) + 1
                 if at > since:
@@ -185,7 +188,7 @@ class RunnerFactory:
             if isinstance(action, DestroyRunner) and not performed:
                 # Cut short (this factory restarted): the job may still be there, and only a
                 # listing that shows it can have it destroyed again.
-                self._pool.purged(action.runner_id, 0)
+                self._answered(JobPurged(action.runner_id))
             if isinstance(action, CreateRunner):
                 self._creating.discard(action.runner_id)
             elif (
@@ -226,7 +229,7 @@ class RunnerFactory:
             # the runner's purge (and brought its job back). Purge it again, retried as any purge.
             await self._retrying(DestroyRunner(action.runner_id, "a late write may have brought it back"))
         elif isinstance(action, CreateRunner):
-            self._pool.purged(action.runner_id, 0)  # destroyed before its turn: never registered
+            self._answered(JobPurged(action.runner_id))  # destroyed before its turn: never registered
 
     def _fault(self, action: FactoryAction, exc: TerminalError) -> bool:
         """Whether the refusal is a fault (told once, by the faults): a refused token, or the
@@ -251,14 +254,15 @@ class RunnerFactory:
     def _failed(self, action: FactoryAction) -> None:
         self.failed += 1
         if isinstance(action, CreateRunner):
-            self._pool.registration_failed(action.runner_id)
+            self._answered(JobRefused(action.runner_id))
         elif isinstance(action, DestroyRunner):
             # Its job may still be there: a listing that shows it has it destroyed again.
-            self._pool.purged(action.runner_id, 0)
+            self._answered(JobPurged(action.runner_id))
 
     def _still_wanted(self, action: FactoryAction) -> bool:
         if isinstance(action, CreateRunner):
-            return action.runner_id in self._pool.runners and action.environment_id in self._pool.environments
+            runner_there = self._pool.runner(action.runner_id) is not None
+            return runner_there and self._pool.environment(action.environment_id) is not None
         if isinstance(action, MarkUsed):
             return self._pool.used_runner(action.runner_id) is not None
         return True
@@ -292,7 +296,7 @@ class RunnerFactory:
         self._starting = {runner: at for runner, at in self._starting.items() if self._is_starting(runner)}
 
     def _is_starting(self, runner_id: str) -> bool:
-        runner = self._pool.runners.get(runner_id)
+        runner = self._pool.runner(runner_id)
         return runner is not None and runner.state is RunnerState.STARTING
 
     async def _once(self, action: FactoryAction) -> None:
@@ -318,20 +322,22 @@ class RunnerFactory:
         self._starting[action.runner_id] = trio.current_time()  # its start is timed from here
         if not self._still_wanted(action):
             # The runner (or its environment) went while the creation waited for its turn.
-            self._pool.purged(action.runner_id, 0)
+            self._answered(JobPurged(action.runner_id))
             return
-        runner = self._pool.runners[action.runner_id]
-        environment = runner.environment or self._pool.environments[action.environment_id]
+        environment = self._runner(action.runner_id).environment or self._pool.environment(
+            action.environment_id
+        )
+        assert environment is not None, "a runner wanted has its environment (_still_wanted)"
         avoid = self._avoided(action.runner_id)
         registered = await self._client.register_job(runner_job(environment, action.runner_id, avoid=avoid))
         self.created += 1
         self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(action.environment_id))
         self._faults.clear(FaultKind.TOKEN_REFUSED, JOB_WRITES)
-        if action.runner_id not in self._pool.runners:
+        if self._pool.runner(action.runner_id) is None:
             # Destroyed while its registration was under way: the destroy may have come first.
             await self._purge(action.runner_id)
             return
-        self._pool.registered(action.runner_id, registered.index)
+        self._answered(JobRegistered(action.runner_id, registered.index))
 
     async def _purge(self, runner_id: str, *, registration_may_follow: bool = False) -> None:
         response = await self._client.deregister_job(runner_id, purge=True)
@@ -339,7 +345,16 @@ class RunnerFactory:
             # Nomad did not know the job, but its registration may still land: that path purges it
             # again and settles the tombstone, so no listing meanwhile may drop it.
             return
-        self._pool.purged(runner_id, response.index)
+        self._answered(JobPurged(runner_id, response.index))
+
+    def _runner(self, runner_id: str) -> Runner:
+        runner = self._pool.runner(runner_id)
+        assert runner is not None, f"runner {runner_id} is not the pool's"
+        return runner
+
+    def _answered(self, fact: WriteAnswered) -> None:
+        """What Nomad answered a write, for the pool (which calls for nothing more on such news)."""
+        self._door.handle(fact, Moment(trio.current_time()))
 
 
 def _describe(action: FactoryAction) -> str:

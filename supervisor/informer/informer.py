@@ -35,7 +35,7 @@ from ..base.errors import NomadNotFound, NomadPermissionDenied, SupervisorError,
 from ..base.faults import FaultKind, Faults
 from ..base.levels import Requests, StreamState
 from ..base.memory import release_free_memory
-from ..core.config import WatcherSettings
+from ..core.config import Settings
 from ..core.environments import CLAIM_GROUP, TEMPLATE_PREFIX, runner_prefix
 from ..core.evidence import (
     AgentReport,
@@ -48,8 +48,8 @@ from ..core.evidence import (
     NodesListed,
     RunnersListed,
     SilentAgent,
+    StreamResumed,
 )
-from ..core.pool import RunnerPool
 from ..core.runners import RunnerState
 from ..effects.effects import Effects
 from ..effects.environment_store import EnvironmentStore
@@ -95,32 +95,29 @@ class Informer:
     def __init__(
         self,
         client: NomadApi,
-        pool: RunnerPool,
         effects: Effects,
         environments: EnvironmentStore,
-        gate: AdmissionGate,
-        relists: Requests,
-        settings: WatcherSettings | None = None,
+        settings: Settings,
         *,
-        backoff: Backoff | None = None,
         entropy: Entropy | None = None,
         faults: Faults | None = None,
     ) -> None:
         self.client = client
         self._faults = Faults() if faults is None else faults
-        self._pool = pool
+        self._pool = effects.pool
         self._effects = effects
-        self._environments = environments
-        self._gate = gate
-        self.relists = relists
-        settings = settings or WatcherSettings()
-        self.heartbeat_timeout = settings.heartbeat_timeout
-        self.resync_interval = settings.resync_interval
+        self.environments = self._environments = environments
+        # The stream's health, which only the informer writes: new work waits at it.
+        self.gate = self._gate = AdmissionGate(settings.admission.wait_timeout)
+        # What asks for a relist (the pool's RelistWanted, carried out by the effects; the alerter).
+        self.relists: Requests = effects.relists
+        self.heartbeat_timeout = settings.watcher.heartbeat_timeout
+        self.resync_interval = settings.watcher.resync_interval
         entropy = Entropy() if entropy is None else entropy
         # A stream must stay up this long before its failures are forgotten: a server that flaps
         # must not earn a full relist every half second, but one that restarted after serving a
         # while must not cost the next reconnect the growing pause of a flapping one.
-        self.backoff = backoff or Backoff(
+        self.backoff = Backoff(
             BackoffPolicy(0.5, STREAM_BACKOFF_CAP),
             healthy_after=STREAM_HEALTHY_AFTER,
             random_fraction=entropy.fraction,
@@ -155,7 +152,7 @@ class Informer:
 
     def _apply(self, fact: Fact, at: Moment | None = None) -> None:
         """Hand the pool a fact, at ``at`` (now, when not given), and its actions to the effects."""
-        self._effects.apply(self._pool.evidence(fact, at if at is not None else self.moment()))
+        self._effects.tell(fact, at if at is not None else self.moment())
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
         """Never returns; starts at once, with the stream DOWN until the first listing is in."""
@@ -407,7 +404,7 @@ class Informer:
         self._flowed += min(gap, _STREAM_PAUSE)
         if gap > _STREAM_PAUSE or self._gate.since > self.last_batch_at:
             # A pause, or the stream was lost since the last batch (a leader's restart, say).
-            self._pool.stream_paused(self._flowed)
+            self._apply(StreamResumed(self._flowed))
         self.last_batch_at = now
         at = Moment(now, self._flowed)  # one batch, one moment
         for event in batch.events:

@@ -102,7 +102,7 @@ def _stream_metrics(service: RunnerService, now: float) -> Iterator[Metric]:
 def _pool_metrics(service: RunnerService, now: float) -> Iterator[Metric]:
     pool = service.pool
     counts = pool.runner_counts()
-    environments = sorted(pool.environments.items())
+    environments = [(environment.id, environment) for environment in pool.all_environments()]
     runners = GaugeMetricFamily(
         "supervisor_runners", "Runners by environment and state.", labels=["environment", "state"]
     )
@@ -136,7 +136,7 @@ def _pool_metrics(service: RunnerService, now: float) -> Iterator[Metric]:
         "supervisor_runners_found_gone_total",
         "Runners found gone, by how: event, listing, node_restart, exec_refusal.",
         "path",
-        _counts(pool.found_gone, FOUND_BY),
+        _counts(pool.found_gone_counts(), FOUND_BY),
     )
 
 

@@ -10,7 +10,7 @@ import trio
 from ..base.errors import SupervisorError
 from ..base.levels import StreamState
 from ..core.config import Settings
-from ..core.pool import RunnerPool
+from ..core.pool_view import PoolView
 from ..core.runners import PoolStats
 from ..desk.executions import ExecutionService
 from ..desk.service import RunnerService
@@ -24,7 +24,7 @@ __all__ = ["health_details", "pool_statistics", "status_line"]
 _POOLS_NAMED: Final = 5
 
 
-def _parts(service: RunnerService) -> tuple[AdmissionGate, Informer, NomadApi, RunnerPool, ExecutionService]:
+def _parts(service: RunnerService) -> tuple[AdmissionGate, Informer, NomadApi, PoolView, ExecutionService]:
     """The parts of the term a report reads."""
     return service.gate, service.informer, service.client, service.pool, service.executions
 
@@ -88,7 +88,7 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
         "status": "ok",
         "suspect": len(suspect),
         "suspect_ids": suspect[:20],
-        "found_gone": dict(pool.found_gone),
+        "found_gone": pool.found_gone_counts(),
     }
     threshold = settings.alert.prewarming_pool_threshold
     stats = pool.stats()

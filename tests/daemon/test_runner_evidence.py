@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from supervisor.core.config import AdmissionSettings, ServerSettings, Settings
+from supervisor.core.evidence import NodeSeen
 from supervisor.core.nodes import SILENT_SECONDS
 from supervisor.core.runners import REASON_ALLOCATION_UNKNOWN, RunnerState
 from supervisor.desk.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED
@@ -42,9 +43,7 @@ def suspect(harness: Harness, runner: str) -> None:
     """Its agent re-registered, as the event stream tells it."""
     node_id = harness.service.pool.runners[runner].node_id
     event = Node(id=node_id, status="initializing", events=[NodeEvent(message="Node re-registered")])
-    harness.service.effects.apply(
-        harness.service.pool.apply_node("NodeRegistration", event, harness.service.informer.last_index)
-    )
+    harness.service.effects.tell(NodeSeen("NodeRegistration", event, harness.service.informer.last_index))
 
 
 async def test_an_exec_refused_for_an_unknown_allocation_ends_with_the_cause_and_the_runner_is_gone(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor.core.config import ServerSettings, Settings, SupervisionSettings
-from supervisor.core.pool import RunnerPool
+from supervisor.core.pool_view import PoolView
 
 from .conftest import Harness, output
 
@@ -20,15 +20,15 @@ COMMAND = "echo started; sleep 2; echo finished"
 def crash_the_expiry(harness: Harness, monkeypatch: pytest.MonkeyPatch, *, times: int) -> None:
     """The inactivity expiry's next looks at the pool raise, ``times`` times."""
     crashes: list[float] = []
-    original = RunnerPool.expired
+    original = PoolView.expired
 
-    def expired(pool: RunnerPool, now: float) -> list[str]:
+    def expired(pool: PoolView, now: float) -> list[str]:
         if len(crashes) < times:
             crashes.append(now)
             raise RuntimeError("a bug in the expiry")
         return original(pool, now)
 
-    monkeypatch.setattr(RunnerPool, "expired", expired)
+    monkeypatch.setattr(PoolView, "expired", expired)
     harness.service.effects.expiry.changed()
 
 
