@@ -11,11 +11,13 @@ How tests are written here:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from loguru import logger
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -27,3 +29,12 @@ def load_fixture(name: str) -> Any:
 @pytest.fixture
 def fixture_json() -> Any:
     return load_fixture
+
+
+@pytest.fixture
+def log_records() -> Iterator[list[Any]]:
+    """Every loguru record logged while the test runs."""
+    captured: list[Any] = []
+    sink = logger.add(lambda message: captured.append(message.record), level="DEBUG")
+    yield captured
+    logger.remove(sink)

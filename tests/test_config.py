@@ -14,7 +14,7 @@ from supervisor.core.config import SECTIONS, ServerSettings, Settings, load_sett
 from supervisor.core.config_example import example_config
 from supervisor.core.config_rules import described
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONFIGURATION_DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 FILE = """
 [server]
@@ -311,9 +311,7 @@ def test_the_example_has_every_key_with_its_rule() -> None:
     assert all(len(line) <= 100 for line in example.splitlines())
 
 
-def test_the_readme_shows_the_example_as_it_is() -> None:
-    """The README's configuration block is ``supervisor config example``'s output."""
-    readme = README.read_text()
-    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```toml\n(.*?)```", section, flags=re.DOTALL)
+def test_the_configuration_doc_shows_the_example_as_it_is() -> None:
+    """docs/configuration.md's block is ``supervisor config example``'s output."""
+    blocks = re.findall(r"```toml\n(.*?)```", CONFIGURATION_DOC.read_text(), flags=re.DOTALL)
     assert blocks == [example_config()]

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scenarios"))
 from picture import draw_soak, rate_steps
-from soak import fault_kinds
+from soak_faults import fault_kinds
 from soak_figures import drift, execution_rates, outages, outside_outages, recovery_time
 
 WHOLE = frozenset({10, 11})

@@ -24,7 +24,8 @@ from loguru import logger
 from starlette.types import ASGIApp, Message
 
 from ..base.network import Listening
-from .http_connection import PEER_ERRORS, Connection, HttpServerSettings
+from .http_connection import Connection
+from .http_wire import PEER_ERRORS, HttpServerSettings
 
 __all__ = ["AsgiServer", "HttpServerSettings"]
 
