@@ -18,10 +18,7 @@ import pytest
 # and fails once one is under the limit (strict xfail), so that its entry is dropped here.
 _BEING_SPLIT: Final = frozenset(
     {
-        "supervisor/core/pool.py",
-        "supervisor/desk/executions.py",
         "supervisor/simulator/agents.py",
-        "tests/test_factory.py",
     }
 )
 
