@@ -34,7 +34,7 @@ def fixed_backoff() -> Backoff:
 async def test_a_crashed_child_is_restarted_after_its_backoff(autojump_clock: trio.abc.Clock) -> None:
     child, escalated = Child(crashes=2), list[str]()
     intensity = RestartIntensity(5, 30.0)
-    spec = ChildSpec("flaky", lambda _: child.run, Restart.TRANSIENT)
+    spec = ChildSpec[None]("flaky", lambda _parts, _tier: child.run, Restart.TRANSIENT)
     async with trio.open_nursery() as nursery:
         run = partial(supervise, spec, child.run, intensity, escalated.append, backoff=fixed_backoff())
         assert await nursery.start(run) == "ready"
@@ -45,7 +45,7 @@ async def test_a_crashed_child_is_restarted_after_its_backoff(autojump_clock: tr
 
 async def test_a_permanent_child_is_restarted_even_when_it_returns(autojump_clock: trio.abc.Clock) -> None:
     child, escalated = Child(), list[str]()
-    spec = ChildSpec("loop", lambda _: child.run, Restart.PERMANENT)
+    spec = ChildSpec[None]("loop", lambda _parts, _tier: child.run, Restart.PERMANENT)
     with trio.move_on_after(10):
         await supervise(
             spec, child.run, RestartIntensity(100, 30.0), escalated.append, backoff=fixed_backoff()
@@ -55,7 +55,7 @@ async def test_a_permanent_child_is_restarted_even_when_it_returns(autojump_cloc
 
 async def test_a_temporary_child_stays_down(autojump_clock: trio.abc.Clock) -> None:
     child, escalated = Child(crashes=5), list[str]()
-    spec = ChildSpec("once", lambda _: child.run, Restart.TEMPORARY)
+    spec = ChildSpec[None]("once", lambda _parts, _tier: child.run, Restart.TEMPORARY)
     await supervise(spec, child.run, RestartIntensity(), escalated.append)
     assert child.starts == [0.0]
 
@@ -65,7 +65,7 @@ async def test_past_the_intensity_the_supervisor_escalates_instead_of_restarting
 ) -> None:
     child, escalated = Child(crashes=100), list[str]()
     intensity = RestartIntensity(2, 30.0)
-    spec = ChildSpec("broken", lambda _: child.run)
+    spec = ChildSpec[None]("broken", lambda _parts, _tier: child.run)
     await supervise(spec, child.run, intensity, escalated.append, backoff=fixed_backoff())
     assert len(child.starts) == 3, "two restarts allowed, the third is one too many"
     assert escalated == ["broken kept failing"]
@@ -84,7 +84,11 @@ async def test_a_crash_before_the_child_is_ready_reaches_the_caller() -> None:
     with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="bad configuration")):
         async with trio.open_nursery() as nursery:
             await nursery.start(
-                supervise, ChildSpec("broken", lambda _: broken), broken, RestartIntensity(), print
+                supervise,
+                ChildSpec[None]("broken", lambda _parts, _tier: broken),
+                broken,
+                RestartIntensity(),
+                print,
             )
 
 
@@ -98,7 +102,7 @@ async def test_nothing_is_restarted_once_the_daemon_is_stopping(autojump_clock: 
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_soon)
-        spec = ChildSpec("api", lambda _: child.run)
+        spec = ChildSpec[None]("api", lambda _parts, _tier: child.run)
         await supervise(spec, child.run, RestartIntensity(), escalated.append, stopping=stopping.is_set)
     assert child.starts == [0.0], "it crashed after the stop began: over"
     assert escalated == []
@@ -110,7 +114,7 @@ async def test_a_child_that_ends_before_it_is_ready_fails_its_start() -> None:
 
     with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match=r"without calling task_status\.started")):
         async with trio.open_nursery() as nursery:
-            spec = ChildSpec("quitter", lambda _: quitter)
+            spec = ChildSpec[None]("quitter", lambda _parts, _tier: quitter)
             await nursery.start(supervise, spec, quitter, RestartIntensity(), print)
 
 
@@ -129,7 +133,7 @@ async def test_a_crash_that_meets_its_tiers_cancellation_stays_in_the_tree() -> 
             task_status.started()
             await trio.sleep_forever()
 
-    spec = ChildSpec("hold", lambda _: child, Restart.TEMPORARY)
+    spec = ChildSpec[None]("hold", lambda _parts, _tier: child, Restart.TEMPORARY)
     with trio.CancelScope() as tier:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(supervise, spec, child, RestartIntensity(), list[str]().append))

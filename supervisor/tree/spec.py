@@ -1,145 +1,168 @@
-"""The daemon's tree, written as data: each child with how it starts (from the parts of the running
-daemon), its restart type, how it stops and within what share of the stop's budget, in tiers that
-start in order and stop in reverse. ``draw_tree`` draws it as the README and ``daemon.py`` show it;
-a test holds both drawings to it.
+"""The daemon's tree, written as data: each child with how it starts (from the typed parts of the
+running daemon, or of a term), its restart type, how it stops and within what share of the stop's
+budget, in tiers that start in order and stop in reverse. ``draw_tree`` draws it as the README and
+``daemon.py`` show it; a test holds both drawings to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
-from typing import Any, Final
+from collections.abc import Iterator
+from typing import Final
 
-from .supervision import ChildSpec, Lifetime, Restart, Shutdown, TierSpec
+from attrs import frozen
 
-__all__ = ["TREE", "draw_tree"]
+from .api_serving import ApiServing
+from .configured_environments import ConfiguredEnvironments
+from .execution_deadline import ExecutionDeadline
+from .lock_hold import LockHold
+from .parts import DaemonParts, TermParts
+from .stop_budget import StopBudget
+from .supervision import ChildSpec, PartsT, Restart, Shutdown, TierSpec
+from .systemd_reporting import SystemdReporting
+
+__all__ = ["TREE", "Tree", "draw_tree"]
 
 
-def _term_of(parts: Any) -> Any:
-    """The term's runner service, which a term's child runs with."""
-    assert parts.service is not None, "a term's child runs in a term"
-    return parts.service
+@frozen
+class Tree:
+    """The daemon's tiers, which live as long as it runs, then a term's, which live for one term
+    as the active daemon (the first of them outermost)."""
+
+    daemon: tuple[TierSpec[DaemonParts], ...]
+    term: tuple[TierSpec[TermParts], ...]
+
+    def __iter__(self) -> Iterator[TierSpec[DaemonParts] | TierSpec[TermParts]]:
+        """Every tier, in the order they start."""
+        yield from self.daemon
+        yield from self.term
 
 
-TREE: Final = (
-    TierSpec(
-        "platform",
-        Lifetime.DAEMON,
-        (
-            ChildSpec(
-                "systemd notifier",
-                lambda p: p.daemon.tell_systemd,
-                Restart.TRANSIENT,
-                role="READY=1, STATUS=, WATCHDOG=1",
+TREE: Final = Tree(
+    daemon=(
+        TierSpec(
+            "platform",
+            (
+                ChildSpec[DaemonParts](
+                    "systemd notifier",
+                    lambda p, _: SystemdReporting(p.systemd, p.stop, p.endpoint.serving, p.terms).run,
+                    Restart.TRANSIENT,
+                    role="READY=1, STATUS=, WATCHDOG=1",
+                ),
+                ChildSpec[DaemonParts](
+                    "stop budget",
+                    lambda p, _: StopBudget(p.stop, p.server, p.terms, p.everything).run,
+                    role="cuts what is left when the budget ends",
+                ),
             ),
-            ChildSpec(
-                "stop budget",
-                lambda p: p.daemon.enforce_budget,
-                role="cuts what is left when the budget ends",
+        ),
+        TierSpec(
+            "intake",
+            (
+                ChildSpec[DaemonParts](
+                    "api server",
+                    lambda p, tier: (
+                        ApiServing(
+                            p.server, p.network, p.settings.server.address, p.endpoint, connections=tier
+                        ).run
+                    ),
+                    Restart.TRANSIENT,
+                    Shutdown.DRAIN,
+                    share=1.0,
+                    ask=lambda p: p.server.stop,
+                    role="/api/v1, /metrics; 503 between terms",
+                ),
             ),
         ),
     ),
-    TierSpec(
-        "intake",
-        Lifetime.DAEMON,
-        (
-            ChildSpec(
-                "api server",
-                lambda p: partial(p.daemon.serve_api, p.nursery),
-                Restart.TRANSIENT,
-                Shutdown.DRAIN,
-                share=1.0,
-                ask=lambda p: p.daemon.server.stop,
-                role="/api/v1, /metrics; 503 between terms",
+    term=(
+        TierSpec(
+            "executions",
+            (
+                ChildSpec[TermParts](
+                    "execution deadline",
+                    lambda p, _: ExecutionDeadline(p.term, p.service, p.stop).run,
+                    Restart.TRANSIENT,
+                    Shutdown.DRAIN,
+                    share=1.0,
+                    role="ends executions before the budget",
+                ),
+            ),
+            also_runs="one task per execution, each in its own cancel scope",
+        ),
+        TierSpec(
+            "knowledge",
+            (
+                ChildSpec[TermParts](
+                    "informer", lambda p, _: p.service.informer.run, role="list + watch Nomad -> evidence"
+                ),
+                ChildSpec[TermParts](
+                    "node tracker",
+                    lambda p, _: p.service.informer.watch_silence,
+                    role="agents silent while others report",
+                ),
             ),
         ),
-    ),
-    TierSpec(
-        "executions",
-        Lifetime.TERM,
-        (
-            ChildSpec(
-                "execution deadline",
-                lambda p: partial(p.daemon.end_executions_in_time, _term_of(p)),
-                Restart.TRANSIENT,
-                Shutdown.DRAIN,
-                share=1.0,
-                role="ends executions before the budget",
+        TierSpec(
+            "effects",
+            (
+                ChildSpec[TermParts](
+                    "factory", lambda p, _: p.service.factory.run, role="Nomad's writes, paced and spread"
+                ),
+                ChildSpec[TermParts](
+                    "inactivity expiry",
+                    lambda p, _: p.service.effects.expiry.run,
+                    role="claims past their timeout",
+                ),
+                ChildSpec[TermParts](
+                    "prewarming-pool alerter",
+                    lambda p, _: p.service.alerter.run,
+                    role="depleting pools relisted",
+                ),
             ),
         ),
-    ),
-    TierSpec(
-        "knowledge",
-        Lifetime.TERM,
-        (
-            ChildSpec("informer", lambda p: _term_of(p).informer.run, role="list + watch Nomad -> evidence"),
-            ChildSpec(
-                "node tracker",
-                lambda p: _term_of(p).informer.watch_silence,
-                role="agents silent while others report",
-            ),
-        ),
-    ),
-    TierSpec(
-        "effects",
-        Lifetime.TERM,
-        (
-            ChildSpec("factory", lambda p: _term_of(p).factory.run, role="Nomad's writes, paced and spread"),
-            ChildSpec(
-                "inactivity expiry",
-                lambda p: _term_of(p).effects.expiry.run,
-                role="claims past their timeout",
-            ),
-            ChildSpec(
-                "prewarming-pool alerter", lambda p: _term_of(p).alerter.run, role="depleting pools relisted"
-            ),
-        ),
-    ),
-    TierSpec(
-        "acting",
-        Lifetime.TERM,
-        (
-            ChildSpec(
-                "configured environments",
-                lambda p: partial(p.daemon.ensure_configured_environments, _term_of(p)),
-                Restart.TRANSIENT,
-                role="[[environments]] ensured in Nomad",
-            ),
-            ChildSpec(
-                "lock hold",
-                lambda p: p.daemon.hold_lock,
-                Restart.TEMPORARY,
-                ha_only=True,
-                role="renews the lock; its end ends the term",
+        TierSpec(
+            "acting",
+            (
+                ChildSpec[TermParts](
+                    "configured environments",
+                    lambda p, _: ConfiguredEnvironments(p.service, p.settings.environments).run,
+                    Restart.TRANSIENT,
+                    role="[[environments]] ensured in Nomad",
+                ),
+                ChildSpec[TermParts](
+                    "lock hold",
+                    lambda p, _: LockHold(p.term, p.elector).run,
+                    Restart.TEMPORARY,
+                    ha_only=True,
+                    role="renews the lock; its end ends the term",
+                ),
             ),
         ),
     ),
 )
 
 
-def draw_tree(tree: Sequence[TierSpec] = TREE) -> str:
+def draw_tree(tree: Tree = TREE) -> str:
     """The tree as the README and ``daemon.py`` draw it: the daemon's tiers, then a term's."""
     width = max(len(child.name) for tier in tree for child in tier.children)
     lines = ["Daemon.run"]
-
-    def tier_lines(tier: TierSpec, indent: str, last: bool) -> None:
-        lines.append(f"{indent}{'└── ' if last else '├── '}{tier.name}")
-        inner = indent + ("    " if last else "│   ")
-        children = list(tier.children)
-        for n, child in enumerate(children):
-            how = child.restart.value + (", drains" if child.shutdown is Shutdown.DRAIN else "")
-            how += ", [ha]" if child.ha_only else ""
-            end = n == len(children) - 1 and tier.name != "executions"
-            name = f"{inner}{'└── ' if end else '├── '}{child.name}"
-            lines.append(f"{name:<{width + 12}}  {how:<18}  {child.role}")
-        if tier.name == "executions":
-            lines.append(f"{inner}└── one task per execution, each in its own cancel scope")
-
-    daemon = [tier for tier in tree if tier.lifetime is Lifetime.DAEMON]
-    term = [tier for tier in tree if tier.lifetime is Lifetime.TERM]
-    for tier in daemon:
-        tier_lines(tier, "", last=False)
+    for tier in tree.daemon:
+        lines += _tier_lines(tier, "", width, last=False)
     lines.append("└── term: from the start to the stop; with [ha], one per election won")
-    for n, tier in enumerate(term):
-        tier_lines(tier, "    ", last=n == len(term) - 1)
+    for n, term_tier in enumerate(tree.term):
+        lines += _tier_lines(term_tier, "    ", width, last=n == len(tree.term) - 1)
     return "\n".join(lines)
+
+
+def _tier_lines(tier: TierSpec[PartsT], indent: str, width: int, *, last: bool) -> list[str]:
+    lines = [f"{indent}{'└── ' if last else '├── '}{tier.name}"]
+    inner = indent + ("    " if last else "│   ")
+    for n, child in enumerate(tier.children):
+        how = child.restart.value + (", drains" if child.shutdown is Shutdown.DRAIN else "")
+        how += ", [ha]" if child.ha_only else ""
+        end = n == len(tier.children) - 1 and not tier.also_runs
+        name = f"{inner}{'└── ' if end else '├── '}{child.name}"
+        lines.append(f"{name:<{width + 12}}  {how:<18}  {child.role}")
+    if tier.also_runs:
+        lines.append(f"{inner}└── {tier.also_runs}")
+    return lines

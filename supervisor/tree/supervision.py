@@ -1,10 +1,11 @@
 """Restart policy and shutdown as data, as Erlang/OTP's supervisors do it, on trio's clock.
 
-Each long-lived child of the daemon has a ``ChildSpec``: its name, how to start it from the parts of
-the daemon, its restart policy, and how it shuts down. Children are grouped in ``TierSpec``s that
-start in order and stop in reverse (OTP's ``rest_for_one`` ordering: a tier depends on the ones
-before it). ``supervise`` runs one child in its tier's nursery and restarts it as its policy says,
-one for one (a child's crash touches no sibling):
+Each long-lived child of the daemon has a ``ChildSpec``: its name, how to start it from the typed
+parts of the daemon (a ``Starter``, which makes its ``ChildRun``), its restart policy, and how it
+shuts down. Children are grouped in ``TierSpec``s that start in order and stop in reverse (OTP's
+``rest_for_one`` ordering: a tier depends on the ones before it). ``supervise`` runs one child in
+its tier's nursery and restarts it as its policy says, one for one (a child's crash touches no
+sibling):
 
 - ``PERMANENT``: always restarted, whether it crashed or returned;
 - ``TRANSIENT``: restarted only after a crash; returning is a normal end;
@@ -21,7 +22,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import trio
 from attrs import define, field, frozen
@@ -31,8 +32,9 @@ from ..base.backoff import Backoff, BackoffPolicy
 from ..base.entropy import Entropy
 
 __all__ = [
+    "ChildRun",
     "ChildSpec",
-    "Lifetime",
+    "PartsT",
     "Restart",
     "RestartIntensity",
     "Shutdown",
@@ -58,30 +60,35 @@ class Shutdown(enum.Enum):
     DRAIN = "drain"
 
 
-class Lifetime(enum.Enum):
-    """How long a tier lives: the daemon's whole run, or each term as the active daemon (always
-    one term without ``[ha]``; with it, one each time the election makes this daemon active)."""
+class ChildRun(Protocol):
+    """A child's run, as every long-lived service has it: it serves until it is done, and says it
+    is ready through ``task_status`` once it truly is."""
 
-    DAEMON = "daemon"
-    TERM = "term"
+    def __call__(self, *, task_status: trio.TaskStatus[object] = ...) -> Awaitable[object]:
+        """Run the child; ``task_status.started()`` once it is ready."""
+        ...
 
 
-# How a spec finds its child's run (a ``run(*, task_status)``) in the parts of the running daemon.
-Starter = Callable[[Any], Callable[..., Awaitable[object]]]
+# What a child starts from: the daemon's parts, or a term's.
+PartsT = TypeVar("PartsT")
+
+# How a spec makes its child's run from the typed parts it starts from, and the nursery of its tier
+# (for work the child hands on, which is to outlive a crash of the child's own task).
+Starter = Callable[[PartsT, trio.Nursery], ChildRun]
 
 
 @frozen
-class ChildSpec:
+class ChildSpec(Generic[PartsT]):
     """One long-lived child: its name, how to start it, its restart policy, and how it stops
     (``share``: the part of the stop's budget a draining child may take)."""
 
     name: str
-    start: Starter
+    start: Starter[PartsT]
     restart: Restart = Restart.PERMANENT
     shutdown: Shutdown = Shutdown.CANCEL
     share: float = 0.0
     # How a draining child is asked to stop, at the stop's start (None: it watches for the stop).
-    ask: Callable[[Any], Callable[[], None]] | None = None
+    ask: Callable[[PartsT], Callable[[], None]] | None = None
     # Where it runs only in a daemon with [ha].
     ha_only: bool = False
     # What it is, in a few words, for the drawn tree.
@@ -89,12 +96,13 @@ class ChildSpec:
 
 
 @frozen
-class TierSpec:
+class TierSpec(Generic[PartsT]):
     """Children that start together, after the tiers before them, and stop before them."""
 
     name: str
-    lifetime: Lifetime
-    children: tuple[ChildSpec, ...]
+    children: tuple[ChildSpec[PartsT], ...]
+    # What else runs in the tier, unsupervised, in a few words for the drawn tree (its last line).
+    also_runs: str = ""
 
 
 @define
@@ -117,8 +125,8 @@ class RestartIntensity:
 
 
 async def supervise(
-    spec: ChildSpec,
-    run: Callable[..., Awaitable[object]],
+    spec: ChildSpec[PartsT],
+    run: ChildRun,
     intensity: RestartIntensity,
     escalate: Callable[[str], None],
     *,

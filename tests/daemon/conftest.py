@@ -12,7 +12,7 @@ wakes on the task step that makes it true (``tests/waiting.py``), never by polli
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from supervisor.desk.service import RunnerService
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
 from supervisor.tree.daemon import TREE, Daemon
-from supervisor.tree.supervision import TierSpec
+from supervisor.tree.spec import Tree
 
 from ..waiting import wait_until
 
@@ -153,14 +153,14 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def tree() -> Sequence[TierSpec]:
+def tree() -> Tree:
     """The daemon's tree (a test may give it one whose child misbehaves)."""
     return TREE
 
 
 @pytest.fixture
 async def harness(
-    nursery: trio.Nursery, sim_config: SimConfig, settings: Settings, tree: Sequence[TierSpec]
+    nursery: trio.Nursery, sim_config: SimConfig, settings: Settings, tree: Tree
 ) -> AsyncIterator[Harness]:
     cluster = await nursery.start(SimulatedCluster(sim_config).run)
     daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)}, tree=tree)

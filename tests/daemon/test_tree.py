@@ -8,7 +8,6 @@ down) as its spec says; the execution running meanwhile must end with its output
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,8 @@ import trio
 from supervisor.core.config import HaSettings, ServerSettings, Settings
 from supervisor.tree import daemon as daemon_module
 from supervisor.tree.daemon import TREE, draw_tree
-from supervisor.tree.supervision import Starter, TierSpec
+from supervisor.tree.spec import Tree
+from supervisor.tree.supervision import ChildRun, PartsT, Starter, TierSpec
 
 from .conftest import Harness, output
 
@@ -32,14 +32,13 @@ COMMAND = "echo started; sleep 2; echo finished"
 CRASH: dict[str, trio.Event] = {}
 
 
-def crashing_once(name: str) -> Starter:
-    """The start of ``name``'s child in TREE, wrapped: its run raises once CRASH[name] is set, the
-    first time it runs; its restarts run as usual."""
-    child = next(c for tier in TREE for c in tier.children if c.name == name)
+def crashing_once(start_child: Starter[PartsT], name: str) -> Starter[PartsT]:
+    """``start_child``, the start of ``name``'s child in TREE, wrapped: its run raises once
+    CRASH[name] is set, the first time it runs; its restarts run as usual."""
     crashed = False
 
-    def start(parts: Any) -> Callable[..., Any]:
-        run = child.start(parts)
+    def start(parts: PartsT, tier: trio.Nursery) -> ChildRun:
+        run = start_child(parts, tier)
 
         async def crash_once(*, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
             nonlocal crashed
@@ -62,16 +61,21 @@ def crashing_once(name: str) -> Starter:
     return start
 
 
-def tree_crashing(name: str) -> tuple[TierSpec, ...]:
+def tiers_crashing(tiers: tuple[TierSpec[PartsT], ...], name: str) -> tuple[TierSpec[PartsT], ...]:
     return tuple(
         attrs.evolve(
             tier,
             children=tuple(
-                attrs.evolve(c, start=crashing_once(name)) if c.name == name else c for c in tier.children
+                attrs.evolve(c, start=crashing_once(c.start, name)) if c.name == name else c
+                for c in tier.children
             ),
         )
-        for tier in TREE
+        for tier in tiers
     )
+
+
+def tree_crashing(name: str) -> Tree:
+    return Tree(daemon=tiers_crashing(TREE.daemon, name), term=tiers_crashing(TREE.term, name))
 
 
 def test_the_readme_and_the_docstring_draw_the_tree_as_it_is() -> None:
@@ -113,9 +117,7 @@ CHILDREN = [child.name for tier in TREE for child in tier.children if not child.
 
 
 @pytest.mark.parametrize("tree", [tree_crashing(name) for name in CHILDREN], ids=CHILDREN)
-async def test_a_crash_of_any_child_leaves_a_running_execution_whole(
-    harness: Harness, tree: Sequence[TierSpec]
-) -> None:
+async def test_a_crash_of_any_child_leaves_a_running_execution_whole(harness: Harness, tree: Tree) -> None:
     (name,) = {c.name for tier in tree for c in tier.children if c.start.__name__ == "start"}
     await harness.environment(10)
     runner = await harness.runner(10)
@@ -143,7 +145,7 @@ async def test_a_crash_of_any_child_leaves_a_running_execution_whole(
     ids=["lock hold"],
 )
 async def test_a_crash_of_the_ha_hold_steps_down_and_lets_the_running_execution_finish(
-    harness: Harness, tree: Sequence[TierSpec], settings: Settings
+    harness: Harness, tree: Tree, settings: Settings
 ) -> None:
     """With [ha] (what this test is about): the hold's crash ends the term, as a lost lock does;
     the lock is given up, since whether it is still this daemon's is unknown, and taken again."""
