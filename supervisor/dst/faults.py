@@ -18,7 +18,7 @@ from typing import Final
 import trio
 from attrs import define, field, frozen
 
-from ..simulator.trouble import Trouble
+from ..simulator.http.trouble import Trouble
 from .trace import Trace
 from .world import World
 

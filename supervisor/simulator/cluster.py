@@ -20,21 +20,21 @@ from attrs import define
 from loguru import logger
 
 from ..base.network import Network, TcpNetwork
-from .agents import Agents
-from .api import NomadAPI
-from .broker import EventBroker, Subscription
-from .client_api import AgentEndpoint
+from .acl.variables import VariableService
+from .agents.agents import Agents
+from .agents.client_api import AgentEndpoint
+from .agents.containers import Containers, ProcessContainers
+from .agents.exec import ExecSessions
+from .agents.history import add_history
+from .api.nomad_api import NomadAPI
 from .config import SimConfig
-from .containers import Containers, ProcessContainers
-from .control import ControlAPI
-from .exec import ExecSessions
+from .control.fault_injection import ControlAPI
 from .handle import SimServer
-from .history import add_history
-from .http import HttpServer
-from .jobs import JobService
-from .scheduler import Scheduler
-from .state import ClusterState
-from .variables import VariableService
+from .http.server import HttpServer
+from .scheduling.jobs import JobService
+from .scheduling.scheduler import Scheduler
+from .state.broker import EventBroker, Subscription
+from .state.store import ClusterState
 
 __all__ = ["SimServer", "SimulatedCluster"]
 
