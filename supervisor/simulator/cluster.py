@@ -138,11 +138,11 @@ class SimulatedCluster:
         self.leader: str | None = None
         # Each node's agent HTTP port, by node ID.
         self.endpoints: dict[str, AgentEndpoint] = {}
-        self.agents.on_agent_stopped.append(lambda node: self.endpoints[node.id].close())
-        self.agents.on_agent_started.append(self._agent_listens)
+        self.agents.call_when_an_agent_stops(lambda node: self.endpoints[node.id].close())
+        self.agents.call_when_an_agent_starts(self._agent_listens)
         self._nursery: trio.Nursery | None = None
         self._write_event = trio.Event()
-        self.state.after_write.append(self._wake_blocking_queries)
+        self.state.call_after_each_write(self._wake_blocking_queries)
         self.stats = _Stats()
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class SimulatedCluster:
             async with trio.open_nursery() as nursery:
                 server.port = await nursery.start(server.http.serve, self.network, self.host, server.port)
                 server.up = True
-                self.state.subscribers.append(server.broker.publish)
+                self.state.subscribe(server.broker.publish)
                 task_status.started()
 
     async def _collect_garbage(self) -> None:
@@ -245,7 +245,7 @@ class SimulatedCluster:
         server.up = False
         server.restarts += 1
         if server.broker.publish in self.state.subscribers:
-            self.state.subscribers.remove(server.broker.publish)
+            self.state.unsubscribe(server.broker.publish)
         server.broker.reset()
         self.execs.drop_server(server.name)
         if server.http is not None:

@@ -19,6 +19,7 @@ from .agents.exec import ExecSessions
 from .config import SimConfig
 from .http.server import HttpServer, StreamSource
 from .scheduling.jobs import JobService
+from .scheduling.scheduler import Scheduler
 from .state.broker import EventBroker, Subscription
 from .state.store import ClusterState
 
@@ -56,6 +57,7 @@ class ClusterHandle(Protocol):
     network: Network
     state: ClusterState
     agents: Agents
+    scheduler: Scheduler
     jobs: JobService
     execs: ExecSessions
     variables: VariableService

@@ -166,7 +166,7 @@ class VariableService:
 
     def get(self, namespace: str, path: str) -> SimVariable | None:
         """The variable at ``path``, if any."""
-        return self.state.variables.get((namespace, path))
+        return self.state.variable((namespace, path))
 
     def listing(self, namespace: str, prefix: str) -> list[SimVariable]:
         """Variables whose path starts with ``prefix``, in one namespace or ``*`` for all, in
@@ -174,7 +174,7 @@ class VariableService:
         return sorted(
             (
                 v
-                for (ns, path), v in self.state.variables.items()
+                for (ns, path), v in self.state.every_variable()
                 if (namespace == "*" or ns == namespace) and path.startswith(prefix)
             ),
             key=lambda v: (v.namespace, v.path),
@@ -309,21 +309,21 @@ class VariableService:
         lock = variable.lock
         assert lock is not None
         key = (variable.namespace, variable.path)
-        self._ttl_timers[lock.id] = self.state.timers.call_later(
+        self._ttl_timers[lock.id] = self.state.call_later(
             _TTL_TIMER_FACTOR * lock.ttl_ns / _SECOND, lambda: self._lapse(key, lock)
         )
 
     def _lapse(self, key: VariableKey, lock: SimVariableLock) -> None:
         """The TTL timer fired: the lock is lost, and is removed once its delay has passed."""
         self._ttl_timers.pop(lock.id, None)
-        self._delays[lock.id] = self.state.timers.call_later(
+        self._delays[lock.id] = self.state.call_later(
             lock.lock_delay_ns / _SECOND, lambda: self._invalidate(key, lock.id)
         )
 
     def _invalidate(self, key: VariableKey, lock_id: str) -> None:
         """Remove a lapsed lock (its holder's ModifyTime is kept, as Nomad's expiry write keeps it)."""
         self._delays.pop(lock_id, None)
-        variable = self.state.variables.get(key)
+        variable = self.state.variable(key)
         if variable is None or variable.lock is None or variable.lock.id != lock_id:
             return
         with self.state.write(_MESSAGE) as tx:
@@ -343,7 +343,7 @@ class VariableService:
 
     def restore_lock_timers(self) -> None:
         """A new leader: a full TTL timer for every lock in the state, as ``restoreLockTTLTimers``."""
-        for variable in self.state.variables.values():
+        for _, variable in self.state.every_variable():
             if variable.lock is not None and variable.lock.id not in self._ttl_timers:
                 self._forget_timers(variable.lock.id)
                 self._start_ttl_timer(variable)

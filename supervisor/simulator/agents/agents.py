@@ -85,6 +85,7 @@ class Agents:
 
     def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
         self.state = state
+        self.config = state.config
         self.scheduler = scheduler
         self.exec: ExecHooks = _NoExec()
         self._starting: set[str] = set()
@@ -93,9 +94,21 @@ class Agents:
         self._stopping: set[str] = set()
         self._drain_timers: dict[str, Callable[[], None]] = {}
         # Called when an agent stops and when it starts again (its HTTP port closes and opens).
-        self.on_agent_stopped: list[Callable[[SimNode], None]] = []
-        self.on_agent_started: list[Callable[[SimNode], None]] = []
+        self._on_agent_stopped: list[Callable[[SimNode], None]] = []
+        self._on_agent_started: list[Callable[[SimNode], None]] = []
         state.after_write.append(self._after_write)
+
+    def call_when_an_agent_stops(self, hook: Callable[[SimNode], None]) -> None:
+        """Call ``hook`` with the node each time its agent stops."""
+        self._on_agent_stopped.append(hook)
+
+    def call_when_an_agent_starts(self, hook: Callable[[SimNode], None]) -> None:
+        """Call ``hook`` with the node each time its agent starts."""
+        self._on_agent_started.append(hook)
+
+    def stop_calling_when_an_agent_starts(self, hook: Callable[[SimNode], None]) -> None:
+        """Stop calling ``hook`` when an agent starts."""
+        self._on_agent_started.remove(hook)
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -147,12 +160,10 @@ class Agents:
         node.agent_down_since = self.state.now()
         self._starting -= self._starting_on.pop(node.id, set())
         self.exec.drop_node(node.id)
-        for hook in self.on_agent_stopped:
+        for hook in self._on_agent_stopped:
             hook(node)
         since = node.agent_down_since
-        self.state.timers.call_later(
-            self.state.config.heartbeat_grace, lambda: self._heartbeat_missed(node, since)
-        )
+        self.state.call_later(self.config.heartbeat_grace, lambda: self._heartbeat_missed(node, since))
 
     def _heartbeat_missed(self, node: SimNode, since: float) -> None:
         if node.agent_up or node.agent_down_since != since or node.status == "down":
@@ -160,7 +171,7 @@ class Agents:
         self._set_status(node, "down", "Node heartbeat missed")
         jobs = {
             (a.namespace, a.job_id)
-            for a in self.state.allocs.values()
+            for a in self.state.every_alloc()
             if a.node_id == node.id and not a.client_terminal
         }
         self._evaluate(jobs, "node-update", node_id=node.id)
@@ -173,7 +184,7 @@ class Agents:
         if node.agent_up:
             return
         node.agent_up = True
-        for hook in self.on_agent_started:
+        for hook in self._on_agent_started:
             hook(node)
         node.back_since = self.state.now()
         state = self.state
@@ -183,7 +194,7 @@ class Agents:
             node.add_event("Node re-registered", "Cluster", state.time_string(), state.index + 1)
             tx.touch(node)
         state.timers.call_later(state.config.agent_ready_delay, lambda: self._ready_after_start(node))
-        for alloc in [a for a in self.state.allocs.values() if a.node_id == node.id]:
+        for alloc in [a for a in self.state.every_alloc() if a.node_id == node.id]:
             if alloc.client_status == "lost":
                 self.exec.kill_alloc(alloc.id)
             elif recreate_containers and alloc.client_status == "running" and not alloc.server_terminal:
@@ -214,7 +225,7 @@ class Agents:
 
         def shut_down() -> None:
             self.stop_agent(node)
-            self.state.timers.call_later(
+            self.state.call_later(
                 downtime, lambda: self.start_agent(node, recreate_containers=recreate_containers)
             )
 
@@ -234,25 +245,23 @@ class Agents:
             if node.drain_strategy is None or self.state.now() >= give_up:
                 shut_down()
             else:
-                self.state.timers.call_later(_SELF_DRAIN_POLL, poll)
+                self.state.call_later(_SELF_DRAIN_POLL, poll)
 
-        self.state.timers.call_later(0, poll)
+        self.state.call_later(0, poll)
 
     def restart_all(self, *, downtime: float, lose_fraction: float) -> None:
         """Every agent at once, with the field's failure mode on return (hashicorp/nomad#23937)."""
-        for node in self.state.nodes.values():
+        for node in self.state.every_node():
             self.stop_agent(node)
-        self.state.timers.call_later(downtime, lambda: self._return_all(lose_fraction))
+        self.state.call_later(downtime, lambda: self._return_all(lose_fraction))
 
     def _return_all(self, lose_fraction: float) -> None:
         """The agents start again and register; while they are still initializing, the restored
         clients drop some runner jobs for good: so a listing taken between an agent's registration
         and its node's ready still shows jobs that are about to vanish."""
-        for node in self.state.nodes.values():
+        for node in self.state.every_node():
             self.start_agent(node)
-        self.state.timers.call_later(
-            self.state.config.agent_ready_delay / 2, lambda: self._lose_on_restore(lose_fraction)
-        )
+        self.state.call_later(self.config.agent_ready_delay / 2, lambda: self._lose_on_restore(lose_fraction))
 
     def _lose_on_restore(self, lose_fraction: float) -> None:
         state = self.state
@@ -261,11 +270,11 @@ class Agents:
         for key in lost:
             # Gone without a JobDeregistered or any other event.
             state.forget_job_silently(key)
-            self.scheduler.blocked.pop(key, None)
+            self.scheduler.forget_blocked(key)
         environments = [k for k in state.jobs if self.scheduler.is_environment_job(k)]
         with state.write("AllocationUpdated") as tx:
             for key in environments:
-                self.scheduler.blocked.pop(key, None)
+                self.scheduler.forget_blocked(key)
                 for evaluation_id in list(state.open_evals_by_job.get(key, ())):
                     state.eval_changed(tx, state.evals[evaluation_id], status="complete")
                 for alloc in state.allocs_by_job.get(key, {}).values():
@@ -284,16 +293,15 @@ class Agents:
                         self.exec.kill_alloc(alloc.id)
 
     def _check_flood(self, node: SimNode) -> None:
-        config = self.state.config
-        if not config.flood_limit or not node.agent_up:
+        if not self.config.flood_limit or not node.agent_up:
             return
         if (
-            self.state.now() - node.back_since <= config.flood_window
-            and len(self._starting_on.get(node.id, ())) > config.flood_limit
+            self.state.now() - node.back_since <= self.config.flood_window
+            and len(self._starting_on.get(node.id, ())) > self.config.flood_limit
         ):
             node.flood_crashes += 1
             self.stop_agent(node)
-            self.state.timers.call_later(config.flood_downtime, lambda: self.start_agent(node))
+            self.state.call_later(self.config.flood_downtime, lambda: self.start_agent(node))
 
     # -- drain and eligibility ------------------------------------------------------------------
 
@@ -359,7 +367,7 @@ class Agents:
     def _live_allocs(self, node: SimNode) -> list[SimAlloc]:
         return [
             self.state.allocs[i]
-            for i in self.state.live_allocs_by_node.get(node.id, ())
+            for i in self.state.live_alloc_ids(node.id)
             if not self.state.allocs[i].server_terminal
         ]
 
@@ -374,7 +382,7 @@ class Agents:
         self._evaluate({(a.namespace, a.job_id) for a in allocs}, "node-drain")
 
     def _check_drain_complete(self, node: SimNode, *, deadline_reached: bool = False) -> None:
-        if node.drain_strategy is not None and not self.state.live_allocs_by_node.get(node.id):
+        if node.drain_strategy is not None and not self.state.live_alloc_ids(node.id):
             self._complete_drain(node, deadline_reached=deadline_reached)
 
     def _complete_drain(self, node: SimNode, *, deadline_reached: bool) -> None:
@@ -392,7 +400,7 @@ class Agents:
 
     def set_eligibility(self, node: SimNode, eligible: bool) -> None:
         """Make the node eligible or ineligible for placements (NodeDrain or NodeEligibility by version)."""
-        with self.state.write(self.state.config.eligibility_event_type) as tx:
+        with self.state.write(self.config.eligibility_event_type) as tx:
             node.eligibility = "eligible" if eligible else "ineligible"
             tx.touch(node)
         if eligible:
@@ -406,30 +414,29 @@ class Agents:
             if topic != "Allocation":
                 continue
             self._schedule(obj)
-            node = self.state.nodes.get(obj.node_id)
+            node = self.state.node(obj.node_id)
             if node is not None and node.drain_strategy is not None:
                 draining.add(node.id)
         for node_id in draining:
             self._check_drain_complete(self.state.nodes[node_id])
 
     def _schedule(self, alloc: SimAlloc) -> None:
-        node = self.state.nodes.get(alloc.node_id)
+        node = self.state.node(alloc.node_id)
         if node is None or not node.agent_up or alloc.client_terminal:
             return
-        config = self.state.config
         if alloc.server_terminal:
             if alloc.id not in self._stopping:
                 self._stopping.add(alloc.id)
-                self.state.timers.call_later(config.task_kill_delay, lambda: self._stop(alloc.id))
+                self.state.call_later(self.config.task_kill_delay, lambda: self._stop(alloc.id))
         elif alloc.client_status == "pending" and not alloc.task_states and alloc.id not in self._starting:
             self._starting.add(alloc.id)
             self._starting_on.setdefault(node.id, set()).add(alloc.id)
-            self.state.timers.call_later(config.alloc_start_delay, lambda: self._start(alloc.id))
+            self.state.call_later(self.config.alloc_start_delay, lambda: self._start(alloc.id))
             self._check_flood(node)
 
     def _pending_to_run(self, alloc_id: str) -> SimAlloc | None:
         """The allocation, if it still waits for its tasks to start on a live agent."""
-        alloc = self.state.allocs.get(alloc_id)
+        alloc = self.state.alloc(alloc_id)
         if (
             alloc is None
             or alloc.server_terminal
@@ -474,7 +481,7 @@ class Agents:
 
     def _stop(self, alloc_id: str) -> None:
         self._stopping.discard(alloc_id)
-        alloc = self.state.allocs.get(alloc_id)
+        alloc = self.state.alloc(alloc_id)
         if alloc is None or alloc.client_terminal or not self._agent_up(alloc):
             return
         self.exec.kill_alloc(alloc.id)
@@ -485,7 +492,7 @@ class Agents:
             )
 
     def _agent_up(self, alloc: SimAlloc) -> bool:
-        node = self.state.nodes.get(alloc.node_id)
+        node = self.state.node(alloc.node_id)
         return node is not None and node.agent_up
 
     def _finish_tasks(

@@ -63,6 +63,7 @@ class AgentRoutes:
         self.cluster = cluster
         self.server = server
         self.state = cluster.state
+        self.config = cluster.config
         self.helpers = helpers
         self.purges = NodePurge(cluster)
 
@@ -85,7 +86,7 @@ class AgentRoutes:
     async def regions(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/regions``."""
         self.helpers.require_leader(request)
-        return json_response([self.cluster.config.region])
+        return json_response([self.config.region])
 
     def _namespaces(self) -> list[str]:
         used = {key[0] for key in self.state.jobs} | {key[0] for key in self.state.variables}
@@ -148,7 +149,7 @@ class AgentRoutes:
         return json_response(result, headers=(("X-Nomad-Index", str(result["Index"])),))
 
     def _servers(self) -> list[SimServer]:
-        return [server for i in range(self.cluster.config.servers) if (server := self._server(i))]
+        return [server for i in range(self.config.servers) if (server := self._server(i))]
 
     def _server(self, i: int) -> SimServer | None:
         return self.cluster.server(f"server-{i + 1}")

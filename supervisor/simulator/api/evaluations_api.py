@@ -111,6 +111,7 @@ class EvaluationRoutes:
     def __init__(self, cluster: ClusterHandle, helpers: ServerHelpers) -> None:
         self.cluster = cluster
         self.state = cluster.state
+        self.scheduler = cluster.scheduler
         self.helpers = helpers
 
     def add_routes(self, add: Callable[[str, str, Any], None]) -> None:
@@ -130,7 +131,7 @@ class EvaluationRoutes:
         namespace = request.arg("namespace") or "default"
         evaluations = [
             e
-            for e in self.state.evals.values()
+            for e in self.state.every_evaluation()
             if (namespace == "*" or e.namespace == namespace)
             and e.id.startswith(options.prefix)
             and (not job_id or e.job_id == job_id)
@@ -151,7 +152,7 @@ class EvaluationRoutes:
         _, index = await self.helpers.read(request, lambda: self.state.table_index["evals"])
         namespace, job_id = request.arg("namespace") or "default", params["job_id"]
         evaluations = sorted(
-            (e for e in self.state.evals.values() if e.namespace == namespace and e.job_id == job_id),
+            (e for e in self.state.every_evaluation() if e.namespace == namespace and e.job_id == job_id),
             key=lambda e: (e.status, e.id),
         )
         return json_response([eval_full(e) for e in evaluations], headers=self.helpers.headers(index))
@@ -160,7 +161,7 @@ class EvaluationRoutes:
         """``GET /v1/evaluation/:id/allocations``."""
         _, index = await self.helpers.read(request, lambda: self.state.table_index["allocs"])
         eval_id = params["eval_id"]
-        allocs = sorted((a for a in self.state.allocs.values() if a.eval_id == eval_id), key=lambda a: a.id)
+        allocs = sorted((a for a in self.state.every_alloc() if a.eval_id == eval_id), key=lambda a: a.id)
         body = b"[" + b",".join(orjson.dumps(alloc_stub(a, resources=False)) for a in allocs) + b"]"
         return Response(200, body, "application/json", self.helpers.headers(index))
 
@@ -195,7 +196,7 @@ class EvaluationRoutes:
                         transition = {**alloc.desired_transition, "ForceReschedule": True}
                         state.alloc_changed(tx, alloc, desired_transition=transition)
             evaluation = state.new_eval(tx, key, "job-register", job_modify_index=modify_index)
-        self.cluster.jobs.scheduler.enqueue(evaluation)
+        self.scheduler.enqueue(evaluation)
         result = {
             "EvalCreateIndex": evaluation.create_index,
             "EvalID": evaluation.id,

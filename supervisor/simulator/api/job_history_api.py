@@ -68,23 +68,23 @@ class JobHistoryRoutes:
 
     def _job(self, request: Request, params: dict[str, str]) -> tuple[tuple[str, str], SimJob | None]:
         key = (request.arg("namespace") or "default", params["job_id"])
-        return key, self.state.jobs.get(key)
+        return key, self.state.job(key)
 
     async def summary(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/job/:id/summary``."""
         key, _ = self._job(request, params)
 
         def current_index() -> int:
-            job = self.state.jobs.get(key)
+            job = self.state.job(key)
             if job is None:
                 return self.state.table_index["jobs"]
-            return _summary_index(job, list(self.state.allocs_by_job.get(key, {}).values()))
+            return _summary_index(job, list(self.state.job_allocs(key)))
 
         _, index = await self.helpers.read(request, current_index)
-        job = self.state.jobs.get(key)
+        job = self.state.job(key)
         if job is None:
             raise self.helpers.not_found("job not found", index)
-        summary = job_summary(job, list(self.state.allocs_by_job.get(key, {}).values()))
+        summary = job_summary(job, list(self.state.job_allocs(key)))
         return json_response(summary, headers=self.helpers.headers(index))
 
     async def versions(self, request: Request, params: dict[str, str]) -> Response:
@@ -99,13 +99,13 @@ class JobHistoryRoutes:
         key, _ = self._job(request, params)
 
         def current_index() -> int:
-            job = self.state.jobs.get(key)
+            job = self.state.job(key)
             if job is None or not job.versions:
                 return self.state.table_index["jobs"]
             return max(int(v.get("ModifyIndex") or 0) for v in job.versions.values())
 
         _, index = await self.helpers.read(request, current_index)
-        job = self.state.jobs.get(key)
+        job = self.state.job(key)
         versions = [job.versions[v] for v in sorted(job.versions, reverse=True)] if job else []
         if not versions:
             raise self.helpers.not_found("job versions not found", index)

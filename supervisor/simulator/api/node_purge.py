@@ -29,6 +29,8 @@ class NodePurge:
     def __init__(self, cluster: ClusterHandle) -> None:
         self.cluster = cluster
         self.state = cluster.state
+        self.agents = cluster.agents
+        self.scheduler = cluster.scheduler
 
     def purge(self, node_id: str) -> dict[str, Any]:
         """Deregister the node; Nomad's NodeUpdateResponse (an unknown node is a 500)."""
@@ -53,7 +55,7 @@ class NodePurge:
                     for key in jobs
                 ]
         for evaluation in evaluations:
-            self.cluster.jobs.scheduler.enqueue(evaluation)
+            self.scheduler.enqueue(evaluation)
         self._await_return(node)
         return {
             "EvalCreateIndex": evaluations[0].create_index if evaluations else 0,
@@ -72,17 +74,15 @@ class NodePurge:
         }
 
     def _await_return(self, node: SimNode) -> None:
-        agents = self.cluster.agents
-
         def on_start(started: SimNode) -> None:
             if started is node:
-                agents.on_agent_started.remove(on_start)
+                self.agents.stop_calling_when_an_agent_starts(on_start)
                 self._recreate(node)
 
-        agents.on_agent_started.append(on_start)
+        self.agents.call_when_an_agent_starts(on_start)
         if node.agent_up:
             delay = self.state.config.heartbeat_grace * _HEARTBEAT_SHARE
-            self.state.timers.call_later(delay, lambda: self._heartbeat_finds_it_gone(node, on_start))
+            self.state.call_later(delay, lambda: self._heartbeat_finds_it_gone(node, on_start))
 
     def _recreate(self, node: SimNode) -> None:
         """The node's record as a fresh registration makes it, back in the table."""
@@ -96,7 +96,7 @@ class NodePurge:
         state = self.state
         if not node.agent_up or node.id in state.nodes:
             return
-        self.cluster.agents.on_agent_started.remove(on_start)
+        self.agents.stop_calling_when_an_agent_starts(on_start)
         self._recreate(node)
         with state.write("NodeRegistration") as tx:
             node.status_updated_at = int(state.now_ns() // 10**9)
@@ -115,4 +115,4 @@ class NodePurge:
             node.status = "ready"
             node.status_updated_at = int(state.now_ns() // 10**9)
             tx.touch(node)
-        self.cluster.jobs.scheduler.unblock()
+        self.scheduler.unblock()

@@ -111,6 +111,7 @@ class NomadAPI:
         self.cluster = cluster
         self.server = server
         self.state = cluster.state
+        self.config = cluster.config
         self.router = _Router()
         add = self.router.add
         add("/v1/jobs", "GET", self.list_jobs)
@@ -165,16 +166,16 @@ class NomadAPI:
             reply = Response(error.status, text.encode(), headers=error.headers)
         if trouble.error is not None and isinstance(reply, Response) and reply.status < 300:
             reply = text_response(500, trouble.error)  # applied, and the answer lost on its way
-        if isinstance(reply, Response) and self.cluster.config.response_latency > 0:
+        if isinstance(reply, Response) and self.config.response_latency > 0:
             # The answer was computed; it reaches the client this much later (network, load).
-            await trio.sleep(self.cluster.config.response_latency)
+            await trio.sleep(self.config.response_latency)
         return reply
 
     # -- shared helpers -------------------------------------------------------------------------
 
     def _trouble(self, request: Request) -> Verdict:
         """What the servers' trouble (a fault) does to this request."""
-        trouble = self.cluster.config.trouble
+        trouble = self.config.trouble
         if not trouble.windows:
             return _UNTROUBLED
         leader = self.cluster.server(self.cluster.leader or "")
@@ -261,7 +262,7 @@ class NomadAPI:
         jobs = sorted(
             (
                 j
-                for (ns, job_id), j in self.state.jobs.items()
+                for (ns, job_id), j in self.state.every_job()
                 if (namespace == "*" or ns == namespace) and job_id.startswith(prefix)
             ),
             key=lambda j: (j.namespace, j.id),
@@ -272,8 +273,8 @@ class NomadAPI:
         return _json_list(body, headers)
 
     def _encoded_job_stub(self, job: SimJob, meta: bool) -> bytes:
-        allocs = self.state.allocs_by_job.get((job.namespace, job.id), {})
-        version = (job.modify_index, max((a.modify_index for a in allocs.values()), default=0))
+        allocs = self.state.job_allocs((job.namespace, job.id))
+        version = (job.modify_index, max((a.modify_index for a in allocs), default=0))
         cached = job.stub_cache.get(meta)
         if cached is None or cached[0] != version:
             cached = (version, orjson.dumps(job_stub(job, self._summary(job), meta=meta)))
@@ -282,7 +283,7 @@ class NomadAPI:
 
     def _summary(self, job: Any) -> dict[str, dict[str, int]]:
         summary = empty_summary([g.get("Name", "") for g in job.task_groups])
-        for alloc in self.state.allocs_by_job.get((job.namespace, job.id), {}).values():
+        for alloc in self.state.job_allocs((job.namespace, job.id)):
             group = summary.setdefault(alloc.task_group, empty_summary([alloc.task_group])[alloc.task_group])
             group[summary_state(alloc)] += 1
         return summary
@@ -292,12 +293,12 @@ class NomadAPI:
         key = (self._namespace(request), params["job_id"])
         index = await self._blocking(
             parse_query(request),
-            lambda: j.modify_index if (j := self.state.jobs.get(key)) else self.state.table_index["jobs"],
+            lambda: j.modify_index if (j := self.state.job(key)) else self.state.table_index["jobs"],
         )
-        job = self.state.jobs.get(key)
+        job = self.state.job(key)
         if job is None:
             raise self._not_found("job not found", index)
-        return json_response(job_full(job, self.cluster.config.region), headers=self._headers(index))
+        return json_response(job_full(job, self.config.region), headers=self._headers(index))
 
     async def register_job(self, request: Request, params: dict[str, str]) -> Response:
         """``PUT|POST /v1/jobs`` and ``/v1/job/:id``: the agent decodes and checks the request
@@ -333,7 +334,7 @@ class NomadAPI:
         """The agent's ``regionForJob``: the request body's region, the query's, the job's; "global"
         or none is the agent's own."""
         region = body.get("Region") or request.arg("region") or job.get("Region") or ""
-        return self.cluster.config.region if region in ("", "global") else str(region)
+        return self.config.region if region in ("", "global") else str(region)
 
     async def deregister_job(self, request: Request, params: dict[str, str]) -> Response:
         """``DELETE /v1/job/:id``: stop the job, or purge it; an unknown job is a 200 no-op."""
@@ -356,8 +357,8 @@ class NomadAPI:
             all_versions = False
         index = await self._blocking(parse_query(request), lambda: self.state.table_index["allocs"])
         key = (self._namespace(request), params["job_id"])
-        job = self.state.jobs.get(key)
-        allocs = list(self.state.allocs_by_job.get(key, {}).values())
+        job = self.state.job(key)
+        allocs = list(self.state.job_allocs(key))
         if not all_versions and job is not None:
             allocs = [a for a in allocs if a.create_index >= job.create_index]
         body = [alloc_stub(a, resources=False) for a in sorted(allocs, key=lambda a: a.create_index)]
@@ -390,11 +391,9 @@ class NomadAPI:
         alloc_id = params["alloc_id"]
         index = await self._blocking(
             parse_query(request),
-            lambda: (
-                a.modify_index if (a := self.state.allocs.get(alloc_id)) else self.state.table_index["allocs"]
-            ),
+            lambda: a.modify_index if (a := self.state.alloc(alloc_id)) else self.state.table_index["allocs"],
         )
-        alloc = self.state.allocs.get(alloc_id)
+        alloc = self.state.alloc(alloc_id)
         if alloc is None:
             raise self._not_found("alloc not found", index)
         return json_response(alloc_full(alloc, with_job=True), headers=self._headers(index))
@@ -407,7 +406,7 @@ class NomadAPI:
         except ValueError as error:
             raise NomadError(500, f"no_shutdown_delay value is not a boolean: {error}") from None
         self._require_leader(request)
-        alloc = self.state.allocs.get(params["alloc_id"])
+        alloc = self.state.alloc(params["alloc_id"])
         if alloc is None:
             raise NomadError(404, "allocation not found")
         result = self.cluster.jobs.stop_allocation(alloc)
@@ -426,10 +425,10 @@ class NomadAPI:
         predicate = compile_filter(options.filter, NODE_FIELDS)
         index = await self._blocking(options, lambda: self.state.table_index["nodes"])
         prefix = options.prefix
-        nodes = sorted((n for n in self.state.nodes.values() if n.id.startswith(prefix)), key=lambda n: n.id)
+        nodes = sorted((n for n in self.state.every_node() if n.id.startswith(prefix)), key=lambda n: n.id)
         if predicate is not None:
             nodes = [n for n in nodes if predicate(n)]
-        version = self.cluster.config.nomad_version
+        version = self.config.nomad_version
         body = [node_stub(n, version, resources=resources, os=os) for n in nodes]
         return json_response(body, headers=self._headers(index))
 
@@ -438,11 +437,9 @@ class NomadAPI:
         node_id = params["node_id"]
         index = await self._blocking(
             parse_query(request),
-            lambda: (
-                n.modify_index if (n := self.state.nodes.get(node_id)) else self.state.table_index["nodes"]
-            ),
+            lambda: n.modify_index if (n := self.state.node(node_id)) else self.state.table_index["nodes"],
         )
-        node = self.state.nodes.get(node_id)
+        node = self.state.node(node_id)
         if node is None:
             raise self._not_found("node not found", index)
         return json_response(node_full(node), headers=self._headers(index))
@@ -453,7 +450,7 @@ class NomadAPI:
         index = await self._blocking(parse_query(request), lambda: self.state.table_index["allocs"])
         node_id = params["node_id"]
         allocs = sorted(
-            (a for a in self.state.allocs.values() if a.node_id == node_id), key=lambda a: a.create_index
+            (a for a in self.state.every_alloc() if a.node_id == node_id), key=lambda a: a.create_index
         )
         return json_response([alloc_full(a, with_job=True) for a in allocs], headers=self._headers(index))
 
@@ -461,7 +458,7 @@ class NomadAPI:
         """The node a drain or eligibility write names, checked as the leader checks it (500s)."""
         if node_event is not None:
             raise NomadError(500, "node event must not be set")
-        node = self.state.nodes.get(node_id)
+        node = self.state.node(node_id)
         if node is None:
             raise NomadError(500, "node not found")
         return node
@@ -509,7 +506,7 @@ class NomadAPI:
     async def get_evaluation(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/evaluation/:id``: the evaluation, or 404 ``eval not found``."""
         index = await self._blocking(parse_query(request), lambda: self.state.table_index["evals"])
-        evaluation = self.state.evals.get(params["eval_id"])
+        evaluation = self.state.evaluation(params["eval_id"])
         if evaluation is None:
             raise self._not_found("eval not found", index)
         return json_response(eval_full(evaluation), headers=self._headers(index))
@@ -545,4 +542,4 @@ class NomadAPI:
         topic_filter = TopicFilter({k: frozenset(v) for k, v in topics.items()}, frozenset({namespace}))
         subscription = self.server.broker.subscribe(topic_filter, index)
         source = self.cluster.stream_source(self.server, subscription)
-        return StreamReply(source, hijack=self.cluster.config.hijacks_event_stream)
+        return StreamReply(source, hijack=self.config.hijacks_event_stream)

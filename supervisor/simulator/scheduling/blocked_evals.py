@@ -84,13 +84,17 @@ class BlockedEvals:
     def cancel(self, tx: Write, key: JobKey, *, succeeded: SimEval) -> None:
         """The job's evaluation ``succeeded``: its blocked ones are cancelled."""
         description = f'evaluation "{succeeded.id}" successful'
-        for eval_id in sorted(self.state.open_evals_by_job.get(key, ())):
+        for eval_id in sorted(self.state.open_eval_ids(key)):
             evaluation = self.state.evals[eval_id]
             if evaluation.status == "blocked" and evaluation is not succeeded:
                 self.state.eval_changed(tx, evaluation, status="canceled", status_description=description)
         tracked = self.by_job.get(key)
         if tracked is not None and (tracked is succeeded or tracked.terminal):
             del self.by_job[key]
+
+    def forget(self, key: JobKey) -> None:
+        """Drop the job's blocked evaluation, if any, without running it."""
+        self.by_job.pop(key, None)
 
     def unblock_all(self) -> None:
         """Run every blocked evaluation again."""
@@ -105,7 +109,7 @@ class BlockedEvals:
         classes = {
             node.computed_class
             for topic, obj in tx.touched.values()
-            if topic == "Allocation" and obj.client_terminal and (node := self.state.nodes.get(obj.node_id))
+            if topic == "Allocation" and obj.client_terminal and (node := self.state.node(obj.node_id))
         }
         if not classes:
             return

@@ -61,6 +61,7 @@ class JobService:
 
     def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
         self.state = state
+        self.config = state.config
         self.scheduler = scheduler
 
     def register(
@@ -75,7 +76,7 @@ class JobService:
         """Register a job (an ``api.Job`` as decoded) as Nomad's Job.Register does: canonical,
         refused whole (500) when invalid or when ``enforce_index`` does not hold, a new version
         only when the spec changed."""
-        spec = canonical_job(job_spec, namespace=namespace, region=region or self.state.config.region)
+        spec = canonical_job(job_spec, namespace=namespace, region=region or self.config.region)
         problems = job_problems(spec) + constraint_problems(spec)
         if problems:
             raise NomadError(500, multierror_text(problems))

@@ -88,25 +88,25 @@ class Scheduler:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self.config = state.config
         self.blocked_evals = BlockedEvals(state, self._run_unblocked)
         self._port_cursor: dict[str, int] = {}
         self._used_ports: dict[str, set[int]] = {}
 
-    @property
-    def blocked(self) -> dict[JobKey, SimEval]:
-        """The blocked evaluation of each job that has one."""
-        return self.blocked_evals.by_job
+    def forget_blocked(self, key: JobKey) -> None:
+        """Drop the job's blocked evaluation, if any, without running it (the job is gone)."""
+        self.blocked_evals.forget(key)
 
     # -- evaluations ----------------------------------------------------------------------------
 
     def enqueue(self, evaluation: SimEval) -> None:
         """Process the evaluation after ``eval_delay``."""
-        self.state.timers.call_later(self.state.config.eval_delay, lambda: self.process(evaluation.id))
+        self.state.call_later(self.config.eval_delay, lambda: self.process(evaluation.id))
 
     def process(self, eval_id: str, *, unblocked: bool = False) -> None:
         """Turn an evaluation into a plan and apply it: stops, in-place updates, placements; then
         complete it, or block what is left (a blocked evaluation run again stays blocked)."""
-        evaluation = self.state.evals.get(eval_id)
+        evaluation = self.state.evaluation(eval_id)
         if evaluation is None or evaluation.terminal or (evaluation.status == "blocked" and not unblocked):
             return
         key = (evaluation.namespace, evaluation.job_id)
@@ -126,7 +126,7 @@ class Scheduler:
 
     def _complete(self, tx: Write, evaluation: SimEval, unplaced: Unplaced, snapshot: int) -> None:
         key = (evaluation.namespace, evaluation.job_id)
-        job = self.state.jobs.get(key)
+        job = self.state.job(key)
         queued = unplaced.queued(job)
         if job is not None and any(job.queued.get(g) != n for g, n in queued.items()):
             job.queued.update(queued)
@@ -150,13 +150,11 @@ class Scheduler:
         self.blocked_evals.unblock_all()
 
     def _run_unblocked(self, evaluation: SimEval) -> None:
-        self.state.timers.call_later(
-            self.state.config.eval_delay, lambda: self.process(evaluation.id, unblocked=True)
-        )
+        self.state.call_later(self.config.eval_delay, lambda: self.process(evaluation.id, unblocked=True))
 
     def _groups(self, key: JobKey) -> list[tuple[str, int]]:
-        job = self.state.jobs.get(key)
-        names = {a.task_group for a in self.state.allocs_by_job.get(key, {}).values()}
+        job = self.state.job(key)
+        names = {a.task_group for a in self.state.job_allocs(key)}
         if job is None or job.stop:
             return [(name, 0) for name in sorted(names)]
         counts = {
@@ -233,7 +231,7 @@ class Scheduler:
         """Allocations on a node that is down, or was purged, are lost."""
         lost = "alloc is lost since its node is down"
         for alloc in allocs:
-            node = self.state.nodes.get(alloc.node_id)
+            node = self.state.node(alloc.node_id)
             if (node is None or node.status == "down") and not alloc.client_terminal:
                 self.state.alloc_changed(
                     tx,
@@ -356,7 +354,7 @@ class Scheduler:
         return alloc
 
     def _allocate_ports(self, node: SimNode, group: dict[str, Any]) -> list[dict[str, Any]]:
-        low, high = self.state.config.dynamic_port_range
+        low, high = self.config.dynamic_port_range
         used = self._used_ports.setdefault(node.id, set())
         ports = []
         for network in group.get("Networks") or []:

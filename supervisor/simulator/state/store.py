@@ -17,7 +17,8 @@ import hashlib
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, ItemsView, Iterator, ValuesView
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from typing import Any, Final, Protocol
 
@@ -131,6 +132,78 @@ class ClusterState:
         # Called after each write with the write, for the agents and the exec layer.
         self.after_write: list[Callable[[Write], None]] = []
         self.version_counter = 0
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    def job(self, key: JobKey) -> SimJob | None:
+        """The job with this (namespace, ID), if any."""
+        return self.jobs.get(key)
+
+    def alloc(self, alloc_id: str) -> SimAlloc | None:
+        """The allocation with this ID, if any."""
+        return self.allocs.get(alloc_id)
+
+    def evaluation(self, eval_id: str) -> SimEval | None:
+        """The evaluation with this ID, if any."""
+        return self.evals.get(eval_id)
+
+    def node(self, node_id: str) -> SimNode | None:
+        """The node with this ID, if any."""
+        return self.nodes.get(node_id)
+
+    def variable(self, key: tuple[str, str]) -> SimVariable | None:
+        """The variable at this (namespace, path), if any."""
+        return self.variables.get(key)
+
+    def every_job(self) -> ItemsView[JobKey, SimJob]:
+        """Every job by its (namespace, ID), in the order they were added."""
+        return self.jobs.items()
+
+    def every_alloc(self) -> ValuesView[SimAlloc]:
+        """Every allocation, in the order they were added."""
+        return self.allocs.values()
+
+    def every_evaluation(self) -> ValuesView[SimEval]:
+        """Every evaluation, in the order they were added."""
+        return self.evals.values()
+
+    def every_node(self) -> ValuesView[SimNode]:
+        """Every node, in the order they registered."""
+        return self.nodes.values()
+
+    def every_variable(self) -> ItemsView[tuple[str, str], SimVariable]:
+        """Every variable by its (namespace, path), in the order they were written."""
+        return self.variables.items()
+
+    def job_allocs(self, key: JobKey) -> ValuesView[SimAlloc]:
+        """The job's allocations, in the order they were placed."""
+        return self.allocs_by_job.get(key, {}).values()
+
+    def live_alloc_ids(self, node_id: str) -> AbstractSet[str]:
+        """The IDs of the node's allocations whose client has not finished them."""
+        return self.live_allocs_by_node.get(node_id, frozenset())
+
+    def open_eval_ids(self, key: JobKey) -> AbstractSet[str]:
+        """The IDs of the job's evaluations that are not terminal."""
+        return self.open_evals_by_job.get(key, frozenset())
+
+    # -- listeners and timers -------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Callable[[PublishedBatch], None]) -> None:
+        """Hand ``subscriber`` every write's batch of events from now on."""
+        self.subscribers.append(subscriber)
+
+    def unsubscribe(self, subscriber: Callable[[PublishedBatch], None]) -> None:
+        """Stop handing ``subscriber`` the writes' events."""
+        self.subscribers.remove(subscriber)
+
+    def call_after_each_write(self, hook: Callable[[Write], None]) -> None:
+        """Call ``hook`` with each write once its events are published."""
+        self.after_write.append(hook)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` after ``delay`` seconds on the cluster's clock; returns its cancel."""
+        return self.timers.call_later(delay, callback)
 
     # -- time and identity ----------------------------------------------------------------------
 
