@@ -12,72 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from ..scheduling.scheduler import Scheduler, restart_policy
 from ..state.encode import ZERO_TIME, rfc3339
 from ..state.objects import TASK_EVENT_LIMIT, SimAlloc, SimNode
 from ..state.store import ClusterState, JobKey, Write
+from .exec_hooks import ExecHooks, NoExec
+from .task_events import task_event
 
-__all__ = ["Agents", "ExecHooks"]
+__all__ = ["Agents"]
 
 _SELF_DRAIN_POLL: Final = 1.0
-
-
-class ExecHooks(Protocol):
-    """What the exec layer does when the agents change an allocation's tasks."""
-
-    def kill_alloc(self, alloc_id: str) -> None:
-        """Stop the allocation's processes."""
-
-    def reset_workspace(self, alloc: SimAlloc) -> None:
-        """Give the allocation a fresh workspace (its task restarted in a new container)."""
-
-    def drop_node(self, node_id: str) -> None:
-        """Drop the exec sessions the node's agent holds (it stopped)."""
-
-
-class _NoExec:
-    def kill_alloc(self, alloc_id: str) -> None:
-        pass
-
-    def reset_workspace(self, alloc: SimAlloc) -> None:
-        pass
-
-    def drop_node(self, node_id: str) -> None:
-        pass
-
-
-def task_event(kind: str, display: str, time_ns: int, **fields: Any) -> dict[str, Any]:
-    """A TaskEvent with every field, as Nomad encodes it (TaskEvent has no omitempty)."""
-    event: dict[str, Any] = {
-        "Details": {},
-        "DiskLimit": 0,
-        "DisplayMessage": display,
-        "DownloadError": "",
-        "DriverError": "",
-        "DriverMessage": "",
-        "ExitCode": 0,
-        "FailedSibling": "",
-        "FailsTask": False,
-        "GenericSource": "",
-        "KillError": "",
-        "KillReason": "",
-        "KillTimeout": 0,
-        "Message": "",
-        "RestartReason": "",
-        "SetupError": "",
-        "Signal": 0,
-        "StartDelay": 0,
-        "TaskSignal": "",
-        "TaskSignalReason": "",
-        "Time": time_ns,
-        "Type": kind,
-        "ValidationError": "",
-        "VaultError": "",
-    }
-    event.update(fields)
-    return event
 
 
 class Agents:
@@ -87,7 +33,7 @@ class Agents:
         self.state = state
         self.config = state.config
         self.scheduler = scheduler
-        self.exec: ExecHooks = _NoExec()
+        self.exec: ExecHooks = NoExec()
         self._starting: set[str] = set()
         # The allocations each node's agent is starting now, for the reschedule flood.
         self._starting_on: dict[str, set[str]] = {}

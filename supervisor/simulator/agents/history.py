@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..state.encode import ZERO_TIME, rfc3339
 from ..state.objects import SimAlloc
 from ..state.store import ClusterState
-from .agents import task_event
+from .task_events import task_event
 
 __all__ = ["add_history"]
 
