@@ -24,7 +24,7 @@ from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, termi
 from supervisor.desk.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED, MESSAGE_CONNECTION_LOST
 from supervisor.simulator import SimConfig
 from supervisor.simulator.handle import SimServer
-from supervisor.simulator.objects import SimNode
+from supervisor.simulator.state.objects import SimNode
 
 AGENT_ENDS = (
     [{"type": "error", "data": MESSAGE_AGENT_RESTARTED}],

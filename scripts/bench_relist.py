@@ -45,8 +45,8 @@ from supervisor.informer.informer import LIVE_ALLOCATIONS, RELIST_PAGE
 from supervisor.nomad import JobListStub, NomadClient, NomadSettings, structure_list
 from supervisor.nomad.decode import structure_lean_alloc_stubs
 from supervisor.simulator import SimConfig
-from supervisor.simulator.encode import alloc_stub, empty_summary, job_stub
-from supervisor.simulator.objects import SimAlloc, SimJob
+from supervisor.simulator.state.encode import alloc_stub, empty_summary, job_stub
+from supervisor.simulator.state.objects import SimAlloc, SimJob
 
 ENVIRONMENT_ID = 1
 POOL_SIZE = 20

@@ -115,3 +115,39 @@ def test_every_module_stands_on_a_floor() -> None:
     graph = imports()
     top = sorted(m for m in graph if floor(m) == FLOORS.index("top"))
     assert top == ["supervisor.__main__", "supervisor.cli"], "a module outside the floors' folders"
+
+
+# The simulated cluster's own floors, lowest first: the HTTP server and Nomad's wire rules, the state
+# and its events, the scheduler, ACLs and Variables, the agents, the fault-injection API, and Nomad's
+# routes on top. Its shared core stays at its top (the settings, what the handlers see of the
+# cluster, and the running cluster): the core may import any floor and any floor the core, and the
+# cycle check above keeps that honest.
+SIMULATOR = "supervisor.simulator"
+SIMULATOR_FLOORS = ["http", "state", "scheduling", "acl", "agents", "control", "api"]
+SIMULATOR_CORE = [SIMULATOR, f"{SIMULATOR}.cluster", f"{SIMULATOR}.config", f"{SIMULATOR}.handle"]
+
+
+def simulator_floor(module: str) -> int | None:
+    """The module's floor in the simulated cluster, or None for its core and what lies outside it."""
+    parts = module.split(".")
+    if module in SIMULATOR_CORE or parts[:2] != SIMULATOR.split("."):
+        return None
+    return SIMULATOR_FLOORS.index(parts[2])
+
+
+def test_each_simulator_floor_imports_only_from_the_floors_below() -> None:
+    graph = imports()
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if (low := simulator_floor(module)) is not None
+        for target in targets
+        if (high := simulator_floor(target)) is not None and high > low
+    )
+    assert upward == []
+
+
+def test_every_simulator_module_stands_on_a_floor_or_in_the_core() -> None:
+    graph = imports()
+    core = sorted(m for m in graph if m.startswith(SIMULATOR) and simulator_floor(m) is None)
+    assert core == SIMULATOR_CORE

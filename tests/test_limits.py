@@ -14,14 +14,6 @@ from typing import Final
 
 import pytest
 
-# Modules over the limit that are being split on other branches; the limit test still reads them,
-# and fails once one is under the limit (strict xfail), so that its entry is dropped here.
-_BEING_SPLIT: Final = frozenset(
-    {
-        "supervisor/simulator/agents.py",
-    }
-)
-
 ROOT: Final = Path(__file__).resolve().parents[1]
 README_LINES: Final = 500
 MODULE_LINES: Final = 600
@@ -67,27 +59,10 @@ def test_the_readme_is_at_most_500_lines() -> None:
     assert lines <= README_LINES, f"README.md: {lines} lines, over {README_LINES}"
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(
-            module,
-            marks=pytest.mark.xfail(strict=True, reason=f"{module} is being split"),
-        )
-        if module in _BEING_SPLIT
-        else module
-        for module in _modules()
-    ],
-)
+@pytest.mark.parametrize("module", _modules())
 def test_no_module_is_over_600_lines(module: str) -> None:
     lines = _line_count(module)
     assert lines <= MODULE_LINES, f"{module}: {lines} lines, over {MODULE_LINES}"
-
-
-def test_the_modules_being_split_exist() -> None:
-    """An entry left behind by a rename or a split would allow nothing and say nothing."""
-    missing = sorted(_BEING_SPLIT - set(_modules()))
-    assert missing == [], f"_BEING_SPLIT names modules that do not exist: {', '.join(missing)}"
 
 
 @pytest.mark.parametrize("document", _documents())

@@ -4,7 +4,7 @@ was done, by which the checks tell an explained failure from a broken promise.
 Every fault heals before the quiet period: agents come back, servers serve again, drains end,
 firewalls open, a killed daemon is started again.
 
-Servers in trouble (500s and slow answers, ``simulator/trouble.py``) are drawn apart, from a stream
+Servers in trouble (500s and slow answers, ``simulator/http/trouble.py``) are drawn apart, from a stream
 of their own, so that every seed keeps the schedule it had before they were simulated.
 """
 
@@ -18,7 +18,7 @@ from typing import Final
 import trio
 from attrs import define, field, frozen
 
-from ..simulator.trouble import Trouble
+from ..simulator.http.trouble import Trouble
 from .trace import Trace
 from .world import World
 

@@ -9,8 +9,8 @@ from typing import Final
 from attrs import define, field
 
 from ..simulator import SimulatedCluster
-from ..simulator.objects import SimJob
-from ..simulator.state import Write
+from ..simulator.state.objects import SimJob
+from ..simulator.state.store import Write
 
 __all__ = ["Truth", "is_runner_job"]
 

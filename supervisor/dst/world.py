@@ -15,7 +15,7 @@ from ..base.entropy import Entropy
 from ..base.network import MemoryNetwork
 from ..core.config import HaSettings, ServerSettings, Settings
 from ..simulator import SimConfig, SimulatedCluster
-from ..simulator.command_model import ModelContainers
+from ..simulator.agents.command_model import ModelContainers
 from ..tree.daemon import Daemon
 from .trace import Trace
 from .truth import Truth

@@ -5,7 +5,7 @@ each thing the daemon does (read and write jobs, follow the event stream, read n
 They ask as Nomad's own CLI does, without writing anything: ``GET /v1/acl/token/self`` names the
 token and its policies, ``/v1/acl/policy/:name`` gives each policy's rules (a token may read its own
 policies, and ``/v1/acl/role/:id`` its roles), and the rules are evaluated as Nomad evaluates them
-(``simulator/acl_rules.py``). Where the rules cannot be read, the daemon's reads are tried instead,
+(``nomad/acl_rules.py``). Where the rules cannot be read, the daemon's reads are tried instead,
 and what only a write or an exec would show is reported unchecked.
 """
 

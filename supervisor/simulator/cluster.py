@@ -20,21 +20,21 @@ from attrs import define
 from loguru import logger
 
 from ..base.network import Network, TcpNetwork
-from .agents import Agents
-from .api import NomadAPI
-from .broker import EventBroker, Subscription
-from .client_api import AgentEndpoint
+from .acl.variables import VariableService
+from .agents.agents import Agents
+from .agents.client_api import AgentEndpoint
+from .agents.containers import Containers, ProcessContainers
+from .agents.exec import ExecSessions
+from .agents.history import add_history
+from .api.nomad_api import NomadAPI
 from .config import SimConfig
-from .containers import Containers, ProcessContainers
-from .control import ControlAPI
-from .exec import ExecSessions
+from .control.fault_injection import ControlAPI
 from .handle import SimServer
-from .history import add_history
-from .http import HttpServer
-from .jobs import JobService
-from .scheduler import Scheduler
-from .state import ClusterState
-from .variables import VariableService
+from .http.server import HttpServer
+from .scheduling.jobs import JobService
+from .scheduling.scheduler import Scheduler
+from .state.broker import EventBroker, Subscription
+from .state.store import ClusterState
 
 __all__ = ["SimServer", "SimulatedCluster"]
 
@@ -138,11 +138,11 @@ class SimulatedCluster:
         self.leader: str | None = None
         # Each node's agent HTTP port, by node ID.
         self.endpoints: dict[str, AgentEndpoint] = {}
-        self.agents.on_agent_stopped.append(lambda node: self.endpoints[node.id].close())
-        self.agents.on_agent_started.append(self._agent_listens)
+        self.agents.call_when_an_agent_stops(lambda node: self.endpoints[node.id].close())
+        self.agents.call_when_an_agent_starts(self._agent_listens)
         self._nursery: trio.Nursery | None = None
         self._write_event = trio.Event()
-        self.state.after_write.append(self._wake_blocking_queries)
+        self.state.call_after_each_write(self._wake_blocking_queries)
         self.stats = _Stats()
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class SimulatedCluster:
             async with trio.open_nursery() as nursery:
                 server.port = await nursery.start(server.http.serve, self.network, self.host, server.port)
                 server.up = True
-                self.state.subscribers.append(server.broker.publish)
+                self.state.subscribe(server.broker.publish)
                 task_status.started()
 
     async def _collect_garbage(self) -> None:
@@ -245,7 +245,7 @@ class SimulatedCluster:
         server.up = False
         server.restarts += 1
         if server.broker.publish in self.state.subscribers:
-            self.state.subscribers.remove(server.broker.publish)
+            self.state.unsubscribe(server.broker.publish)
         server.broker.reset()
         self.execs.drop_server(server.name)
         if server.http is not None:

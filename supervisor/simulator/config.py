@@ -11,7 +11,7 @@ from attrs import field, frozen
 from attrs.validators import in_
 
 from ..nomad.acl_rules import PolicyError, parse_policy
-from .trouble import ServerTrouble
+from .http.trouble import ServerTrouble
 
 __all__ = [
     "ACL_TOKEN_TYPES",

@@ -13,14 +13,15 @@ import trio
 from attrs import define
 
 from ..base.network import Network
-from .agents import Agents
-from .broker import EventBroker, Subscription
+from .acl.variables import VariableService
+from .agents.agents import Agents
+from .agents.exec import ExecSessions
 from .config import SimConfig
-from .exec import ExecSessions
-from .http import HttpServer, StreamSource
-from .jobs import JobService
-from .state import ClusterState
-from .variables import VariableService
+from .http.server import HttpServer, StreamSource
+from .scheduling.jobs import JobService
+from .scheduling.scheduler import Scheduler
+from .state.broker import EventBroker, Subscription
+from .state.store import ClusterState
 
 __all__ = ["ClusterHandle", "SimServer"]
 
@@ -56,6 +57,7 @@ class ClusterHandle(Protocol):
     network: Network
     state: ClusterState
     agents: Agents
+    scheduler: Scheduler
     jobs: JobService
     execs: ExecSessions
     variables: VariableService

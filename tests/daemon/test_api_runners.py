@@ -9,7 +9,7 @@ import trio_websocket
 
 from supervisor.base.levels import StreamState
 from supervisor.core.config import AdmissionSettings, ServerSettings, Settings
-from supervisor.simulator.trouble import Trouble
+from supervisor.simulator.http.trouble import Trouble
 
 from .conftest import Harness
 

@@ -91,17 +91,20 @@ def test_every_module_is_in_the_package_drawing() -> None:
     package = ROOT / "supervisor"
     drawing = PACKAGE_DOC.read_text().split("\nsupervisor/\n", 1)[1].split("\n```", 1)[0]
     folders: dict[str, str] = {}
+    nesting: list[str] = []
     current = ""
     for line in drawing.splitlines():
-        top = line[4:].split(" ", 1)[0] if line[:4] in ("├── ", "└── ") else ""
-        if top:
-            current = top.rstrip("/") if top.endswith("/") else ""
+        branch = max(line.find("├── "), line.find("└── "))
+        if branch >= 0 and branch % 4 == 0:
+            depth, name = branch // 4, line[branch + 4 :].split(" ", 1)[0]
+            nesting = [*nesting[:depth], name.rstrip("/")] if name.endswith("/") else nesting[:depth]
+            current = "/".join(nesting)
         folders[current] = folders.get(current, "") + line + "\n"
     missing = [
         path.relative_to(package).as_posix()
         for path in sorted(package.rglob("*.py"))
         if path.name != "__init__.py"
-        and path.name not in folders.get(path.parent.name if path.parent != package else "", "")
+        and path.name not in folders.get(path.parent.relative_to(package).as_posix().strip("."), "")
     ]
     assert missing == []
 

@@ -18,10 +18,10 @@ from supervisor.desk.workspace import (
     tar_archive,
 )
 from supervisor.simulator import SimConfig
-from supervisor.simulator.command_model import ModelContainers
-from supervisor.simulator.containers import Containers, ProcessContainers
-from supervisor.simulator.objects import SimAlloc
-from supervisor.simulator.state import ClusterState
+from supervisor.simulator.agents.command_model import ModelContainers
+from supervisor.simulator.agents.containers import Containers, ProcessContainers
+from supervisor.simulator.state.objects import SimAlloc
+from supervisor.simulator.state.store import ClusterState
 
 ALLOC = SimAlloc(
     id="a1",

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from supervisor.base.network import Listening, TcpNetwork
-from supervisor.simulator.http import open_listener
+from supervisor.simulator.http.server import open_listener
 
 
 async def test_a_port_held_by_another_socket_for_a_while_is_bound_once_it_is_free(

@@ -20,7 +20,7 @@ import trio
 
 from supervisor.nomad.acl_rules import Acl, PolicyError, glob_matches, parse_policy
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.simulator.acl import accessor_id, need_of
+from supervisor.simulator.acl.capabilities import accessor_id, need_of
 from supervisor.simulator.config import AclPolicy, AclToken
 
 from .conftest import batch_job, settle

@@ -9,7 +9,7 @@ import trio
 from supervisor.base.errors import NomadUnavailableError
 from supervisor.nomad import Node, NomadClient, RetryPolicy
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.simulator.objects import SimNode
+from supervisor.simulator.state.objects import SimNode
 
 from .conftest import batch_job, make_client, settle
 

@@ -32,7 +32,7 @@ from attrs import frozen
 from jsonschema.exceptions import best_match
 
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.simulator.api import NomadAPI
+from supervisor.simulator.api.nomad_api import NomadAPI
 from supervisor.simulator.config import AclPolicy
 
 from .conftest import batch_job, settle

@@ -12,7 +12,7 @@ import trio
 from supervisor.base.errors import NomadUnavailableError
 from supervisor.nomad import NomadClient, NomadSettings, RetryPolicy
 from supervisor.simulator import SimulatedCluster
-from supervisor.simulator.trouble import Trouble
+from supervisor.simulator.http.trouble import Trouble
 
 from .conftest import batch_job
 

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from supervisor.simulator import SimulatedCluster
-from supervisor.simulator.state import PublishedBatch
+from supervisor.simulator.state.store import PublishedBatch
 
 UUID_LENGTH = 36
 TTL_OUT_OF_BOUNDS = "RPC Error:: 400,1 error occurred:\n\t* TTL must be between 10 seconds and 24 hours\n\n"

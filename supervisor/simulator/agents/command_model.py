@@ -1,0 +1,334 @@
+"""A model of the tasks' containers for the deterministic simulation: commands without processes.
+
+A workspace is a dictionary of paths (a file's bytes, or None for a directory); a command is a trio
+task on the cluster's clock. The model understands the scripts the daemon sends (an execution, the
+file commands, the stop commands, ``env``; see ``core/commands.py`` and ``desk/workspace.py``) by
+their shape, and runs the clients' commands of a small shell language:
+
+    echo WORDS [>&2]   cat [FILE]   sleep SECONDS   seq N   exit N   true   false
+
+joined by ``;`` and ``&&``. Anything else exits 127 with a message on stderr, as a shell does. An
+execution's shell is noted under its ID as the real one notes its PID; a stop command kills what is
+noted (TERM: exit status -15), the allocation stopping kills everything (KILL: -9).
+
+The model costs microseconds per command, and its outcome depends only on its input and trio's
+(seeded) scheduling. It does not model a pipe's capacity: output is buffered without limit.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+import tarfile
+from collections.abc import Sequence
+from typing import Final
+
+import trio
+import trio.testing
+from attrs import define, field
+
+from ..state.objects import SimAlloc
+from ..state.store import ClusterState
+from .containers import nomad_variables
+
+__all__ = ["ModelContainers", "Workspace"]
+
+_NOTE: Final = re.compile(
+    r"""^(?:unset [^;]*; )?echo \$\$ > "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid"; """
+    r"""trap '[^']*' EXIT; """
+)
+_STOP_ONE: Final = re.compile(r"""^P=\$\(cat "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid" """)
+_STOP_ALL: Final = 'for N in "${TMPDIR:-/tmp}"/.supervisor-*.pid'
+_PRELUDE_END: Final = "done; }; "
+_EXECUTION: Final = re.compile(r"^export (?P<assignments>.*?); eval (?P<command>.*)$", re.DOTALL)
+_DELETE: Final = re.compile(
+    r"if enter follow(?P<parents>(?: \S+)*); then rm -rf -- (?P<name>\S+) \|\| exit 72; fi"
+)
+_CLEAR: Final = "find . -mindepth 1 -maxdepth 1 -exec rm -rf"
+_TARGET: Final = re.compile(r"echo (?P<message>'[^']*(?:'\\''[^']*)*') >&2; exit 67")
+_LEADS_OUT: Final = " leads out of the workspace"
+_MISSING_EXIT: Final = 66
+_DIRECTORY_EXIT: Final = 68
+_TERM: Final = -15
+_KILL: Final = -9
+_UNKNOWN_EXIT: Final = 127
+# What a simple command returns for ``exit 0``: it ends the script, with status 0.
+_EXIT_ZERO: Final = -256
+
+
+@define(eq=False)
+class Workspace:
+    """A task's files: relative path -> content, None for a directory."""
+
+    files: dict[str, bytes | None] = field(factory=dict)
+    # Commands noted by ID, as the daemon's scripts note their shell's PID.
+    noted: dict[str, _Command] = field(factory=dict)
+
+    def put(self, path: str, content: bytes | None) -> None:
+        """Write a file (or make a directory), with its parents."""
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            self.files["/".join(parts[:i])] = None
+        self.files["/".join(parts)] = content
+
+    def delete(self, path: str) -> None:
+        """Delete a path and everything under it ("." clears the workspace)."""
+        if path in (".", ""):
+            self.files.clear()
+            return
+        for name in [p for p in self.files if p == path or p.startswith(path + "/")]:
+            del self.files[name]
+
+
+@define(eq=False)
+class _Command:
+    """A running command: the RunningCommand the exec session sees."""
+
+    stdin: trio.abc.SendStream
+    stdout: trio.abc.ReceiveStream
+    stderr: trio.abc.ReceiveStream
+    _input: trio.abc.ReceiveStream
+    _output: trio.abc.SendStream
+    _errors: trio.abc.SendStream
+    returncode: int | None = None
+    _signal: int = 0
+    _scope: trio.CancelScope = field(factory=trio.CancelScope)
+    _done: trio.Event = field(factory=trio.Event)
+
+    async def wait(self) -> int:
+        await self._done.wait()
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self, signal: int = _KILL) -> None:
+        if self.returncode is None:
+            self._signal = self._signal or signal
+            self._scope.cancel()
+
+    async def reap(self) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            await stream.aclose()
+        await self.wait()
+
+
+def _new_command() -> _Command:
+    stdin, reading = trio.testing.memory_stream_one_way_pair()
+    writing, stdout = trio.testing.memory_stream_one_way_pair()
+    errors, stderr = trio.testing.memory_stream_one_way_pair()
+    return _Command(stdin, stdout, stderr, reading, writing, errors)
+
+
+class ModelContainers:
+    """Every task's workspace and commands, in memory."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.workspaces: dict[str, Workspace] = {}
+
+    def workspace(self, alloc_id: str) -> Workspace:
+        """The allocation's workspace (created on first use)."""
+        return self.workspaces.setdefault(alloc_id, Workspace())
+
+    async def start(
+        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery
+    ) -> _Command:
+        """Start the command as a task of ``nursery``."""
+        await trio.lowlevel.checkpoint()
+        running = _new_command()
+        nursery.start_soon(self._run, running, alloc, task, list(command))
+        return running
+
+    def reset(self, alloc: SimAlloc) -> None:
+        """Kill the allocation's noted commands and forget its files."""
+        for running in self.workspace(alloc.id).noted.values():
+            running.kill()
+        self.workspaces.pop(alloc.id, None)
+
+    def remove_all(self) -> None:
+        """Forget every workspace."""
+        self.workspaces.clear()
+
+    async def _run(self, running: _Command, alloc: SimAlloc, task: str, command: list[str]) -> None:
+        workspace = self.workspace(alloc.id)
+        note = ""
+        try:
+            with running._scope:
+                if command[:2] != ["/bin/sh", "-c"] or len(command) != 3:
+                    running.returncode = await _unknown(running, " ".join(command))
+                    return
+                script = command[2]
+                if noted := _NOTE.match(script):
+                    note = noted["id"]
+                    workspace.noted[note] = running
+                    script = script[noted.end() :]
+                running.returncode = await self._script(running, workspace, alloc, task, script)
+        finally:
+            if running.returncode is None:
+                running.returncode = running._signal or _KILL
+            if note and workspace.noted.get(note) is running:
+                del workspace.noted[note]
+            for stream in (running._output, running._errors, running._input):
+                await trio.aclose_forcefully(stream)
+            running._done.set()
+
+    async def _script(
+        self, running: _Command, workspace: Workspace, alloc: SimAlloc, task: str, script: str
+    ) -> int:
+        if script == "env":
+            variables = nomad_variables(self.state, alloc, task, alloc_dir=f"/alloc/{alloc.id}")
+            await _write(running, "".join(f"{k}={v}\n" for k, v in variables.items()).encode())
+            return 0
+        if executed := _EXECUTION.match(script):
+            return await _shell(running, workspace, shlex.split(executed["command"])[0])
+        if stopped := _STOP_ONE.match(script):
+            target = workspace.noted.pop(stopped["id"], None)
+            if target is not None:
+                target.kill(_TERM)
+                await target.wait()
+            return 0
+        if _STOP_ALL in script:
+            targets = list(workspace.noted.values())
+            workspace.noted.clear()
+            for target in targets:
+                target.kill(_TERM)
+                await target.wait()
+            return 0
+        if script.startswith("W=$(pwd -P)"):
+            return await _file_command(running, workspace, script.split(_PRELUDE_END, 1)[1])
+        return await _unknown(running, script[:80])
+
+
+async def _write(running: _Command, data: bytes | bytearray, *, errors: bool = False) -> None:
+    if data:
+        await (running._errors if errors else running._output).send_all(data)
+
+
+async def _read_all(running: _Command) -> bytes:
+    chunks = []
+    while chunk := await running._input.receive_some():
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _unknown(running: _Command, what: str) -> int:
+    await _write(running, f"sh: model: not a known command: {what}\n".encode(), errors=True)
+    return _UNKNOWN_EXIT
+
+
+async def _file_command(running: _Command, workspace: Workspace, body: str) -> int:
+    if "tar --no-same-owner -x -f -" in body or _CLEAR in body or "rm -rf --" in body:
+        return await _delete_and_copy(running, workspace, body)
+    target = _TARGET.search(body)
+    if target is None:
+        return await _unknown(running, body[:80])
+    path = shlex.split(target["message"])[0].removesuffix(_LEADS_OUT)
+    path = "." if path in ("", ".") else path.strip("/")
+    if "dd if=" in body:
+        content = workspace.files.get(path, b"")
+        if path not in workspace.files:
+            await _write(running, b"no such file or not readable\n", errors=True)
+            return _MISSING_EXIT
+        if content is None:
+            await _write(running, b"is a directory\n", errors=True)
+            return _DIRECTORY_EXIT
+        await _write(running, content)
+        return 0
+    return await _listing(running, workspace, path, recursive="-mindepth 1 -printf" in body)
+
+
+async def _delete_and_copy(running: _Command, workspace: Workspace, body: str) -> int:
+    if _CLEAR in body:
+        workspace.delete(".")
+    for deleted in _DELETE.finditer(body):
+        parents = shlex.split(deleted["parents"])
+        workspace.delete("/".join([*parents, *shlex.split(deleted["name"])]))
+    if "tar --no-same-owner -x -f -" not in body:
+        return 0
+    archive = await _read_all(running)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            for member in tar.getmembers():
+                extracted = tar.extractfile(member) if member.isfile() else None
+                workspace.put(member.name, extracted.read() if extracted is not None else None)
+    except tarfile.TarError as error:
+        await _write(running, f"tar: {error}\n".encode(), errors=True)
+        return 72
+    return 0
+
+
+async def _listing(running: _Command, workspace: Workspace, path: str, *, recursive: bool) -> int:
+    if path != "." and path not in workspace.files:
+        await _write(running, b"no such file or directory\n", errors=True)
+        return _MISSING_EXIT
+    entries: list[tuple[str, bytes | None]]
+    if path != "." and workspace.files[path] is not None:
+        listed_as, entries = b"e", [(f"./{path.rsplit('/', 1)[-1]}", workspace.files[path])]
+    else:
+        prefix = "" if path == "." else path + "/"
+        names = [p for p in workspace.files if p.startswith(prefix) and p != path]
+        if not recursive:
+            names = [p for p in names if "/" not in p[len(prefix) :]]
+        listed_as, entries = b"d", [(f"./{p[len(prefix) :]}", workspace.files[p]) for p in names]
+    records = [listed_as]
+    for name, content in entries:
+        kind, size, mode = ("d", 4096, "drwxrwxrwt") if content is None else ("f", len(content), "-rwxr--r--")
+        fields = [kind, str(size), "0.0", mode, "root", "root", name, ""]
+        records += [f.encode() for f in fields]
+    await _write(running, b"\0".join(records) + b"\0")
+    return 0
+
+
+async def _shell(running: _Command, workspace: Workspace, command: str) -> int:
+    """Run ``command`` of the model's shell language; its exit status."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&>")
+    tokens = list(lexer)
+    status = 0
+    words: list[str] = []
+    skipping = False
+    for token in [*tokens, ";"]:
+        if token not in (";", "&&"):
+            words.append(token)
+            continue
+        if words and not skipping:
+            status = await _simple(running, workspace, words)
+            if status < 0:  # exit N
+                return 0 if status == _EXIT_ZERO else -status
+        words = []
+        skipping = token == "&&" and status != 0
+    return status
+
+
+async def _simple(running: _Command, workspace: Workspace, words: Sequence[str]) -> int:
+    """One simple command's status; ``exit N`` as -N (_EXIT_ZERO for 0), to end the script."""
+    to_stderr = len(words) >= 2 and words[-2:] == [">&", "2"]
+    if to_stderr:
+        words = words[:-2]
+    name, args = words[0], list(words[1:])
+    if name == "echo":
+        await _write(running, (" ".join(args) + "\n").encode(), errors=to_stderr)
+        return 0
+    if name == "cat" and not args:
+        while chunk := await running._input.receive_some():
+            await _write(running, chunk, errors=to_stderr)
+        return 0
+    if name == "cat":
+        content = workspace.files.get(args[0].removeprefix("./"))
+        if content is None:
+            await _write(running, f"cat: {args[0]}: No such file or directory\n".encode(), errors=True)
+            return 1
+        await _write(running, content, errors=to_stderr)
+        return 0
+    if name == "sleep" and args:
+        await trio.sleep(float(args[0]))
+        return 0
+    if name == "seq" and args:
+        await _write(running, "".join(f"{i}\n" for i in range(1, int(args[0]) + 1)).encode())
+        return 0
+    if name == "exit":
+        code = int(args[0]) if args else 0
+        return -code if code else _EXIT_ZERO
+    if name in ("true", "false"):
+        return 0 if name == "true" else 1
+    await _write(running, f"sh: 1: {name}: not found\n".encode(), errors=True)
+    return _UNKNOWN_EXIT

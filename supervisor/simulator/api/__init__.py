@@ -1,0 +1,1 @@
+"""Nomad's HTTP API on one simulated server: the routes, their parameters and Nomad's answers."""
