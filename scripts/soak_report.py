@@ -104,9 +104,10 @@ def report(soak: Soak, leaked: int, leak: dict[str, Any], args: argparse.Namespa
     checks["leaked_runner_jobs"] = (leaked == 0, leaked)
     checks["pools_at_strength_within_10_s"] = (not unrecovered, len(unrecovered))
     for key in ("tasks", "fds", "rss_kib"):
-        change = drift(samples, key, 120, soak.load_ended)
+        load = ("used", "fds_in_flight") if key == "fds" else ("used",)
+        change = drift(samples, key, 120, soak.load_ended, load=load)
         checks[f"{key}_drift_under_10_percent"] = (abs(change) < 0.1, round(change, 3))
-        median = drift(samples, key, 120, soak.load_ended, robust=True)
+        median = drift(samples, key, 120, soak.load_ended, robust=True, load=load)
         print(f"  {key} drift, median regression (for comparison): {median:+.3f}")
     stops = drift(samples, "tasks", 120, soak.load_ended, load=("used", "stops_waiting"))
     print(f"  tasks drift at equal runners in use and stops waiting (for comparison): {stops:+.3f}")

@@ -65,6 +65,22 @@ async def watching(soak: Soak, api: str, daemon_pid: int) -> AsyncIterator[None]
         raise RuntimeError(f"a watcher of the daemon failed: {failed[0]!r}") from failed[0]
 
 
+def descriptors(pid: int) -> tuple[int, int]:
+    """A process's open descriptors, and of them its TCP connections in flight (ESTABLISHED:
+    requests, WebSockets and exec sessions under way, kept-alive connections), from Linux's /proc."""
+    opened = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed since it was listed
+            opened.append(str(fd.readlink()))
+    established = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()  # st 01 is ESTABLISHED; field 9 the socket's inode
+            if fields[3] == "01":
+                established.add(f"socket:[{fields[9]}]")
+    return len(opened), sum(at in established for at in opened)
+
+
 def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: threading.Event) -> None:
     """The pools, the stream and the daemon's resources, about once a second (from a thread, as
     ``watch_strength``)."""
@@ -99,6 +115,7 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
                 if line.startswith("supervisor_runners{") and 'state="starting"' in line
             )
             status = Path(f"/proc/{daemon_pid}/status").read_text().splitlines()
+            fds, in_flight = descriptors(daemon_pid)
             rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
             soak.samples.append(
                 {
@@ -115,7 +132,11 @@ def sample(api: str, metrics_url: str, daemon_pid: int, soak: Soak, stop: thread
                     "suspect": suspect,
                     # Each a task of the daemon's, for as long as a fault keeps its command out of reach.
                     "stops_waiting": stops,
-                    "fds": len(list(Path(f"/proc/{daemon_pid}/fd").iterdir())),
+                    "fds": fds,
+                    # Of them, the connections in flight: they follow the requests under way at the
+                    # moment of the sample, which the runners in use do not tell, so the drift's fit
+                    # takes them as load.
+                    "fds_in_flight": in_flight,
                     "rss_kib": rss,
                 }
             )
