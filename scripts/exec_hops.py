@@ -7,8 +7,10 @@ Starts ``supervisor simulate`` as a process of its own and ``supervisor run`` po
 functions ``HOPS`` names before the daemon starts: each call's start and end go into a list that
 the child writes out when the daemon stops. Nothing in the package is changed. Then it runs
 ``--executions`` executions of ``true``, one at a time, through the API with a lean client that
-notes when each reply and message arrives (``CLIENT_HOPS``), and, for comparison, as many straight
-through the simulated cluster's exec.
+notes when each reply and message arrives (``CLIENT_HOPS``), and, for comparison, as many one at a
+time around the daemon: straight through the simulated cluster's exec with ``sh -c true`` (as
+``bench_exec.py``'s direct path) and with the argv the daemon gives Nomad (``DAEMON_ARGV``), through
+the daemon's exec client from this process with each, and through ``bench_exec.py``'s bare stack.
 
 Both processes stamp with ``time.perf_counter`` (on Linux the system-wide monotonic clock), so the
 daemon's calls are placed inside the client's hops of the same execution. Each hop's time is its
@@ -57,7 +59,7 @@ HOPS: Final[dict[str, str | tuple[str, str]]] = {
     "supervisor.api.http_connection.Connection._wait_for_request": "HTTP: a request's head read",
     "supervisor.api.app._Routes.execute": "API request: the POST's handler",
     "supervisor.api.app._Routes.websocket": "WebSocket: the handler's own part",
-    "supervisor.api.http_connection._WebSocket._accept": "WebSocket open: the 101 written",
+    "supervisor.api.websocket_session.WebSocketSession._accept": "WebSocket open: the 101 written",
     "supervisor.desk.desk.RunnerDesk.runner_for_work": "lease/runner lookup",
     "supervisor.desk.desk.RunnerDesk.prepare_execution": "desk: prepare the execution",
     "supervisor.desk.desk.RunnerDesk.take_execution": "desk: take the execution",
@@ -92,8 +94,8 @@ def resolve(dotted: str) -> tuple[object, str]:
         except ModuleNotFoundError:
             continue
         for name in parts[cut:-1]:
-            owner = getattr(owner, name)
-        if not hasattr(owner, parts[-1]):
+            owner = getattr(owner, name, None)
+        if owner is None or not hasattr(owner, parts[-1]):
             raise SystemExit(f"HOPS names {dotted}, which does not exist: update the table")
         return owner, parts[-1]
     raise SystemExit(f"HOPS names {dotted}, whose module does not exist: update the table")
