@@ -116,6 +116,14 @@ class PoolView:
             and now >= r.last_activity + r.inactivity_timeout
         ]
 
+    def inactivity_deadline(self, runner_id: str) -> float | None:
+        """When the used runner expires unless something works in it first; None if it does not
+        expire now (no timeout, or a request or an execution works in it)."""
+        runner = self.used_runner(runner_id)
+        if runner is None or runner.inactivity_timeout <= 0 or runner.executions:
+            return None
+        return runner.last_activity + runner.inactivity_timeout
+
     def next_expiry(self) -> float | None:
         """The soonest inactivity deadline of a used runner with nothing running in it."""
         deadlines = [

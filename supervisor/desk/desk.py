@@ -127,7 +127,7 @@ class RunnerDesk:
                 landed = await self._effects.factory.marked(runner_id)
         finally:
             self._effects.tell(Touch(runner_id, working=-1))
-            self._effects.deadlines_changed()
+            self._effects.deadlines_changed(runner_id)
         if not landed:
             # Handed out without the mark, it could be handed out again by the next daemon to
             # list it; it goes instead (unless it went meanwhile: its allocation died).

@@ -69,7 +69,7 @@ class RunnerLease:
             self._held = False
             self._effects.tell(Touch(self.runner_id, working=-1))
             # The runner may expire again, possibly before the expiry's next wake-up.
-            self._effects.deadlines_changed()
+            self._effects.deadlines_changed(self.runner_id)
 
     def holds(self) -> bool:
         """Whether the runner is still used, in the same allocation: a command left in an

@@ -85,9 +85,13 @@ class Effects:
         self.leftovers.adopt(runner_ids)
         self.expiry.changed()
 
-    def deadlines_changed(self) -> None:
-        """An inactivity deadline may have come sooner (a claim, a listing, an execution that ended)."""
-        self.expiry.changed()
+    def deadlines_changed(self, runner_id: str | None = None) -> None:
+        """The runner's inactivity deadline may have come sooner (a claim, work in it that ended);
+        without a runner, any may have (a listing)."""
+        if runner_id is None:
+            self.expiry.changed()
+        elif (deadline := self.pool.inactivity_deadline(runner_id)) is not None:
+            self.expiry.deadline_set(deadline)
 
     def apply(self, actions: Iterable[Action]) -> None:
         """Carry out the pool's actions. Runners destroyed for a cause other than their release or
@@ -98,7 +102,7 @@ class Effects:
             if isinstance(action, DestroyRunner) and action.reason not in _ROUTINE_ENDS:
                 gone.setdefault(action.reason, []).append(action.runner_id)
             if isinstance(action, MarkUsed):
-                self.expiry.changed()  # a claim: a new inactivity deadline
+                self.deadlines_changed(action.runner_id)  # a claim: a new inactivity deadline
             if isinstance(action, RunnerGone):
                 self._executions.runner_gone(action.runner_id, action.reason)
             elif isinstance(action, RunnerStarted):
