@@ -133,12 +133,15 @@ def _logfmt(value: Any) -> str:
     return text if _LOGFMT_BARE.fullmatch(text) else json.dumps(text, ensure_ascii=False)
 
 
-def _text_format(record: Record) -> str:
-    """The text line's template: the fields follow the message as ``key=value`` (escaped, since
-    loguru reads the template's braces and angle brackets)."""
+def text_line(formatted: str, record: Record) -> str:
+    """The text line: loguru's, of the one static template (which loguru parses once, where a
+    template with each record's fields in it was parsed for every line), with the fields after the
+    message as ``key=value``, before the exception's traceback if there is one."""
     fields = " ".join(f"{k}={_logfmt(v)}" for k, v in _fields(record).items())
-    tail = " | " + fields.replace("{", "{{").replace("}", "}}").replace("<", r"\<") if fields else ""
-    return TEXT_FORMAT + tail + "\n{exception}"
+    if not fields:
+        return formatted
+    line, newline, rest = formatted.partition("\n")
+    return f"{line} | {fields}{newline}{rest}"
 
 
 def writes_to_journal(out: TextIO, environ: Mapping[str, str]) -> bool:
@@ -185,7 +188,10 @@ class LogStream:
 
     def _write(self, message: Message) -> None:
         record = message.record
-        text = json_line(record) if self.settings.format == "json" else relative_paths(str(message))
+        if self.settings.format == "json":
+            text = json_line(record)
+        else:
+            text = relative_paths(text_line(str(message), record))
         text = redact(text, self._secrets)
         if self._journal:
             priority = PRIORITIES.get(record["level"].name, 6)
@@ -204,7 +210,11 @@ class LogStream:
         else:
             colour = self._out.isatty() and not self._journal
             self._handler = logger.add(
-                self._write, level=level, format=_text_format, colorize=colour, diagnose=False
+                self._write,
+                level=level,
+                format=TEXT_FORMAT,
+                colorize=colour,
+                diagnose=False,
             )
 
 
