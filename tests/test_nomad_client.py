@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import itertools
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,6 @@ import orjson
 import pytest
 import trio
 
-import supervisor.nomad.client as client_module
 from supervisor.base.errors import (
     ConfigError,
     NomadNotFound,
@@ -353,33 +351,3 @@ async def test_a_read_response_is_freed_without_the_garbage_collector() -> None:
             assert responses() == before
         finally:
             gc.enable()
-
-
-async def test_a_large_page_is_decoded_in_slices_that_let_other_tasks_run(
-    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A page of thousands decoded at once held the event loop, and every API request, for a tenth
-    of a second in each periodic relist of 10,000 runners."""
-    stub = load_fixture("jobs_list.json")[1]
-    page = [{**stub, "ID": f"{stub['ID']}-{i}"} for i in range(1_200)]
-    happened: list[str] = []
-    decode = getattr(client_module, "structure_list")  # noqa: B009  # not exported: patched below
-
-    def recorded(items: Any, kind: Any) -> Any:
-        happened.append(f"decode {len(items)}")
-        return decode(items, kind)
-
-    async def meanwhile() -> None:
-        while True:
-            happened.append("another task")
-            await trio.lowlevel.checkpoint()
-
-    monkeypatch.setattr(client_module, "structure_list", recorded)
-    async with make_client(lambda request: json_response(page)) as client:
-        nursery.start_soon(meanwhile)
-        listed = await client.list_jobs(meta=True, per_page=5_000)
-        nursery.cancel_scope.cancel("test over")
-    assert len(listed.value) == 1_200
-    decodes = [i for i, what in enumerate(happened) if what.startswith("decode")]
-    assert [happened[i] for i in decodes] == ["decode 500", "decode 500", "decode 200"]
-    assert all("another task" in happened[a:b] for a, b in itertools.pairwise(decodes))

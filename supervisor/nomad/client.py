@@ -60,8 +60,6 @@ T = TypeVar("T")
 
 # Nomad adds up to wait/16 of jitter to a blocking query.
 _BLOCKING_JITTER: Final = 1 / 16
-# Items of a listed page decoded between two checkpoints: about 10 ms of the event loop's time.
-_DECODE_SLICE: Final = 500
 
 
 @frozen
@@ -254,9 +252,8 @@ class NomadClient:
         per_page: int | None,
         namespaced: bool = True,
     ) -> Indexed[list[T]]:
-        """Every page of a list endpoint, each decoded as it comes, ``_DECODE_SLICE`` items at a time
-        with a checkpoint between (a page of thousands would hold the event loop, and every request
-        to the API, for a tenth of a second); the index is the first page's, the earliest view."""
+        """Every page of a list endpoint, each decoded as it comes; the index is the first page's,
+        the earliest view."""
         query = dict(params)
         if per_page is not None:
             query["per_page"] = str(per_page)
@@ -264,13 +261,7 @@ class NomadClient:
         first_index = 0
         while True:
             response = await self.request("GET", path, params=query, namespaced=namespaced)
-            page = orjson.loads(response.content)
-            for start in range(0, len(page or ()), _DECODE_SLICE):
-                if start:
-                    await trio.lowlevel.checkpoint()
-                items += decode(page[start : start + _DECODE_SLICE])
-            if not page:
-                items += decode(page)
+            items += decode(orjson.loads(response.content))
             first_index = first_index or int(response.headers.get("X-Nomad-Index", "0"))
             next_token = response.headers.get("X-Nomad-NextToken", "")
             if not next_token or per_page is None:
