@@ -23,36 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, cast
 
-# Every method of RunnerPool that changes it, as it has had them; ``handle`` is the one entry.
-POOL_MUTATORS: Final = frozenset(
-    [
-        "handle",
-        "evidence",
-        "claim",
-        "activity",
-        "release",
-        "prove",
-        "stream_paused",
-        "registered",
-        "purged",
-        "registration_failed",
-        "destroy",
-        "set_environment",
-        "remove_environment",
-        "agent_learned",
-        "agent_unreachable",
-        "apply_allocation",
-        "apply_job",
-        "apply_node",
-        "replace_nodes",
-        "reconcile",
-        "orphans",
-        "fill",
-        "fill_all",
-        "lost",
-        "avoid",
-    ]
-)
 # The execution's walk, by module and qualified name; the one that holds in the source is counted.
 WALKS: Final = {
     "with the lease": (
@@ -91,8 +61,30 @@ def _source(node: ast.AST) -> str:
     return ast.unparse(node)
 
 
+def _public_methods(path: Path, class_name: str) -> set[str]:
+    if not path.exists():
+        return set()
+    return {
+        item.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == class_name
+        for item in node.body
+        if isinstance(item, ast.FunctionDef) and not item.name.startswith("_")
+    }
+
+
+def pool_mutators(package: Path) -> set[str]:
+    """The pool's public methods that its view does not have: what changes it."""
+    core = package / "core"
+    changing = _public_methods(core / "pool.py", "RunnerPool") | _public_methods(
+        core / "listing.py", "ListingReconcile"
+    )
+    return changing - _public_methods(core / "pool_view.py", "PoolView")
+
+
 def pool_doors(package: Path) -> dict[str, int]:
     """Calls of the pool's mutating methods on something named a pool, outside ``core/``."""
+    mutators = pool_mutators(package)
     doors: dict[str, int] = {}
     for name, tree in _modules(package):
         if name.startswith(("core/", "simulator/", "dst/")):
@@ -100,7 +92,7 @@ def pool_doors(package: Path) -> dict[str, int]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 method = node.func.attr
-                if method in POOL_MUTATORS and "pool" in _source(node.func.value).lower():
+                if method in mutators and "pool" in _source(node.func.value).lower():
                     doors[method] = doors.get(method, 0) + 1
     return doors
 
