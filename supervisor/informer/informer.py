@@ -106,9 +106,9 @@ class Informer:
         self._faults = Faults() if faults is None else faults
         self._pool = effects.pool
         self._effects = effects
-        self.environments = self._environments = environments
+        self.environments = environments
         # The stream's health, which only the informer writes: new work waits at it.
-        self.gate = self._gate = AdmissionGate(settings.admission.wait_timeout)
+        self.gate = AdmissionGate(settings.admission.wait_timeout)
         # What asks for a relist (the pool's RelistWanted, carried out by the effects; the alerter).
         self.relists: Requests = effects.relists
         self.heartbeat_timeout = settings.watcher.heartbeat_timeout
@@ -160,7 +160,7 @@ class Informer:
         try:
             await self._watch()
         finally:
-            self._gate.report(StreamState.DOWN)  # crashed or cancelled: nobody follows Nomad
+            self.gate.report(StreamState.DOWN)  # crashed or cancelled: nobody follows Nomad
 
     def making_progress(self, within: float) -> bool:
         """Whether the informer moved on within the last ``within`` seconds: on a quiet stream,
@@ -185,7 +185,7 @@ class Informer:
                 await self._follow()
             except* SupervisorError as group:
                 error = group.exceptions[0]
-            self._gate.report(StreamState.DOWN)
+            self.gate.report(StreamState.DOWN)
             if self._lost_at is None:
                 self._lost_at = trio.current_time()
             self._stream, self._busy_since = None, None
@@ -209,14 +209,14 @@ class Informer:
     async def _follow(self) -> None:
         """List, then watch from the listing's index, relisting when asked; raises when the stream
         ends."""
-        self._gate.report(StreamState.RECOVERING)
+        self.gate.report(StreamState.RECOVERING)
         self.relists.clear()  # the connect's own listing serves every request made so far
         index = await self._relist(["connect"])
         async with self.client.open_event_stream(
             _TOPICS, index=index + 1, heartbeat_timeout=self.heartbeat_timeout
         ) as stream:
             self._stream, self._heartbeats_seen = stream, 0
-            self._gate.report(StreamState.UP)
+            self.gate.report(StreamState.UP)
             self._faults.clear(FaultKind.TOKEN_REFUSED, _STREAM)
             self.backoff.healthy(trio.current_time())
             if self._lost_at is None:
@@ -281,7 +281,7 @@ class Informer:
         nothing for a few seconds of the stream's flow since a runner's allocation was placed there,
         while other agents reported (``NodeTracker.silent``). Nomad keeps placing runners
         there until the agent's heartbeats have been missed for their TTL and grace, 20 s or more."""
-        if self._gate.state is StreamState.UP:
+        if self.gate.state is StreamState.UP:
             at = self.moment()
             for node_id in self._pool.silent_nodes(at):
                 self._apply(SilentAgent(node_id), at)
@@ -301,7 +301,7 @@ class Informer:
         event, so the listing shows at least that state, even where a table's own index (the jobs
         table's, say, after a node event) is older.
         """
-        async with self._environments.lock:
+        async with self.environments.lock:
             index = await self._list_and_reconcile()
             if not self.synced.is_set():  # once, at start: what a previous run may have left
                 # In the step that made the adopted claims known: a request in one waits for its
@@ -320,7 +320,7 @@ class Informer:
         nodes = await self.client.list_nodes()
         self._apply(NodesListed(nodes.value, nodes.index))
         templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
-        self._environments.adopt(templates.value, fill=False)  # the reconcile below refills
+        self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
         jobs: list[JobListStub] = []
         index = min(nodes.index, templates.index)
         listed: list[Indexed[list[AllocListStub]]] = []
@@ -402,7 +402,7 @@ class Informer:
         now = trio.current_time()
         gap = now - self.last_batch_at
         self._flowed += min(gap, _STREAM_PAUSE)
-        if gap > _STREAM_PAUSE or self._gate.since > self.last_batch_at:
+        if gap > _STREAM_PAUSE or self.gate.since > self.last_batch_at:
             # A pause, or the stream was lost since the last batch (a leader's restart, say).
             self._apply(StreamResumed(self._flowed))
         self.last_batch_at = now
