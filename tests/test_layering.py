@@ -117,13 +117,13 @@ def test_every_module_stands_on_a_floor() -> None:
     assert top == ["supervisor.__main__", "supervisor.cli"], "a module outside the floors' folders"
 
 
-# The simulated cluster's own floors, lowest first: the HTTP server and Nomad's wire rules, the state
-# and its events, the scheduler, ACLs and Variables, the agents, the fault-injection API, and Nomad's
-# routes on top. Its shared core stays at its top (the settings, what the handlers see of the
-# cluster, and the running cluster): the core may import any floor and any floor the core, and the
-# cycle check above keeps that honest.
+# The simulated cluster's own floors, lowest first: the HTTP server and Nomad's wire rules, the
+# jobspec's reader, the state and its events, the scheduler, ACLs and Variables, the agents, the
+# fault-injection API, and Nomad's routes on top. Its shared core stays at its top (the settings,
+# what the handlers see of the cluster, and the running cluster): the core may import any floor and
+# any floor the core, and the cycle check above keeps that honest.
 SIMULATOR = "supervisor.simulator"
-SIMULATOR_FLOORS = ["http", "state", "scheduling", "acl", "agents", "control", "api"]
+SIMULATOR_FLOORS = ["http", "jobspec", "state", "scheduling", "acl", "agents", "control", "api"]
 SIMULATOR_CORE = [SIMULATOR, f"{SIMULATOR}.cluster", f"{SIMULATOR}.config", f"{SIMULATOR}.handle"]
 
 

@@ -102,6 +102,7 @@ NEEDS: Final = _routes(
     ("GET", r"/v1/jobs", _ns("list-jobs")),
     ("PUT POST", r"/v1/jobs", _ns("submit-job", of=JOB)),
     ("PUT POST", r"/v1/jobs/parse", _ns("parse-job", "submit-job")),
+    ("PUT POST", r"/v1/validate/job", _ns("read-job", of=JOB)),  # Job.Validate checks read-job
     ("GET", r"/v1/job/[^/]+", _ns("read-job")),
     ("PUT POST", r"/v1/job/[^/]+", _ns("submit-job", of=JOB)),
     ("DELETE", r"/v1/job/[^/]+", _ns("submit-job")),

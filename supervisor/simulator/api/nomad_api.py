@@ -48,6 +48,7 @@ from ..state.encode import (
     summary_state,
 )
 from ..state.objects import SimAlloc, SimJob
+from .jobspec_api import JobspecRoutes
 from .more_api import MoreRoutes
 
 __all__ = ["NomadAPI"]
@@ -144,6 +145,7 @@ class NomadAPI:
         ).add_routes(add)
         cluster.control.add_routes(add)
         AclRoutes(cluster).add_routes(add)
+        JobspecRoutes(cluster).add_routes(add)
 
     async def __call__(self, request: Request) -> Response | StreamReply | WebSocketReply:
         """Answer one request: route it, check the token, and turn a NomadError into Nomad's text answer."""
