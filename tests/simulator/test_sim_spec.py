@@ -53,6 +53,10 @@ OUTSIDE_THE_DESCRIPTION: Final = (
 # Answers the simulator does not give as Nomad 1.10.5 does yet, each with its reason: a problem that
 # starts with one of these is not counted.
 KNOWN_GAPS: Final[dict[str, str]] = {}
+# Headers the description declares that Nomad 1.10.5 does not send, each with its reason.
+NOT_SENT_BY_NOMAD: Final[dict[tuple[str, str], str]] = {
+    ("POST /validate/job", "X-Nomad-Index"): "ValidateJobRequest sets no index: JobValidateResponse has none",
+}
 
 
 @frozen
@@ -115,6 +119,8 @@ def problems(call: Call, response: httpx.Response) -> list[str]:
     expected = expected_response(call.spec_path, call.method)
     found = []
     for header, declared in (expected.get("headers") or {}).items():
+        if (f"{call.method} {call.spec_path}", header) in NOT_SENT_BY_NOMAD:
+            continue
         value = response.headers.get(header)
         kind = declared["schema"]["type"]
         if value is None or not (value in ("true", "false") if kind == "boolean" else value.isdigit()):
@@ -162,6 +168,9 @@ def calls(alloc: Any, blocked_eval: str, node_id: str, other_node: str) -> Itera
     yield Call("GET", "/v1/acl/token/self", "/acl/token/{tokenAccessor}")
     yield Call("GET", "/v1/acl/policies", "/acl/policies")
     yield Call("GET", "/v1/acl/policy/readonly", "/acl/policy/{policyName}")
+    jobspec = 'job "x" {\n  group "g" {\n    task "t" {\n      driver = "docker"\n    }\n  }\n}\n'
+    yield Call("POST", "/v1/jobs/parse", "/jobs/parse", body={"JobHCL": jobspec, "Canonicalize": True})
+    yield Call("POST", "/v1/validate/job", "/validate/job", body={"Job": batch_job("runner-5")})
     variable = {"Namespace": "default", "Path": "runners/lock", "Items": {"holder": "b"}}
     yield Call("PUT", "/v1/var/runners/lock", "/var/{path}", body=variable)
     yield Call("POST", "/v1/jobs", "/jobs", body={"Job": batch_job("runner-3")})
