@@ -276,6 +276,11 @@ def test_strings_heredocs_comments_and_a_task_at_the_jobs_level() -> None:
         ("job {\n}\n", "input.hcl:1,5-6: Missing name for job; All job blocks must have 1 labels (name)."),
         ("# only a comment\n", "<nil>: Missing job block; A job block is required"),
         (
+            '  {"job": {"x": {}}}',
+            "<nil>: Unsupported syntax; "
+            "The simulated cluster reads HCL's native syntax, not its JSON syntax.",
+        ),
+        (
             'job "x" {\n  type = "batch" priority = 3\n}\n',
             "input.hcl:2,18-26: Missing newline after argument; "
             "An argument definition must end with a newline.",

@@ -47,6 +47,15 @@ _AFFINITY_ARGS: Final = (
 
 def parse_job(source: str, filename: str = "input.hcl") -> dict[str, Any]:
     """The ``api.Job`` of an HCL2 jobspec; HclError with Nomad's diagnostics if it refuses it."""
+    if source.lstrip(" ").startswith("{"):  # jobspec2's isJSON: HCL's JSON syntax
+        raise HclError(
+            [
+                Diagnostic(
+                    "Unsupported syntax",
+                    "The simulated cluster reads HCL's native syntax, not its JSON syntax.",
+                )
+            ]
+        )
     body = parse_config(source, filename)
     decoder = _Decoder()
     job = decoder.top(body)
