@@ -7,11 +7,14 @@
   is 400 ``Job spec is empty``, a jobspec ``jobspec2`` refuses 400 ``Failed to parse job: <hcl's
   diagnostics>``. The answer is the ``api.Job``, canonicalized by the ``api`` package when asked.
   It needs ``parse-job`` or ``submit-job`` in the query's namespace; the agent answers it alone.
+  ``Variables`` is read for its syntax only (400 ``... unable to parse var content: ...``): the
+  simulated cluster refuses ``variable`` blocks, and a value for a variable no block declares is
+  only a warning where the agent parses (not strict), which the answer does not carry.
 - validate: the body is ``api.JobValidateRequest`` (``Job``); no job is 400 ``Job must be
   specified``. The job is canonicalized and validated as registration does it, and the answer is
   200 ``{"DriverConfigValidated": true, "ValidationErrors": [...] or null, "Error": "<multierror
-  text>" or "", "Warnings": ""}``: a job registration refuses with a 500 of that same text is
-  listed here. It needs ``read-job`` in the job's namespace, and a leader (the RPC is forwarded).
+  text>" or "", "Warnings": ""}``: a job that registration refuses gets the text of that 500
+  here. It needs ``read-job`` in the job's namespace, and a leader (the RPC is forwarded).
 """
 
 from __future__ import annotations
