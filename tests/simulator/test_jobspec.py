@@ -190,6 +190,12 @@ def test_poseidons_default_template_parses_to_the_api_job_nomad_answers() -> Non
     assert parse_job(POSEIDON_TEMPLATE) == POSEIDON_JOB
 
 
+def test_a_template_saved_with_windows_line_ends_reads_the_same() -> None:
+    assert parse_job(POSEIDON_TEMPLATE.replace("\n", "\r\n")) == POSEIDON_JOB
+    job = parse_job('job "x" {\r\n  meta {\r\n    a = <<EOF\r\nhi\r\nEOF\r\n  }\r\n}\r\n')
+    assert job["Meta"] == {"a": "hi\r\n"}
+
+
 def test_an_operators_template_with_a_datacenter_a_node_pool_and_constraints() -> None:
     job = parse_job(OPERATOR_TEMPLATE)
     assert set(job) == set(JOB_ZERO)

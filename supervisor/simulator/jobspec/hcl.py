@@ -529,6 +529,7 @@ class _Parser:
         flush = self.peek() == "-"
         self.i += flush
         marker, _ = self.ident()
+        self.i += self.peek("\r\n") != ""
         if not marker or self.peek() != "\n":
             raise self.fail(
                 "Invalid expression",
