@@ -346,3 +346,89 @@ def test_canonicalize_fills_the_api_packages_defaults_and_keeps_what_was_written
     }  # fmt: skip
     assert config["Tasks"][0]["KillTimeout"] == 5 * S
     assert parse_job(POSEIDON_TEMPLATE) == POSEIDON_JOB, "the parsed job itself is left as it was"
+
+
+VARIABLES_TEMPLATE: Final = """
+locals {
+  image = "${local.registry}/${var.image}"  # a local before the one it uses
+  registry = "registry.example.org"
+}
+variable "image" {
+  type    = string
+  default = "co_execenv_python:3.8"
+}
+variable "runners" {
+  type = number
+}
+variable "datacenters" {
+  type        = list(string)
+  description = "where runners may go"
+  default     = ["dc1"]
+}
+variables {
+  pool = "default"
+}
+job "template-0" {
+  datacenters = var.datacenters
+  node_pool   = var.pool
+  group "default-group" {
+    count = var.runners
+    task "default-task" {
+      driver = "docker"
+      config {
+        image = local.image
+        args  = [var.datacenters[0], "${var.runners}", "-n${var.runners}"]
+      }
+    }
+  }
+}
+"""
+
+
+def test_variables_and_locals_are_evaluated_with_the_requests_values() -> None:
+    job = parse_job(
+        VARIABLES_TEMPLATE, variables='runners = "3"\ndatacenters = ["dc-a", "dc-b"]\nunknown = 1\n'
+    )
+    assert (job["Datacenters"], job["NodePool"]) == (["dc-a", "dc-b"], "default")
+    [group] = job["TaskGroups"]
+    assert group["Count"] == 3, "the number type converts the string"
+    assert group["Tasks"][0]["Config"] == {
+        "image": "registry.example.org/co_execenv_python:3.8",
+        "args": ["dc-a", 3, "-n3"],
+    }, "an interpolation alone keeps its value's type, as hcl's template wrap does"
+
+
+@pytest.mark.parametrize(
+    ("variables", "source", "text"),
+    [
+        (
+            "",
+            VARIABLES_TEMPLATE,
+            '<nil>: Unset variable "runners"; A used variable must be set or have a default value; see '
+            "https://developer.hashicorp.com/nomad/docs/job-specification/hcl2/variables for details.",
+        ),
+        (
+            'runners = "many"',
+            VARIABLES_TEMPLATE,
+            "input.hcl:1,12-16: Invalid value for variable; The value for runners is not compatible with the "
+            "variable's type constraint: a number is required.",
+        ),
+        (
+            "",
+            'job "x" {\n  name = var.nothing\n}\n',
+            "input.hcl:2,13-21: Unsupported attribute; "
+            'This object does not have an attribute named "nothing".',
+        ),
+        (
+            'variable "x" {}',
+            'variable "x" {}\njob "x" {}\n',
+            "input.hcl:1,1-9: Variable declaration in a .var file; A .var file is used to assign values to "
+            "variables that have already been declared in job files, not to declare new variables. "
+            'To declare variable "x", place this block in one of your job files',
+        ),
+    ],
+)
+def test_a_variable_nomad_refuses_is_named(variables: str, source: str, text: str) -> None:
+    with pytest.raises(HclError) as refused:
+        parse_job(source, variables=variables)
+    assert refused.value.text.split("\n")[0] == text

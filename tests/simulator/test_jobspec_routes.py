@@ -22,7 +22,7 @@ from supervisor.simulator import SimConfig, SimulatedCluster
 from supervisor.simulator.config import AclPolicy, AclToken
 
 from .conftest import batch_job, settle
-from .test_jobspec import POSEIDON_JOB, POSEIDON_TEMPLATE
+from .test_jobspec import POSEIDON_JOB, POSEIDON_TEMPLATE, VARIABLES_TEMPLATE
 
 ROOT = "root-secret"
 
@@ -65,6 +65,19 @@ async def test_a_canonical_parsed_job_registers_and_its_runner_is_placed(
     assert stored["TaskGroups"][0]["Spreads"] == [
         {"Attribute": "${node.unique.name}", "SpreadTarget": None, "Weight": 100}
     ]
+
+
+async def test_the_requests_variables_set_the_jobspecs(cluster: SimulatedCluster) -> None:
+    body = {"JobHCL": VARIABLES_TEMPLATE, "Variables": 'runners = 2\ndatacenters = ["dc1"]'}
+    answer = await call(cluster, "POST", "/v1/jobs/parse", body)
+    assert answer.status_code == 200, answer.text
+    job = answer.json()
+    assert (job["Datacenters"], job["TaskGroups"][0]["Count"]) == (["dc1"], 2)
+    unset = await call(cluster, "POST", "/v1/jobs/parse", {"JobHCL": VARIABLES_TEMPLATE})
+    assert (unset.status_code, unset.text.split(";")[0]) == (
+        400,
+        'Failed to parse job: <nil>: Unset variable "runners"',
+    )
 
 
 @pytest.mark.parametrize(

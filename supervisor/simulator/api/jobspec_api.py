@@ -7,9 +7,8 @@
   is 400 ``Job spec is empty``, a jobspec ``jobspec2`` refuses 400 ``Failed to parse job: <hcl's
   diagnostics>``. The answer is the ``api.Job``, canonicalized by the ``api`` package when asked.
   It needs ``parse-job`` or ``submit-job`` in the query's namespace; the agent answers it alone.
-  ``Variables`` is read for its syntax only (400 ``... unable to parse var content: ...``): the
-  simulated cluster refuses ``variable`` blocks, and a value for a variable no block declares is
-  only a warning where the agent parses (not strict), which the answer does not carry.
+  ``Variables`` sets the jobspec's variables (a var file's content; a syntax error in it is 400
+  ``Failed to parse job: unable to parse var content: ...``).
 - validate: the body is ``api.JobValidateRequest`` (``Job``); no job is 400 ``Job must be
   specified``. The job is canonicalized and validated as registration does it, and the answer is
   200 ``{"DriverConfigValidated": true, "ValidationErrors": [...] or null, "Error": "<multierror
@@ -91,7 +90,7 @@ class JobspecRoutes:
                     400, f"Failed to parse job: unable to parse var content: {error.text}"
                 ) from None
         try:
-            job = parse_job(source)
+            job = parse_job(source, variables=variables)
         except HclError as error:
             raise NomadError(400, f"Failed to parse job: {error.text}") from None
         return json_response(canonical_api_job(job) if body.get("Canonicalize") else job)

@@ -21,14 +21,25 @@ conversion texts (``Unsuitable value: a number is required``) and the range is t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from ..http.query import parse_go_duration_ns
-from .hcl import parse_config
+from .content import Checker
 from .schema import AFFINITY, CONSTRAINT, JOB, TASK, TASK_GROUP, Field, Struct, zero
-from .tree import Attribute, Block, Body, Diagnostic, Expr, HclError, Pos, Range
+from .tree import (
+    Attribute,
+    Block,
+    Body,
+    Diagnostic,
+    Expr,
+    HclError,
+    Pos,
+    Range,
+    to_bool,
+    to_number,
+    to_string,
+)
+from .variables import resolved_body
 
 __all__ = ["parse_job"]
 
@@ -45,8 +56,9 @@ _AFFINITY_ARGS: Final = (
 )  # fmt: skip
 
 
-def parse_job(source: str, filename: str = "input.hcl") -> dict[str, Any]:
-    """The ``api.Job`` of an HCL2 jobspec; HclError with Nomad's diagnostics if it refuses it."""
+def parse_job(source: str, filename: str = "input.hcl", variables: str = "") -> dict[str, Any]:
+    """The ``api.Job`` of an HCL2 jobspec, its variables set by ``variables`` (a var file's
+    content); HclError with Nomad's diagnostics if it refuses it."""
     if source.lstrip(" ").startswith("{"):  # jobspec2's isJSON: HCL's JSON syntax
         raise HclError(
             [
@@ -56,27 +68,13 @@ def parse_job(source: str, filename: str = "input.hcl") -> dict[str, Any]:
                 )
             ]
         )
-    body = parse_config(source, filename)
+    body = resolved_body(source, filename, variables)
     decoder = _Decoder()
     job = decoder.top(body)
     if decoder.diagnostics:
         raise HclError(decoder.diagnostics, joined=True)
     assert job is not None
     return job
-
-
-def _levenshtein(a: str, b: str) -> int:
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, start=1):
-        current = [i]
-        for j, cb in enumerate(b, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
-    return previous[-1]
-
-
-def _suggestion(name: str, candidates: Iterable[str]) -> str:
-    return next((c for c in candidates if _levenshtein(name, c) < 3), "")
 
 
 def _attribute_range(attribute: Attribute) -> Range:
@@ -93,17 +91,11 @@ def _kind_name(value: Any) -> str:
     return "tuple" if isinstance(value, list) else "object"
 
 
-class _Decoder:
-    def __init__(self) -> None:
-        self.diagnostics: list[Diagnostic] = []
-
-    def problem(self, summary: str, detail: str, subject: Range | None) -> None:
-        self.diagnostics.append(Diagnostic(summary, detail, subject))
-
+class _Decoder(Checker):
     # -- the file and the job -------------------------------------------------------------------
 
     def top(self, body: Body) -> dict[str, Any] | None:
-        self.unsupported(body, attributes=[], blocks=_TOP_BLOCKS, unread=("variables", "variable", "locals"))
+        self.unsupported(body, attributes=[], blocks=_TOP_BLOCKS)
         jobs = [b for b in body.blocks if b.type == "job"]
         if not jobs:
             self.problem("Missing job block", "A job block is required", None)
@@ -172,78 +164,6 @@ class _Decoder:
         return task
 
     # -- gohcl's decoding of a body into a struct -----------------------------------------------
-
-    def unsupported(
-        self,
-        body: Body,
-        *,
-        attributes: Iterable[str],
-        blocks: Iterable[str],
-        unread: Iterable[str] = (),
-        skip_attributes: set[str] | frozenset[str] = frozenset(),
-        skip_blocks: set[str] | frozenset[str] = frozenset(),
-    ) -> None:
-        """hclsyntax's ``Body.Content``: an argument or block the schema does not have."""
-        attributes, blocks, unread = list(attributes), list(blocks), set(unread)
-        for name, attribute in body.attributes.items():
-            if name in attributes or name in skip_attributes:
-                continue
-            unset = [a for a in attributes if a not in body.attributes]
-            hint = _suggestion(name, unset)
-            if hint:
-                hint = f' Did you mean "{hint}"?'
-            elif name in blocks:
-                hint = f' Did you mean to define a block of type "{name}"?'
-            self.problem(
-                "Unsupported argument",
-                f'An argument named "{name}" is not expected here.{hint}',
-                attribute.name_range,
-            )
-        for block in body.blocks:
-            if block.type in skip_blocks:
-                continue
-            if block.type in unread:
-                self.problem(
-                    "Unsupported block type",
-                    f'Blocks of type "{block.type}" are valid in Nomad but not read by the simulated '
-                    "cluster.",
-                    block.type_range,
-                )
-            elif block.type not in blocks:
-                hint = _suggestion(block.type, blocks)
-                if hint:
-                    hint = f' Did you mean "{hint}"?'
-                elif block.type in attributes:
-                    hint = (
-                        f' Did you mean to define argument "{block.type}"? If so, use the equals sign to '
-                        "assign it a value."
-                    )
-                self.problem(
-                    "Unsupported block type",
-                    f'Blocks of type "{block.type}" are not expected here.{hint}',
-                    block.type_range,
-                )
-
-    def labels_fit(self, block: Block, names: list[str]) -> bool:
-        """Whether the block has as many labels as its schema names (hcl's diagnostics if not)."""
-        have, want = len(block.labels), len(names)
-        listed = ", ".join(names)
-        if have > want:
-            detail = (
-                f"No labels are expected for {block.type} blocks."
-                if not names
-                else f"Only {want} labels ({listed}) are expected for {block.type} blocks."
-            )
-            self.problem(f"Extraneous label for {block.type}", detail, block.label_ranges[want])
-            return False
-        if have < want:
-            self.problem(
-                f"Missing {names[have]} for {block.type}",
-                f"All {block.type} blocks must have {want} labels ({listed}).",
-                block.open_brace_range,
-            )
-            return False
-        return True
 
     def decode(
         self,
@@ -366,13 +286,13 @@ class _Decoder:
             if base == "duration":
                 return self.duration(expr)
             if base == "string":
-                return _to_string(value)
+                return to_string(value)
             if base == "bool":
-                return _to_bool(value)
+                return to_bool(value)
             if base == "[]string":
                 if not isinstance(value, list):
                     raise ValueError("list of string required")
-                return [_to_string(item) for item in value]
+                return [to_string(item) for item in value]
             return _to_int(value, kind)
         except ValueError as error:
             self.problem("Unsuitable value type", f"Unsuitable value: {error}", expr.start_range)
@@ -404,7 +324,7 @@ class _Decoder:
             want = types.get(name, "string")
             try:
                 value = attribute.expr.value
-                values[name] = {"string": _to_string, "bool": _to_bool, "number": _to_number}[want](value)
+                values[name] = {"string": to_string, "bool": to_bool, "number": to_number}[want](value)
             except ValueError:
                 self.problem(
                     "Incorrect attribute value type",
@@ -483,46 +403,8 @@ def _config_object(body: Body) -> dict[str, Any]:
     return out
 
 
-def _to_string(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return format(Decimal(repr(value)).normalize(), "f")
-    raise ValueError("string required")
-
-
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        if value in ("true", "1"):
-            return True
-        if value in ("false", "0"):
-            return False
-        raise ValueError("a bool is required")
-    raise ValueError("bool required")
-
-
-def _to_number(value: Any) -> int | float:
-    if isinstance(value, bool | list | dict):
-        raise ValueError("number required")
-    if isinstance(value, int | float):
-        return value
-    try:
-        number = Decimal(value.strip())
-    except InvalidOperation:
-        raise ValueError("a number is required") from None
-    if not number.is_finite():
-        raise ValueError("a number is required")
-    return int(number) if number == number.to_integral_value() else float(number)
-
-
 def _to_int(value: Any, kind: str) -> int:
-    number = _to_number(value)
+    number = to_number(value)
     low, high = _INT_RANGES.get(kind, _INT_RANGES["int"])
     if number != int(number) or not low <= number <= high:
         raise ValueError(f"value must be a whole number, between {low} and {high}")

@@ -7,7 +7,8 @@ Read: blocks with labels (quoted or bare), one-line blocks, attributes, comments
 numbers, ``true``/``false``/``null``, tuples, objects (``=`` or ``:``, commas or newlines), and
 references. As ``jobspec2``'s ``UndefinedVariable`` hook does, a reference whose root is not a
 variable (``node.unique.name``, ``attr.x``, ``meta.x``, ``NOMAD_ALLOC_ID``) is kept as its own
-source text in ``${...}``, for the client to interpolate. ``var`` and ``local`` are empty objects.
+source text in ``${...}``, for the client to interpolate; ``var`` and ``local`` are read in the
+scope the caller gives (``variables.py``).
 
 Not evaluated (a 400 that says so): function calls, operators, conditionals, ``for`` expressions,
 template directives (``%{...}``) and splats.
@@ -19,84 +20,43 @@ stops at the first syntax error, where hclsyntax recovers and counts the others
 
 from __future__ import annotations
 
-import bisect
 import re
+from collections.abc import Mapping
 from typing import Any, Final
 
-from .tree import Attribute, Block, Body, Diagnostic, Expr, HclError, Pos, Range, as_string, joined, number
+from .scanner import IDENT, NUMBER, UNEVALUATED, Scanner
+from .tree import DEFERRED, Attribute, Block, Body, Diagnostic, Expr, HclError, Range, as_string, number
 
 __all__ = ["parse_config"]
 
-_IDENT: Final = re.compile(r"[^\W\d][\w-]*")
-_NUMBER: Final = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-_BLANKS: Final = " \t\r"
-_ESCAPES: Final = {"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}
 _OPERATORS: Final = "+-*/%<>=!&|?"
-_UNEVALUATED: Final = (
-    "Unsupported expression",
-    "The simulated cluster evaluates literals, strings, heredocs, tuples, objects and references; "
-    "not function calls, operators, conditionals, for expressions, splats or template directives.",
-)
 
 
-def parse_config(source: str, filename: str = "input.hcl") -> Body:
-    """The file's top-level body; HclError with hclsyntax's diagnostic for a syntax error."""
-    return _Parser(source, filename).parse_file()
+def parse_config(
+    source: str,
+    filename: str = "input.hcl",
+    scope: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    strict: bool = True,
+) -> Body:
+    """The file's top-level body; HclError with hclsyntax's diagnostic for a syntax error.
+
+    ``scope`` holds the values of ``var`` and ``local``; without it, or for a name it lacks when
+    not ``strict``, a reference to them is ``DEFERRED`` (a first pass that collects the
+    declarations). A variable block's ``type`` is kept as its source text."""
+    return _Parser(source, filename, scope, strict).parse_file()
 
 
-class _Parser:
-    def __init__(self, source: str, filename: str) -> None:
-        self.s = source
-        self.i = 0
-        self.filename = filename
-        self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
+class _Parser(Scanner):
+    """Bodies, blocks and expressions, evaluated in the scope of ``var`` and ``local``."""
 
-    # -- positions and errors -------------------------------------------------------------------
-
-    def pos(self, offset: int) -> Pos:
-        line = bisect.bisect_right(self.line_starts, offset) - 1
-        return Pos(line + 1, offset - self.line_starts[line] + 1, offset)
-
-    def range(self, start: int, end: int) -> Range:
-        return Range(self.filename, self.pos(start), self.pos(end))
-
-    def fail(self, summary: str, detail: str, start: int, end: int | None = None) -> HclError:
-        end = start + (1 if start < len(self.s) else 0) if end is None else end
-        return HclError([Diagnostic(summary, detail, self.range(start, end))])
-
-    def peek(self, text: str = "") -> str:
-        if text:
-            return text if self.s.startswith(text, self.i) else ""
-        return self.s[self.i] if self.i < len(self.s) else ""
-
-    # -- whitespace -----------------------------------------------------------------------------
-
-    def skip_blanks(self, *, newlines: bool = False) -> None:
-        """Spaces and comments; newlines too where the grammar ignores them (inside brackets)."""
-        s = self.s
-        while self.i < len(s):
-            c = s[self.i]
-            if c in _BLANKS or (newlines and c == "\n"):
-                self.i += 1
-            elif c == "#" or s.startswith("//", self.i):
-                end = s.find("\n", self.i)
-                self.i = len(s) if end < 0 else end
-            elif s.startswith("/*", self.i):
-                end = s.find("*/", self.i + 2)
-                if end < 0:
-                    raise self.fail(
-                        "Unterminated template string", "No closing marker was found for the comment.", self.i
-                    )
-                self.i = end + 2
-            else:
-                return
-
-    def ident(self) -> tuple[str, int]:
-        found = _IDENT.match(self.s, self.i)
-        if found is None:
-            return "", self.i
-        self.i = found.end()
-        return found.group(), found.start()
+    def __init__(
+        self, source: str, filename: str, scope: Mapping[str, Mapping[str, Any]] | None, strict: bool
+    ) -> None:
+        super().__init__(source, filename)
+        self.scope = scope
+        self.strict = strict and scope is not None
+        self.depth = 0
 
     # -- bodies ---------------------------------------------------------------------------------
 
@@ -104,7 +64,7 @@ class _Parser:
         body = self.parse_body(0, closing=None)
         return body
 
-    def parse_body(self, start: int, closing: int | None) -> Body:
+    def parse_body(self, start: int, closing: int | None, raw: frozenset[str] = frozenset()) -> Body:
         """Items up to the closing brace (``closing`` is the offset of the opening one) or the end."""
         attributes: dict[str, Attribute] = {}
         blocks: list[Block] = []
@@ -135,7 +95,7 @@ class _Parser:
             name_range = self.range(name_start, self.i)
             self.skip_blanks()
             if self.peek() == "=" and not self.peek("=="):
-                attribute = self.parse_attribute(name, name_range)
+                attribute = self.parse_attribute(name, name_range, raw)
                 self.end_of_item(
                     "Missing newline after argument", "An argument definition must end with a newline."
                 )
@@ -166,11 +126,22 @@ class _Parser:
                     "Unexpected comma after argument",
                     ("Argument definitions must be separated by newlines, not commas. " + detail),
                 )
-            word = _IDENT.match(self.s, self.i) or _NUMBER.match(self.s, self.i)
+            word = IDENT.match(self.s, self.i) or NUMBER.match(self.s, self.i)
             raise self.fail(summary, detail, self.i, word.end() if word else None)
 
-    def parse_attribute(self, name: str, name_range: Range) -> Attribute:
+    def parse_attribute(self, name: str, name_range: Range, raw: frozenset[str] = frozenset()) -> Attribute:
         self.i += 1  # "="
+        if name in raw:  # a type constraint: its text, up to the line's end or the block's brace
+            self.skip_blanks()
+            start, depth = self.i, 0
+            while self.i < len(self.s) and self.s[self.i] != "\n":
+                c = self.s[self.i]
+                depth += (c in "([{") - (c in ")]}")
+                if depth < 0:
+                    break
+                self.i += 1
+            text = self.s[start : self.i].strip()
+            return Attribute(name, Expr(text, self.range(start, start + len(text))), name_range)
         return Attribute(name, self.parse_expr(), name_range)
 
     def parse_block(self, block_type: str, type_range: Range) -> Block:
@@ -204,8 +175,11 @@ class _Parser:
         open_brace = self.i
         self.i += 1
         self.skip_blanks()
+        raw = frozenset({"type"}) if block_type == "variable" and self.depth == 0 else frozenset()
         if self.peek() in ("\n", "}", ""):
-            body = self.parse_body(open_brace, closing=open_brace)
+            self.depth += 1
+            body = self.parse_body(open_brace, closing=open_brace, raw=raw)
+            self.depth -= 1
         else:  # a one-line block: one argument, then the closing brace
             name, name_start = self.ident()
             name_range = self.range(name_start, self.i)
@@ -216,7 +190,7 @@ class _Parser:
                     "An argument or block definition is required here.",
                     self.i,
                 )
-            attribute = self.parse_attribute(name, name_range)
+            attribute = self.parse_attribute(name, name_range, raw)
             self.skip_blanks()
             if self.peek() == ",":
                 raise self.fail(
@@ -252,9 +226,9 @@ class _Parser:
         self.skip_blanks(newlines=newlines)
         c = self.peek()
         if c and c in _OPERATORS and not (c == "=" and not self.peek("==")):
-            raise self.fail(*_UNEVALUATED, self.i)
+            raise self.fail(*UNEVALUATED, self.i)
         if c == "[" or (c == "." and not self.peek("...")):
-            raise self.fail(*_UNEVALUATED, self.i)
+            raise self.fail(*UNEVALUATED, self.i)
         return expr
 
     def parse_primary(self, newlines: bool) -> Expr:
@@ -288,10 +262,10 @@ class _Parser:
                 )
             self.i += 1
             return Expr(inner.value, self.range(start, self.i))
-        if c == "-" and (digits := _NUMBER.match(self.s, self.i + 1)):
+        if c == "-" and (digits := NUMBER.match(self.s, self.i + 1)):
             self.i = digits.end()
             return Expr(-number(digits.group()), self.range(start, self.i))
-        if digits := _NUMBER.match(self.s, self.i):
+        if digits := NUMBER.match(self.s, self.i):
             self.i = digits.end()
             return Expr(number(digits.group()), self.range(start, self.i))
         name, _ = self.ident()
@@ -304,12 +278,12 @@ class _Parser:
         if name in ("true", "false", "null"):
             return Expr({"true": True, "false": False, "null": None}[name], self.range(start, self.i))
         if self.peek() == "(" or self.peek("::") or name == "for":
-            raise self.fail(*_UNEVALUATED, start)
+            raise self.fail(*UNEVALUATED, start)
         return Expr(self.parse_reference(name, start), self.range(start, self.i))
 
     def parse_reference(self, root: str, start: int) -> Any:
-        """A reference: ``var.x`` and ``local.x`` (none are defined), or one kept as its own text."""
-        steps: list[str] = []
+        """A reference: into ``var`` or ``local``, or one kept as its own text."""
+        steps: list[tuple[Any, int]] = []
         while True:
             if self.peek() == "." and not self.peek(".."):
                 self.i += 1
@@ -318,16 +292,16 @@ class _Parser:
                     step, self.i = index.group(), index.end()
                 if not step:
                     if self.peek() == "*":
-                        raise self.fail(*_UNEVALUATED, self.i)
+                        raise self.fail(*UNEVALUATED, self.i)
                     raise self.fail(
                         "Invalid attribute name", "An attribute name is required after a dot.", self.i
                     )
-                steps.append(step)
+                steps.append((step, self.i))
             elif self.peek() == "[":
                 self.i += 1
                 if self.peek() == "*":
-                    raise self.fail(*_UNEVALUATED, self.i)
-                self.parse_expr(newlines=True)
+                    raise self.fail(*UNEVALUATED, self.i)
+                key = self.parse_expr(newlines=True).value
                 if self.peek() != "]":
                     raise self.fail(
                         "Missing close bracket on index",
@@ -335,19 +309,43 @@ class _Parser:
                         self.i,
                     )
                 self.i += 1
-                steps.append("[]")
+                steps.append((key, self.i))
             else:
                 break
         if root in ("var", "local"):
-            if not steps:
-                return {}
-            raise self.fail(
-                "Unsupported attribute",
-                f'This object does not have an attribute named "{steps[0]}".',
-                start,
-                self.i,
-            )
+            return self.resolve(root, steps, start)
         return self.undefined_reference(start, self.i)
+
+    def resolve(self, root: str, steps: list[tuple[Any, int]], start: int) -> Any:
+        """``var.x...`` or ``local.x...`` in the scope, step by step."""
+        if self.scope is None:
+            return DEFERRED
+        value: Any = self.scope.get(root, {})
+        at = start + len(root)
+        for key, end in steps:
+            if value is DEFERRED:
+                return DEFERRED
+            if isinstance(value, dict) and isinstance(key, str) and key in value:
+                value = value[key]
+            elif (
+                isinstance(value, list) and not isinstance(key, bool) and _index(key, len(value)) is not None
+            ):
+                value = value[_index(key, len(value)) or 0]
+            elif value is self.scope.get(root) and not self.strict:
+                return DEFERRED
+            elif isinstance(value, list):
+                raise self.fail(
+                    "Invalid index",
+                    "The given key does not identify an element in this collection value.",
+                    at,
+                    end,
+                )
+            else:
+                raise self.fail(
+                    "Unsupported attribute", f'This object does not have an attribute named "{key}".', at, end
+                )
+            at = end
+        return value
 
     def undefined_reference(self, start: int, end: int) -> str:
         """``jobspec2``'s ``UndefinedVariable``: the reference's text, with its enclosing ``${ }``."""
@@ -435,150 +433,11 @@ class _Parser:
                     self.i,
                 )
 
-    # -- strings --------------------------------------------------------------------------------
 
-    def parse_template_string(self, *, labels: bool = False) -> Any:
-        """A quoted string, its escapes and interpolations (one interpolation alone keeps its
-        value's type, as hcl's template wrap does)."""
-        open_at = self.i
-        self.i += 1
-        parts: list[Any] = []
-        literal: list[str] = []
-        s = self.s
-        while True:
-            if self.i >= len(s):
-                raise self.fail(
-                    "Unterminated string literal",
-                    "Unable to find the closing quote mark before the end of the file.",
-                    open_at,
-                )
-            c = s[self.i]
-            if c == '"':
-                self.i += 1
-                break
-            if c == "\n":
-                raise self.fail(
-                    "Invalid multi-line string",
-                    "Quoted strings may not be split over multiple lines. To produce a multi-line string, "
-                    'either use the \\n escape to represent a newline character or use the "heredoc" '
-                    "multi-line template syntax.",
-                    self.i,
-                )
-            if c == "\\":
-                literal.append(self.escape())
-            elif s.startswith(("$${", "%%{"), self.i):
-                literal.append(s[self.i + 1 : self.i + 3])
-                self.i += 3
-            elif s.startswith("${", self.i):
-                if labels:
-                    raise self.fail(
-                        "Invalid string literal", "Template sequences are not allowed in this string.", self.i
-                    )
-                parts.append("".join(literal))
-                literal = []
-                parts.append(self.interpolation())
-            elif s.startswith("%{", self.i):
-                raise self.fail(*_UNEVALUATED, self.i)
-            else:
-                literal.append(c)
-                self.i += 1
-        parts.append("".join(literal))
-        return joined(parts)
-
-    def escape(self) -> str:
-        s, at = self.s, self.i
-        selector = s[at + 1 : at + 2]
-        if selector in _ESCAPES:
-            self.i += 2
-            return _ESCAPES[selector]
-        if selector in ("u", "U"):
-            width = 4 if selector == "u" else 8
-            digits = s[at + 2 : at + 2 + width]
-            if len(digits) != width or not all(d in "0123456789abcdefABCDEF" for d in digits):
-                word = "four" if width == 4 else "eight"
-                raise self.fail(
-                    "Invalid escape sequence",
-                    f"The \\{selector} escape sequence must be followed by {word} hexadecimal digits.",
-                    at,
-                )
-            self.i += 2 + width
-            return chr(int(digits, 16))
-        if not selector:
-            raise self.fail(
-                "Invalid escape sequence",
-                "Backslash must be followed by an escape sequence selector character.",
-                at,
-            )
-        raise self.fail(
-            "Invalid escape sequence", f'The symbol "{selector}" is not a valid escape sequence selector.', at
-        )
-
-    def interpolation(self) -> Expr:
-        self.i += 2
-        if self.peek() == "~":
-            raise self.fail(*_UNEVALUATED, self.i)
-        expr = self.parse_expr(newlines=True)
-        if self.peek() != "}":
-            raise self.fail(*_UNEVALUATED, self.i)
-        self.i += 1
-        return expr
-
-    def parse_heredoc(self) -> Any:
-        start = self.i
-        self.i += 2
-        flush = self.peek() == "-"
-        self.i += flush
-        marker, _ = self.ident()
-        self.i += self.peek("\r\n") != ""
-        if not marker or self.peek() != "\n":
-            raise self.fail(
-                "Invalid expression",
-                "Expected the start of an expression, but found an invalid expression token.",
-                start,
-            )
-        self.i += 1
-        lines: list[tuple[int, str]] = []
-        while True:
-            if self.i >= len(self.s):
-                raise self.fail(
-                    "Unterminated template string",
-                    f"No closing marker was found for the string ({marker}).",
-                    start,
-                )
-            end = self.s.find("\n", self.i)
-            line = self.s[self.i : len(self.s) if end < 0 else end + 1]
-            if line.strip(" \t\r\n") == marker:
-                self.i += len(line.rstrip("\n"))
-                break
-            lines.append((self.i, line))
-            self.i += len(line)
-        if flush:
-            indents = [len(line) - len(line.lstrip(" \t")) for _, line in lines if line.strip()]
-            cut = min(indents, default=0)
-            lines = [(at + min(cut, len(line) - 1), line[min(cut, len(line) - 1) :]) for at, line in lines]
-        return self.heredoc_template(lines)
-
-    def heredoc_template(self, lines: list[tuple[int, str]]) -> Any:
-        """The heredoc's lines as a template: no escapes, but interpolations."""
-        parts: list[Any] = []
-        literal: list[str] = []
-        after = self.i
-        for at, line in lines:
-            self.i = at
-            stop = at + len(line)
-            while self.i < stop:
-                if self.s.startswith(("$${", "%%{"), self.i):
-                    literal.append(self.s[self.i + 1 : self.i + 3])
-                    self.i += 3
-                elif self.s.startswith("${", self.i):
-                    parts.append("".join(literal))
-                    literal = []
-                    parts.append(self.interpolation())
-                elif self.s.startswith("%{", self.i):
-                    raise self.fail(*_UNEVALUATED, self.i)
-                else:
-                    literal.append(self.s[self.i])
-                    self.i += 1
-        self.i = after
-        parts.append("".join(literal))
-        return joined(parts)
+def _index(key: Any, length: int) -> int | None:
+    """A list's index from a number or a string of digits, if it is one of its elements."""
+    if isinstance(key, str) and key.isdigit():
+        key = int(key)
+    if isinstance(key, int | float) and key == int(key) and 0 <= key < length:
+        return int(key)
+    return None

@@ -5,12 +5,13 @@ template."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal
-from typing import Any, final
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final, final
 
 from attrs import frozen
 
 __all__ = [
+    "DEFERRED",
     "Attribute",
     "Block",
     "Body",
@@ -22,6 +23,9 @@ __all__ = [
     "as_string",
     "joined",
     "number",
+    "to_bool",
+    "to_number",
+    "to_string",
 ]
 
 
@@ -145,6 +149,17 @@ class Body:
         return self.src_range.at_start()
 
 
+@final
+class _Deferred:
+    """A value that names a variable or local not known yet (a first pass over the file)."""
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+DEFERRED: Final = _Deferred()
+
+
 def number(text: str) -> int | float:
     """A number literal's value: an int when whole, as ``smallestNumber`` keeps it."""
     value = Decimal(text)
@@ -184,6 +199,8 @@ def joined(parts: list[Any]) -> Any:
     """Literal texts and interpolations, alternating: one interpolation alone keeps its value."""
     if len(parts) == 3 and parts[0] == "" and parts[2] == "":
         return parts[1].value
+    if any(part.value is DEFERRED for part in parts[1::2]):
+        return DEFERRED
     out = []
     for index, part in enumerate(parts):
         if index % 2 == 0:
@@ -195,3 +212,44 @@ def joined(parts: list[Any]) -> Any:
             diagnostic = error.diagnostics[0]
             raise HclError([Diagnostic(diagnostic.summary, diagnostic.detail, part.range)]) from None
     return "".join(out)
+
+
+def to_string(value: Any) -> str:
+    """cty's conversion to a string (a number as hcl writes it); ValueError with cty's text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return format(Decimal(repr(value)).normalize(), "f")
+    raise ValueError("string required")
+
+
+def to_bool(value: Any) -> bool:
+    """cty's conversion to a bool ("true", "false", "1", "0" from a string)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if value in ("true", "1"):
+            return True
+        if value in ("false", "0"):
+            return False
+        raise ValueError("a bool is required")
+    raise ValueError("bool required")
+
+
+def to_number(value: Any) -> int | float:
+    """cty's conversion to a number (from a string that reads as one)."""
+    if isinstance(value, bool | list | dict):
+        raise ValueError("number required")
+    if isinstance(value, int | float):
+        return value
+    try:
+        number = Decimal(value.strip())
+    except InvalidOperation:
+        raise ValueError("a number is required") from None
+    if not number.is_finite():
+        raise ValueError("a number is required")
+    return int(number) if number == number.to_integral_value() else float(number)
