@@ -352,6 +352,8 @@ VARIABLES_TEMPLATE: Final = """
 locals {
   image = "${local.registry}/${var.image}"  # a local before the one it uses
   registry = "registry.example.org"
+  first    = 1
+  key      = "role"
 }
 variable "image" {
   type    = string
@@ -377,7 +379,8 @@ job "template-0" {
       driver = "docker"
       config {
         image = local.image
-        args  = [var.datacenters[0], "${var.runners}", "-n${var.runners}"]
+        args  = [var.datacenters[0], "${var.runners}", "-n${var.runners}", var.datacenters[local.first]]
+        labels = { (local.key) = "runner" }
       }
     }
   }
@@ -394,7 +397,8 @@ def test_variables_and_locals_are_evaluated_with_the_requests_values() -> None:
     assert group["Count"] == 3, "the number type converts the string"
     assert group["Tasks"][0]["Config"] == {
         "image": "registry.example.org/co_execenv_python:3.8",
-        "args": ["dc-a", 3, "-n3"],
+        "args": ["dc-a", 3, "-n3", "dc-b"],
+        "labels": [{"role": "runner"}],
     }, "an interpolation alone keeps its value's type, as hcl's template wrap does"
 
 

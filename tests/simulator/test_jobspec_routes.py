@@ -68,11 +68,11 @@ async def test_a_canonical_parsed_job_registers_and_its_runner_is_placed(
 
 
 async def test_the_requests_variables_set_the_jobspecs(cluster: SimulatedCluster) -> None:
-    body = {"JobHCL": VARIABLES_TEMPLATE, "Variables": 'runners = 2\ndatacenters = ["dc1"]'}
+    body = {"JobHCL": VARIABLES_TEMPLATE, "Variables": 'runners = 2\ndatacenters = ["dc1", "dc2"]'}
     answer = await call(cluster, "POST", "/v1/jobs/parse", body)
     assert answer.status_code == 200, answer.text
     job = answer.json()
-    assert (job["Datacenters"], job["TaskGroups"][0]["Count"]) == (["dc1"], 2)
+    assert (job["Datacenters"], job["TaskGroups"][0]["Count"]) == (["dc1", "dc2"], 2)
     unset = await call(cluster, "POST", "/v1/jobs/parse", {"JobHCL": VARIABLES_TEMPLATE})
     assert (unset.status_code, unset.text.split(";")[0]) == (
         400,

@@ -323,7 +323,7 @@ class _Parser(Scanner):
         value: Any = self.scope.get(root, {})
         at = start + len(root)
         for key, end in steps:
-            if value is DEFERRED:
+            if value is DEFERRED or key is DEFERRED:
                 return DEFERRED
             if isinstance(value, dict) and isinstance(key, str) and key in value:
                 value = value[key]
@@ -391,15 +391,16 @@ class _Parser(Scanner):
                     self.i,
                 )
 
-    def parse_object(self) -> dict[str, Any]:
+    def parse_object(self) -> Any:
         open_at = self.i
         self.i += 1
         items: dict[str, Any] = {}
+        deferred = False
         while True:
             self.skip_blanks(newlines=True)
             if self.peek() == "}":
                 self.i += 1
-                return items
+                return DEFERRED if deferred else items
             if self.peek() == "":
                 raise self.fail(
                     "Unterminated object constructor expression",
@@ -422,7 +423,12 @@ class _Parser(Scanner):
                     self.i,
                 )
             self.i += 1
-            items[as_string(key) if not isinstance(key, str) else key] = self.parse_expr().value
+            value = self.parse_expr().value
+            if key is DEFERRED:
+                items.clear()  # a key not known yet: the object is not either
+                deferred = True
+            elif not deferred:
+                items[as_string(key) if not isinstance(key, str) else key] = value
             self.skip_blanks()
             if self.peek() == ",":
                 self.i += 1
