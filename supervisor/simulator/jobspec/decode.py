@@ -12,7 +12,8 @@ What ``jobspec2`` does beyond gohcl's plain decoding, done here too:
   ``semver``, ``set_contains``, ...) and the operator "=" by default;
 - durations as Go duration strings or integer nanoseconds;
 - ``normalizeJob``: the job's label as its ID and Name, a task at the job's level as its own
-  group, and a ``port`` with a ``static`` value moved to the network's reserved ports.
+  group, and a ``port`` with a ``static`` value moved to the network's reserved ports;
+- ``var`` and ``local`` read before any of this (``variables.py``).
 
 Errors are hcl's diagnostics, every one found, one a line as ``jobspec2`` joins them. Where the
 exact Go text could not be known (a value of a kind the target cannot take), it reads as cty's
