@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import ipaddress
 import math
 import os
 import signal
@@ -19,6 +18,7 @@ from loguru import logger
 
 from . import __version__
 from .base.errors import leaves
+from .base.loopback import is_loopback
 from .core.config import LOG_FORMATS, LOG_LEVELS
 
 if TYPE_CHECKING:
@@ -75,15 +75,6 @@ def parse_listen(value: str, *, default_port: int) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise UsageError(f"--listen: port {port} is outside 0-65535")
     return host, port
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _embedded_cluster_refusal(address: str) -> str:
