@@ -353,9 +353,8 @@ def test_the_command_exits_1_when_nomad_does_not_answer() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    done = run_check(
-        {"NOMAD_ADDR": f"http://127.0.0.1:{port}", "SUPERVISOR_EXECUTION_UNPRIVILEGED_WRAPPER": "/sbin/setuser user"}
-    )
+    wrapper = {"SUPERVISOR_EXECUTION_UNPRIVILEGED_WRAPPER": "/sbin/setuser user"}
+    done = run_check({"NOMAD_ADDR": f"http://127.0.0.1:{port}", **wrapper})
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert any(line.startswith("FAIL  nomad servers  no Nomad server answers") for line in lines)

@@ -177,13 +177,14 @@ class _ClientSocket:
 
 
 class _Routes:
-    def __init__(self, service: RunnerService, settings: Settings) -> None:
+    def __init__(self, service: RunnerService, settings: Settings, metrics: DaemonMetrics) -> None:
         # The service only for the health details; everything else asks the desk, and an execution
         # the desk admitted runs in the execution service.
         self.service = service
         self.desk = service.desk
         self.executions = service.executions
         self.settings = settings
+        self.metrics = metrics
         # Written from the app's routes once they are made (create_app).
         self.document: dict[str, Any] = {}
 
@@ -204,7 +205,8 @@ class _Routes:
         return Response(status_code=204)
 
     async def health_details(self, request: Request) -> Response:
-        return JSONResponse(await health_details(self.service, self.settings))
+        details = await health_details(self.service, self.settings, simulated=self.metrics.simulated())
+        return JSONResponse(details)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
@@ -418,7 +420,7 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
     """Poseidon's API over ``service``, behind the Poseidon-Token check when a token is set; its
     requests counted into ``metrics`` (the daemon's, which outlive the app; else its own)."""
     metrics = DaemonMetrics(lambda: service) if metrics is None else metrics
-    routes = _Routes(service, settings)
+    routes = _Routes(service, settings, metrics)
     runner = f"{PREFIX}/runners/{{runner_id}}"
     environment = f"{PREFIX}/execution-environments/{{environment_id}}"
     app = Starlette(
