@@ -138,15 +138,29 @@ class FileService:
     async def _run(
         self, alloc_id: str, argv: Sequence[str], *, stdin: bytes | None = None, limit: int = _MAX_LISTING
     ) -> tuple[int, bytes, bytes]:
+        """The command's exit code, stdout and stderr. Output past ``limit`` fails at once, and the
+        command is stopped (``ls -lR /`` through ``/proc`` would run on for a long time)."""
+        stdout, stderr = bytearray(), bytearray()
+        exited: ExecExited | None = None
         async with self._session(alloc_id, argv) as session:
             if stdin is not None:
                 for start in range(0, len(stdin), _STDIN_CHUNK):
                     await session.send_stdin(stdin[start : start + _STDIN_CHUNK])
                 await session.close_stdin()
-            exited, stdout, stderr = await session.wait_exit(max_output_bytes=limit + 1)
-        if len(stdout) > limit:
-            raise FileOperationFailed(f"the output is larger than the {limit >> 20} MiB this operation takes")
-        return exited.exit_code, stdout, stderr
+            async for frame in session:  # it ends after the exit
+                if isinstance(frame, ExecExited):
+                    exited = frame
+                elif frame.stream != "stdout":
+                    stderr += frame.data[: max(0, _MAX_STDERR - len(stderr))]
+                else:
+                    stdout += frame.data
+                    if len(stdout) > limit:
+                        raise FileOperationFailed(
+                            f"the output is larger than the {limit >> 20} MiB this operation takes"
+                        )
+        if exited is None:
+            raise FileOperationFailed("the command's session ended without its exit")
+        return exited.exit_code, bytes(stdout), bytes(stderr)
 
     async def update(
         self, alloc_id: str, deletions: list[str], copies: list[tuple[str, bytes | None]]

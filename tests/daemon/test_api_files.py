@@ -171,6 +171,9 @@ async def test_an_operation_whose_output_is_over_its_limit_fails_clearly(harness
         await files._run(alloc_id, ["/bin/sh", "-c", "head -c 5000 /dev/zero"], limit=4096)
     code, stdout, _ = await files._run(alloc_id, ["/bin/sh", "-c", "head -c 4096 /dev/zero"], limit=4096)
     assert (code, len(stdout)) == (0, 4096), "output of exactly the limit is whole"
+    with trio.fail_after(10), pytest.raises(FileOperationFailed, match="larger than"):
+        await files._run(alloc_id, ["/bin/sh", "-c", "head -c 5000 /dev/zero; sleep 60"], limit=4096)
+    await harness.wait_for(lambda: harness.cluster.execs.count == 0)
 
 
 async def test_a_runner_does_not_expire_while_a_slow_download_runs(harness: Harness) -> None:
