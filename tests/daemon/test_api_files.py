@@ -254,8 +254,10 @@ async def test_an_absolute_path_is_listed_and_downloaded_as_poseidon_does(
     await harness.environment(10)
     runner = await harness.runner(10)
     files = f"/runners/{runner}/files"
+    # As the task's user: the test's directory is its own user's (whatever the unprivileged wrapper is).
+    as_task = {"privilegedExecution": "true"}
 
-    recursive = (await harness.http.get(files, params={"path": str(tree)})).json()["files"]
+    recursive = (await harness.http.get(files, params={"path": str(tree), **as_task})).json()["files"]
     assert [f["name"] for f in recursive] == [
         f"{tree}/a.txt",
         f"{tree}/link",
@@ -266,22 +268,24 @@ async def test_an_absolute_path_is_listed_and_downloaded_as_poseidon_does(
     assert (link["entryType"], link["linkTarget"]) == ("l", "a.txt")
     assert recursive[3]["size"] == 768
     assert recursive[3]["permissions"] == "rw-r--r--"
-    flat = (await harness.http.get(files, params={"path": f"{tree}/", "recursive": "false"})).json()
+    flat = (
+        await harness.http.get(files, params={"path": f"{tree}/", "recursive": "false", **as_task})
+    ).json()
     assert [f["name"] for f in flat["files"]] == ["a.txt", "link", "sub"]
-    single = (await harness.http.get(files, params={"path": f"{tree}/a.txt"})).json()["files"]
+    single = (await harness.http.get(files, params={"path": f"{tree}/a.txt", **as_task})).json()["files"]
     assert [(f["name"], f["size"]) for f in single] == [(f"{tree}/a.txt", 6)]
 
-    raw = await harness.http.get(f"{files}/raw", params={"path": f"{tree}/sub/b.bin"})
+    raw = await harness.http.get(f"{files}/raw", params={"path": f"{tree}/sub/b.bin", **as_task})
     assert raw.status_code == 200
     assert raw.content == bytes(range(256)) * 3
     assert raw.headers["content-length"] == "768"
-    followed = await harness.http.get(f"{files}/raw", params={"path": f"{tree}/link"})
+    followed = await harness.http.get(f"{files}/raw", params={"path": f"{tree}/link", **as_task})
     assert followed.content == b"alpha\n", "a link is followed, as cat follows it"
 
     for path in (f"{tree}/none", str(tree)):
-        refused = await harness.http.get(f"{files}/raw", params={"path": path})
+        refused = await harness.http.get(f"{files}/raw", params={"path": path, **as_task})
         assert refused.status_code == 424, refused.text
-    missing = await harness.http.get(files, params={"path": f"{tree}/none"})
+    missing = await harness.http.get(files, params={"path": f"{tree}/none", **as_task})
     assert missing.status_code == 424
     assert "No such file or directory" in missing.json()["message"]
 
