@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import ipaddress
 import math
 import os
 import signal
@@ -19,6 +18,7 @@ from loguru import logger
 
 from . import __version__
 from .base.errors import leaves
+from .base.loopback import is_loopback
 from .core.config import LOG_FORMATS, LOG_LEVELS
 
 if TYPE_CHECKING:
@@ -77,13 +77,12 @@ def parse_listen(value: str, *, default_port: int) -> tuple[str, int]:
     return host, port
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _embedded_cluster_refusal(address: str) -> str:
+    """Why ``supervisor run`` on ``address`` (off loopback) without a Nomad address does not start."""
+    return (
+        f"serving on {address} needs a Nomad cluster: set NOMAD_ADDR or [nomad] address (the embedded "
+        "simulated cluster runs students' code as local processes of this user, so it serves loopback only)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run the daemon",
         description="Run the daemon: Poseidon's API on --listen, runners on Nomad. Without a Nomad address "
-        "(nomad.address in the config file, or NOMAD_ADDR) it starts the embedded simulated cluster.",
+        "(nomad.address in the config file, or NOMAD_ADDR) it starts the embedded simulated cluster, "
+        "on loopback only: off loopback that is a configuration error (exit 2).",
     )
     run.add_argument("--config", metavar="FILE", help="TOML configuration file (default: $SUPERVISOR_CONFIG)")
     run.add_argument(
@@ -287,12 +287,8 @@ def _run(args: argparse.Namespace) -> int:
     secrets = [settings.server.token, settings.nomad.token, nomad.token if nomad else ""]
     stream = configure_logging(settings.log, secrets)
     init_sentry(os.environ, secrets)
-    embedded = nomad is None
-    if embedded and not is_loopback(settings.server.address) and not settings.server.token:
-        raise UsageError(
-            f"serving on {settings.server.address} with the embedded simulated cluster, whose exec runs "
-            "local processes, needs server.token (SUPERVISOR_SERVER_TOKEN)"
-        )
+    if nomad is None and not is_loopback(settings.server.address):
+        raise UsageError(_embedded_cluster_refusal(settings.server.address))
     path = config_path(args.config, os.environ)
     line = startup_line(settings, path, os.environ, nomad, _options_set(args))
     logger.info("{}", line, version=__version__)

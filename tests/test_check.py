@@ -23,11 +23,11 @@ import pytest
 import trio
 
 from supervisor.cli import main
-from supervisor.core.config import HaSettings, NomadSection, Settings, load_settings
+from supervisor.core.config import ExecutionSettings, HaSettings, NomadSection, Settings, load_settings
 from supervisor.informer import informer
 from supervisor.nomad import NomadClient, NomadSettings, RetryPolicy
 from supervisor.nomad.acl_rules import Acl, parse_policy
-from supervisor.ops.check import configuration_result, exit_code, run_checks
+from supervisor.ops.check import configuration_result, execution_user_result, exit_code, run_checks
 from supervisor.ops.check_nomad import STREAM_TOPICS, check_scheduler, check_version
 from supervisor.ops.check_result import CheckResult, Status, format_result
 from supervisor.ops.check_token import daemon_needs, daemon_policy
@@ -36,7 +36,8 @@ from supervisor.simulator.config import AclPolicy, AclToken
 
 ROOT = "root-secret-0000"
 DAEMON = "daemon-secret-0000"
-HA = Settings(ha=HaSettings(enabled=True))
+SETUSER = ExecutionSettings(unprivileged_wrapper="/sbin/setuser user")
+HA = Settings(ha=HaSettings(enabled=True), execution=SETUSER)
 
 
 def policy_with(settings: Settings, old: str, new: str) -> str:
@@ -103,6 +104,7 @@ async def test_everything_passes_with_a_token_that_holds_the_daemons_policy(
         results = await checked(HA, cluster.addresses, {"NOMAD_TOKEN": DAEMON})
     assert statuses(results) == {
         "configuration": Status.OK,
+        "execution user": Status.OK,
         "nomad servers": Status.OK,
         "cluster leader": Status.OK,
         "nomad version": Status.OK,
@@ -230,9 +232,10 @@ async def test_nomad_unreachable_fails_and_skips_the_rest() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         address = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    results = await checked(Settings(), [address])
+    results = await checked(Settings(execution=SETUSER), [address])
     assert statuses(results) == {
         "configuration": Status.OK,
+        "execution user": Status.OK,
         "nomad servers": Status.FAIL,
         "the rest": Status.SKIP,
     }
@@ -350,11 +353,12 @@ def test_the_command_exits_1_when_nomad_does_not_answer() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    done = run_check({"NOMAD_ADDR": f"http://127.0.0.1:{port}"})
+    wrapper = {"SUPERVISOR_EXECUTION_UNPRIVILEGED_WRAPPER": "/sbin/setuser user"}
+    done = run_check({"NOMAD_ADDR": f"http://127.0.0.1:{port}", **wrapper})
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert any(line.startswith("FAIL  nomad servers  no Nomad server answers") for line in lines)
-    assert lines[-1] == "1 OK, 0 warnings, 1 failed, 1 skipped"
+    assert lines[-1] == "2 OK, 0 warnings, 1 failed, 1 skipped"
 
 
 def test_the_command_passes_on_the_embedded_cluster() -> None:
@@ -367,3 +371,31 @@ def test_the_command_passes_on_the_embedded_cluster() -> None:
     )
     assert any(line.startswith("OK    nodes") for line in lines)
     assert not any(line.startswith("FAIL") for line in lines)
+    simulated = [line for line in lines if line.startswith("WARN  nomad          ")]
+    assert len(simulated) == 1, lines
+    assert "the embedded simulated cluster (no nomad.address, no NOMAD_ADDR)" in simulated[0]
+    assert "commands run as local processes of this user" in simulated[0]
+
+
+def test_the_command_fails_on_the_embedded_cluster_off_loopback() -> None:
+    done = run_check({"SUPERVISOR_SERVER_ADDRESS": "0.0.0.0"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    refused = [line for line in done.stdout.splitlines() if line.startswith("FAIL  nomad ")]
+    assert len(refused) == 1, done.stdout
+    assert "supervisor run refuses it on server.address 0.0.0.0, off loopback." in refused[0]
+    assert "Fix: point nomad.address (or NOMAD_ADDR) at a Nomad cluster." in refused[0]
+
+
+@pytest.mark.parametrize("wrapper", ["", "  "])
+def test_an_empty_unprivileged_wrapper_warns_that_students_code_runs_as_root(wrapper: str) -> None:
+    result = execution_user_result(Settings(execution=ExecutionSettings(unprivileged_wrapper=wrapper)))
+    assert result.status is Status.WARN
+    assert "students' code" in result.detail
+    assert "root in CodeOcean's images" in result.detail
+    assert result.fix == 'set execution.unprivileged_wrapper = "/sbin/setuser user", as Poseidon runs them.'
+
+
+def test_an_unprivileged_wrapper_is_named() -> None:
+    result = execution_user_result(Settings(execution=SETUSER))
+    assert result.status is Status.OK
+    assert "run under '/sbin/setuser user'" in result.detail

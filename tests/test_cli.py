@@ -120,9 +120,48 @@ def test_run_with_a_bad_config_exits_2_naming_the_key(
     assert "server.port" in capsys.readouterr().err
 
 
-def test_run_refuses_the_embedded_cluster_off_loopback(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--listen", "0.0.0.0:7200"]) == 2
-    assert "needs server.token" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "environ", "address"),
+    [
+        (["--listen", "0.0.0.0:7200"], {}, "0.0.0.0"),
+        (["--listen", "0.0.0.0:7200"], {"SUPERVISOR_SERVER_TOKEN": "s3cret"}, "0.0.0.0"),
+        (["--listen", "[::]:7200"], {"SUPERVISOR_SERVER_TOKEN": "s3cret"}, "::"),
+        ([], {"SUPERVISOR_SERVER_ADDRESS": "192.0.2.7"}, "192.0.2.7"),
+        ([], {"SUPERVISOR_SERVER_ADDRESS": "runner-api.example.org"}, "runner-api.example.org"),
+    ],
+)
+def test_run_refuses_the_embedded_cluster_off_loopback_with_or_without_a_token(
+    argv: list[str],
+    environ: dict[str, str],
+    address: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in os.environ:
+        if name.startswith(("NOMAD_", "SUPERVISOR_")):
+            monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["run", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"supervisor run: serving on {address} needs a Nomad cluster: ")
+    assert "NOMAD_ADDR" in lines[0]
+    assert "[nomad] address" in lines[0]
+
+
+def test_run_refuses_a_config_files_address_off_loopback_without_nomad(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in os.environ:
+        if name.startswith(("NOMAD_", "SUPERVISOR_")):
+            monkeypatch.delenv(name)
+    config = tmp_path / "supervisor.toml"
+    config.write_text('[server]\naddress = "0.0.0.0"\ntoken = "s3cret"\n')
+    assert main(["run", "--config", str(config)]) == 2
+    assert "NOMAD_ADDR or [nomad] address" in capsys.readouterr().err
 
 
 def start_run(options: list[str], environ: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:

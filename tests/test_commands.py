@@ -80,7 +80,7 @@ def test_a_noted_file_command_keeps_its_output_and_exit_and_leaves_no_note(tmp_p
     read = subprocess.run(
         noted_command(read_file_command("f.txt"), "n1"), cwd=tmp_path, env=environ, capture_output=True
     )
-    assert (read.returncode, read.stdout) == (0, b"content")
+    assert (read.returncode, read.stdout) == (0, b"7\ncontent"), "the size first, then the file"
     missing = subprocess.run(noted_command(read_file_command("nope"), "n2"), cwd=tmp_path, env=environ)
     assert missing.returncode == MISSING_EXIT_CODE
     assert not list(tmp_path.glob(".supervisor-*.pid"))
@@ -94,7 +94,7 @@ def test_an_unprivileged_file_command_runs_under_the_wrapper(tmp_path: Path) -> 
     wrapped = unprivileged_command(read_file_command("f.txt"), "env MARK=wrapped")
     assert "env MARK=wrapped /bin/sh -c" in wrapped[-1]
     read = subprocess.run(noted_command(wrapped, "n4"), cwd=tmp_path, env=environ, capture_output=True)
-    assert (read.returncode, read.stdout) == (0, b"it's here"), "quoting survives the wrapper"
+    assert (read.returncode, read.stdout) == (0, b"9\nit's here"), "quoting survives the wrapper"
     refusing = unprivileged_command(read_file_command("f.txt"), f"sh -c 'exit {MISSING_EXIT_CODE}' --")
     assert subprocess.run(refusing, cwd=tmp_path, env=environ).returncode == MISSING_EXIT_CODE
     assert unprivileged_command(read_file_command("f.txt"), "") == read_file_command("f.txt")

@@ -170,6 +170,14 @@ async def test_a_standby_shows_its_build_role_process_and_python() -> None:
     assert not any(name.startswith("supervisor_runners") for name in families), "no term: no pools"
 
 
+async def test_the_embedded_simulated_cluster_is_a_gauge_of_its_own() -> None:
+    real = DaemonMetrics(lambda: None).exposition().decode()
+    assert sample_values(real, "supervisor_nomad_simulated") == {(): 0}
+    simulated = DaemonMetrics(lambda: None, simulated=lambda: True).exposition().decode()
+    assert convention_violations(simulated) == []
+    assert sample_values(simulated, "supervisor_nomad_simulated") == {(): 1}
+
+
 async def test_each_daemon_counts_into_a_registry_of_its_own() -> None:
     first, second = DaemonMetrics(lambda: None), DaemonMetrics(lambda: None)
     first.observe_request("GET", "/metrics", 200, 0.01)

@@ -36,6 +36,16 @@ def run(argv: Sequence[str], workspace: Path, stdin: bytes = b"") -> subprocess.
     return subprocess.run(argv, cwd=workspace, input=stdin, capture_output=True, timeout=30, check=False)
 
 
+def read(path: str, workspace: Path) -> bytes:
+    """What a download of ``path`` sends: the file's content, after the line with its size."""
+    done = run(read_file_command(path), workspace)
+    assert done.returncode == 0, done.stderr
+    size, newline, content = done.stdout.partition(b"\n")
+    assert newline, "the size comes first, on a line of its own"
+    assert int(size) == len(content)
+    return content
+
+
 def patch(
     workspace: Path, deletions: Sequence[str] = (), copies: Sequence[tuple[str, bytes | None]] = ()
 ) -> subprocess.CompletedProcess[bytes]:
@@ -135,7 +145,7 @@ def test_a_link_that_stays_inside_is_replaced_by_a_copy_but_followed_by_reads(wo
     (workspace / "src").mkdir()
     (workspace / "src" / "a.txt").write_text("a")
     (workspace / "alias").symlink_to("src")
-    assert run(read_file_command("alias/a.txt"), workspace).stdout == b"a"
+    assert read("alias/a.txt", workspace) == b"a"
     assert listing(workspace, "alias")["./alias"]["entryType"] == "l"
     assert set(listing(workspace, "alias/a.txt")) == {"./alias/a.txt"}
     assert patch(workspace, copies=[("alias/b.txt", b"b")]).returncode == 0
@@ -225,7 +235,7 @@ def test_a_download_through_links_that_stay_inside_works(workspace: Path) -> Non
     (workspace / "src" / "a.txt").write_text("a")
     (workspace / "f").symlink_to("src/a.txt")
     (workspace / "g").symlink_to("f")
-    assert run(read_file_command("g"), workspace).stdout == b"a"
+    assert read("g", workspace) == b"a"
     assert run(read_file_command("nope"), workspace).returncode == MISSING_EXIT_CODE
 
 
@@ -234,7 +244,7 @@ def test_names_a_shell_would_read_as_options_or_patterns_are_literal(workspace: 
     assert patch(workspace, copies=[(name, name.encode()) for name in names]).returncode == 0
     assert sorted(p.name for p in workspace.iterdir()) == sorted(names)
     for name in names:
-        assert run(read_file_command(name), workspace).stdout == name.encode()
+        assert read(name, workspace) == name.encode()
     assert patch(workspace, deletions=["*"]).returncode == 0
     assert sorted(p.name for p in workspace.iterdir()) == sorted(set(names) - {"*"})
 
@@ -282,7 +292,7 @@ def test_a_component_named_dash_is_a_name_not_the_previous_directory(workspace: 
     assert patch(workspace, copies=[("a/-/f.txt", b"f")]).returncode == 0
     assert (workspace / "a" / "-" / "f.txt").read_bytes() == b"f"
     assert not (workspace / "f.txt").exists()
-    assert run(read_file_command("a/-/f.txt"), workspace).stdout == b"f"
+    assert read("a/-/f.txt", workspace) == b"f"
     assert set(listing(workspace, "a/-")) == {"./a/-/f.txt"}
     assert patch(workspace, deletions=["a/-/f.txt"]).returncode == 0
     assert not (workspace / "a" / "-" / "f.txt").exists()
@@ -307,7 +317,7 @@ def test_a_link_target_ending_in_a_newline_is_that_file(workspace: Path) -> None
     (workspace / "a").write_text("a")
     (workspace / "a\n").write_text("a and newline")
     (workspace / "link").symlink_to("a\n")
-    assert run(read_file_command("link"), workspace).stdout == b"a and newline"
+    assert read("link", workspace) == b"a and newline"
 
 
 def test_a_name_with_a_tab_is_listed_whole(workspace: Path) -> None:

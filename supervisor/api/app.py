@@ -177,13 +177,14 @@ class _ClientSocket:
 
 
 class _Routes:
-    def __init__(self, service: RunnerService, settings: Settings) -> None:
+    def __init__(self, service: RunnerService, settings: Settings, metrics: DaemonMetrics) -> None:
         # The service only for the health details; everything else asks the desk, and an execution
         # the desk admitted runs in the execution service.
         self.service = service
         self.desk = service.desk
         self.executions = service.executions
         self.settings = settings
+        self.metrics = metrics
         # Written from the app's routes once they are made (create_app).
         self.document: dict[str, Any] = {}
 
@@ -204,7 +205,8 @@ class _Routes:
         return Response(status_code=204)
 
     async def health_details(self, request: Request) -> Response:
-        return JSONResponse(await health_details(self.service, self.settings))
+        details = await health_details(self.service, self.settings, simulated=self.metrics.simulated())
+        return JSONResponse(details)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
@@ -300,7 +302,11 @@ class _Routes:
         content, release = await self.desk.download(runner, path, privileged=privileged)
         name = quote(posixpath.basename(path.rstrip("/")) or "file")
         headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{name}"}
-        return _DownloadResponse(content, release, media_type="application/octet-stream", headers=headers)
+        if content.size is not None:
+            headers["Content-Length"] = str(content.size)
+        return _DownloadResponse(
+            content, release, path, media_type="application/octet-stream", headers=headers
+        )
 
     async def execute(self, request: Request) -> Response:
         body = read_body(await request.body(), EXECUTION)
@@ -353,12 +359,42 @@ class _Routes:
 
 class _DownloadResponse(StreamingResponse):
     """Closes its download when the response ends: starlette abandons the body iterator of a
-    client that disconnects, which would leave the reading task waiting to hand over its next chunk."""
+    client that disconnects, which would leave the reading task waiting to hand over its next chunk.
 
-    def __init__(self, download: Download, release: Callable[[], None], **kwargs: Any) -> None:
+    With the file's size known it sends ``Content-Length``, and never claims a length it cannot
+    honour: the last byte waits until the file has ended there, so a file that runs short or over
+    while it is sent ends the response one byte or more short, and the server closes the
+    connection (the client sees a body cut short, never a whole one that is not the file)."""
+
+    def __init__(self, download: Download, release: Callable[[], None], path: str, **kwargs: Any) -> None:
         super().__init__(download, **kwargs)
         self._download = download
         self._release = release
+        self._path = path
+
+    async def stream_response(self, send: Send) -> None:
+        size = self._download.size
+        if size is None:
+            await super().stream_response(send)
+            return
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": b"", "more_body": True})
+        sent, last = 0, b""
+        async for chunk in self._download:
+            if last or sent + len(chunk) > size:
+                logger.warning("{} grew past its size {} while it was sent: cut short", self._path, size)
+                return
+            sendable = chunk[: max(0, size - 1 - sent)]
+            last = chunk[len(sendable) :]
+            if sendable:
+                await send({"type": "http.response.body", "body": sendable, "more_body": True})
+                sent += len(sendable)
+        if sent + len(last) != size:
+            logger.warning(
+                "{} ended at {} of its {} bytes while it was sent: cut short", self._path, sent, size
+            )
+            return
+        await send({"type": "http.response.body", "body": last, "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -418,7 +454,7 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
     """Poseidon's API over ``service``, behind the Poseidon-Token check when a token is set; its
     requests counted into ``metrics`` (the daemon's, which outlive the app; else its own)."""
     metrics = DaemonMetrics(lambda: service) if metrics is None else metrics
-    routes = _Routes(service, settings)
+    routes = _Routes(service, settings, metrics)
     runner = f"{PREFIX}/runners/{{runner_id}}"
     environment = f"{PREFIX}/execution-environments/{{environment_id}}"
     app = Starlette(

@@ -162,8 +162,17 @@ RECURSIVE: Final = BooleanQuery("recursive", True, "List the directories under t
 PRIVILEGED: Final = BooleanQuery(
     "privilegedExecution", False, "Read as the task's user, not under execution.unprivileged_wrapper"
 )
-LISTING_PATH: Final = TextQuery("path", "The directory or file to list", default="./")
-DOWNLOAD_PATH: Final = TextQuery("path", "The file to download", required=True)
+LISTING_PATH: Final = TextQuery(
+    "path",
+    "The directory or file to list: relative to the workspace, or absolute (anywhere in the container, "
+    "listed as Poseidon lists it)",
+    default="./",
+)
+DOWNLOAD_PATH: Final = TextQuery(
+    "path",
+    "The file to download: relative to the workspace, or absolute (anywhere in the container)",
+    required=True,
+)
 EXECUTION_ID: Final = TextQuery("executionID", "The execution, from its websocketUrl", required=True)
 
 
@@ -276,7 +285,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         answers={"204": Answer(description="Given back")},
     ),
     "listFiles": Operation(
-        summary="List the workspace, or a path in it",
+        summary="List the workspace, a path in it, or an absolute path in the container",
         tag=_RUNNER,
         query=(RECURSIVE, LISTING_PATH, PRIVILEGED),
         errors=(*_ON_RUNNER, 424),
@@ -290,7 +299,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         answers={"204": Answer(description="Done")},
     ),
     "downloadFile": Operation(
-        summary="Download a file, streamed",
+        summary="Download a file, streamed, with its Content-Length when its size is known",
         tag=_RUNNER,
         query=(DOWNLOAD_PATH, PRIVILEGED),
         errors=(*_ON_RUNNER, 424),

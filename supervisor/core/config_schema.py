@@ -84,7 +84,7 @@ SECRET_TOKEN: Final = Rule(
 class ServerSettings:
     """``[server]``: where the API listens, its token, the graceful stop's budget and the limits."""
 
-    address: str = setting("127.0.0.1", "off loopback with the embedded cluster, a token is required")
+    address: str = setting("127.0.0.1", "off loopback, a Nomad address is required")
     port: int = setting(7200, "", between(0, 65535))
     token: str = setting(
         "", "set: Poseidon-Token required (not on health and version)", SECRET_TOKEN, secret=True

@@ -189,7 +189,8 @@ class RunnerDesk:
     async def list_files(
         self, runner: Runner, path: str, *, recursive: bool, privileged: bool
     ) -> list[dict[str, Any]]:
-        """The entries under ``path`` in the runner's workspace."""
+        """The entries under ``path`` in the runner's workspace (anywhere in its container, for an
+        absolute path outside the workspace)."""
         with self.lease(runner.id, runner.alloc_id) as lease:
             return await self._in_runner(
                 lease,

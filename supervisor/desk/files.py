@@ -30,6 +30,12 @@ from ..core.config import ExecutionSettings
 from ..effects.stopping import CommandStops
 from ..nomad import ExecExited
 from ..nomad.api import ExecChannel, ExecOpener
+from .container_files import (
+    container_path,
+    list_container_command,
+    parse_ls_listing,
+    read_container_file_command,
+)
 from .workspace import (
     CLEAR_WORKSPACE,
     DIRECTORY_EXIT_CODE,
@@ -49,6 +55,8 @@ _STDIN_CHUNK: Final = 64 * 1024
 _DOWNLOAD_BUFFER: Final = 16  # exec output chunks (at most 4 KiB each) between Nomad and the client
 _MAX_STDERR: Final = 64 * 1024
 _MAX_LISTING: Final = 64 * 1024 * 1024
+# The line a download's command writes first: the file's size in decimal digits.
+_MAX_SIZE_LINE: Final = 32
 
 
 def resolve_patch(
@@ -130,15 +138,29 @@ class FileService:
     async def _run(
         self, alloc_id: str, argv: Sequence[str], *, stdin: bytes | None = None, limit: int = _MAX_LISTING
     ) -> tuple[int, bytes, bytes]:
+        """The command's exit code, stdout and stderr. Output past ``limit`` fails at once, and the
+        command is stopped (``ls -lR /`` through ``/proc`` would run on for a long time)."""
+        stdout, stderr = bytearray(), bytearray()
+        exited: ExecExited | None = None
         async with self._session(alloc_id, argv) as session:
             if stdin is not None:
                 for start in range(0, len(stdin), _STDIN_CHUNK):
                     await session.send_stdin(stdin[start : start + _STDIN_CHUNK])
                 await session.close_stdin()
-            exited, stdout, stderr = await session.wait_exit(max_output_bytes=limit + 1)
-        if len(stdout) > limit:
-            raise FileOperationFailed(f"the output is larger than the {limit >> 20} MiB this operation takes")
-        return exited.exit_code, stdout, stderr
+            async for frame in session:  # it ends after the exit
+                if isinstance(frame, ExecExited):
+                    exited = frame
+                elif frame.stream != "stdout":
+                    stderr += frame.data[: max(0, _MAX_STDERR - len(stderr))]
+                else:
+                    stdout += frame.data
+                    if len(stdout) > limit:
+                        raise FileOperationFailed(
+                            f"the output is larger than the {limit >> 20} MiB this operation takes"
+                        )
+        if exited is None:
+            raise FileOperationFailed("the command's session ended without its exit")
+        return exited.exit_code, bytes(stdout), bytes(stderr)
 
     async def update(
         self, alloc_id: str, deletions: list[str], copies: list[tuple[str, bytes | None]]
@@ -156,10 +178,29 @@ class FileService:
         """Reads run as the client's executions would: unprivileged unless asked otherwise."""
         return list(argv) if privileged else unprivileged_command(argv, self._unprivileged_wrapper)
 
+    async def _list_container(
+        self, alloc_id: str, path: str, *, recursive: bool, privileged: bool
+    ) -> list[dict[str, Any]]:
+        """As Poseidon: whatever ``ls`` wrote is the listing (a directory it could not open on the
+        way is left out), and nothing written with a failure is a path not available (424)."""
+        argv = self._as(list_container_command(path, recursive=recursive), privileged=privileged)
+        code, stdout, stderr = await self._run(alloc_id, argv)
+        detail = stderr.decode(errors="replace").strip()
+        if not stdout and code != 0:
+            raise FileNotAvailable(f"{path}: not available, or not readable: {detail or f'exit {code}'}")
+        if code != 0:
+            logger.debug("listing {} in {} was partial (exit {}): {}", path, alloc_id, code, detail)
+        return parse_ls_listing(stdout)
+
     async def list(
         self, alloc_id: str, path: str, *, recursive: bool, privileged: bool = False
     ) -> list[dict[str, Any]]:
-        """The entries under ``path`` in the workspace, as Poseidon's API lists them."""
+        """The entries under ``path`` as Poseidon's API lists them: in the workspace for a relative
+        path (or an absolute one inside the workspace), anywhere in the container for another
+        absolute path, as Poseidon lists it."""
+        absolute = container_path(path, self.workspace)
+        if absolute is not None:
+            return await self._list_container(alloc_id, absolute, recursive=recursive, privileged=privileged)
         relative = workspace_path(path, self.workspace)
         argv = self._as(list_files_command(relative, recursive=recursive), privileged=privileged)
         code, stdout, stderr = await self._run(alloc_id, argv)
@@ -171,29 +212,28 @@ class FileService:
             raise FileOperationFailed(
                 f"listing files failed (exit {code}): {stderr.decode(errors='replace').strip()}"
             )
-        return parse_file_listing(stdout, relative)
+        named_as = path if path.startswith("/") else None
+        return parse_file_listing(stdout, relative, named_as=named_as, recursive=recursive)
 
     async def download(self, alloc_id: str, path: str, *, privileged: bool = False) -> Download:
-        """The file's content as it comes. Raises FileNotAvailable, before the response starts, when
-        the file does not exist or cannot be read; an error after that cuts the download short."""
-        relative = workspace_path(path, self.workspace)
+        """The file's content as it comes, with its size (None when the size the file system gives
+        says nothing, as for a file of ``/proc``). A relative path (or an absolute one inside the
+        workspace) is the workspace's; another absolute path is the container's, read as Poseidon
+        reads it. Raises FileNotAvailable, before the response starts, when the file does not exist
+        or cannot be read; an error after that cuts the download short."""
+        absolute = container_path(path, self.workspace)
+        if absolute is None:
+            command = read_file_command(workspace_path(path, self.workspace))
+        else:
+            command = read_container_file_command(absolute)
         send, receive = trio.open_memory_channel[_DownloadItem](_DOWNLOAD_BUFFER)
-        argv = self._as(read_file_command(relative), privileged=privileged)
-        self._nursery.start_soon(self._read_into, send, alloc_id, argv)
+        self._nursery.start_soon(self._read_into, send, alloc_id, self._as(command, privileged=privileged))
         try:
-            first = await receive.receive()
-        except trio.EndOfChannel:
-            first = FileOperationFailed(f"reading {path} was cut short")
-        if isinstance(first, bytes) or (isinstance(first, _Ended) and first.exit_code == 0):
-            return Download(first, receive, path)
-        receive.close()
-        if isinstance(first, _Ended) and first.exit_code == MISSING_EXIT_CODE:
-            raise FileNotAvailable(f"{path}: no such file, or not readable")
-        if isinstance(first, _Ended) and first.exit_code == DIRECTORY_EXIT_CODE:
-            raise FileNotAvailable(f"{path}: is a directory")
-        if isinstance(first, _Ended) and first.exit_code == ESCAPE_EXIT_CODE:
-            raise FileNotAvailable(f"{path}: a link leads it out of the workspace")
-        raise _download_error(first, path)
+            size, first = await _read_size(receive, path)
+        except BaseException:
+            receive.close()
+            raise
+        return Download(first, receive, path, size)
 
     async def _read_into(
         self, send: trio.MemorySendChannel[_DownloadItem], alloc_id: str, argv: Sequence[str]
@@ -220,6 +260,55 @@ class FileService:
                     await send.send(exc)
 
 
+async def _next_item(receive: trio.MemoryReceiveChannel[_DownloadItem], path: str) -> _DownloadItem:
+    try:
+        return await receive.receive()
+    except trio.EndOfChannel:
+        return FileOperationFailed(f"reading {path} was cut short")
+
+
+def _refusal(item: _DownloadItem, path: str) -> SupervisorError:
+    """Why a download that has not started cannot: the command's exit code, or the error."""
+    if isinstance(item, _Ended) and item.exit_code == MISSING_EXIT_CODE:
+        return FileNotAvailable(f"{path}: no such file, or not readable")
+    if isinstance(item, _Ended) and item.exit_code == DIRECTORY_EXIT_CODE:
+        return FileNotAvailable(f"{path}: is a directory")
+    if isinstance(item, _Ended) and item.exit_code == ESCAPE_EXIT_CODE:
+        return FileNotAvailable(f"{path}: a link leads it out of the workspace")
+    if isinstance(item, _Ended) and item.exit_code == 0:
+        return FileOperationFailed(f"reading {path} gave no size before its content")
+    return _download_error(item, path)
+
+
+async def _read_size(
+    receive: trio.MemoryReceiveChannel[_DownloadItem], path: str
+) -> tuple[int | None, _DownloadItem]:
+    """The size line the command writes first, and the first item of the content after it. A
+    size of 0 with content after it is unknown (None): a file of ``/proc`` says 0 and has lines."""
+    head = b""
+    while True:
+        item = await _next_item(receive, path)
+        if not isinstance(item, bytes):
+            raise _refusal(item, path)
+        head += item
+        line, newline, rest = head.partition(b"\n")
+        if newline:
+            break
+        if len(head) > _MAX_SIZE_LINE:
+            raise FileOperationFailed(f"reading {path} gave no size before its content")
+    if not line.isdigit():
+        raise FileOperationFailed(f"reading {path} gave no size before its content: {line[:40]!r}")
+    size: int | None = int(line)
+    first: _DownloadItem = rest
+    if not rest:
+        first = await _next_item(receive, path)
+        if not isinstance(first, bytes) and not (isinstance(first, _Ended) and first.exit_code == 0):
+            raise _refusal(first, path)
+    if size == 0 and isinstance(first, bytes):
+        size = None
+    return size, first
+
+
 def _download_error(item: _DownloadItem, path: str) -> SupervisorError:
     if isinstance(item, SupervisorError):
         return item
@@ -229,15 +318,21 @@ def _download_error(item: _DownloadItem, path: str) -> SupervisorError:
 
 
 class Download:
-    """A file's content as it comes: an async iterator of chunks. ``close`` it when the response
+    """A file's content as it comes: an async iterator of chunks, and its ``size`` as the file
+    system gave it before the first byte was read (None: unknown). ``close`` it when the response
     ends, however it ends, so that the task reading the file stops too."""
 
     def __init__(
-        self, first: _DownloadItem, receive: trio.MemoryReceiveChannel[_DownloadItem], path: str
+        self,
+        first: _DownloadItem,
+        receive: trio.MemoryReceiveChannel[_DownloadItem],
+        path: str,
+        size: int | None = None,
     ) -> None:
         self._next: _DownloadItem | None = first
         self._receive = receive
         self._path = path
+        self.size = size
 
     def __aiter__(self) -> Download:
         return self

@@ -211,9 +211,10 @@ def list_files_command(path: str, *, recursive: bool) -> list[str]:
 
 
 def read_file_command(path: str) -> list[str]:
-    """The command that writes the file at ``path`` to stdout; MISSING_EXIT_CODE when it is not a
-    readable file, DIRECTORY_EXIT_CODE when it is a directory, ESCAPE_EXIT_CODE when a link leads it
-    out of the workspace."""
+    """The command that writes the file at ``path`` to stdout after a line with its size (as
+    Poseidon's download gives its ``Content-Length``); MISSING_EXIT_CODE when it is not a readable
+    file, DIRECTORY_EXIT_CODE when it is a directory, ESCAPE_EXIT_CODE when a link leads it out of
+    the workspace."""
     *parents, name = _components(path) or ["."]
     quoted = shlex.quote(f"./{name}")
     script = (
@@ -224,25 +225,32 @@ def read_file_command(path: str) -> list[str]:
         f"exit {ESCAPE_EXIT_CODE};; esac; "
         'cd -P -- "${t%/*}/" 2>/dev/null && inside || exit 66; f=./${t##*/}; fi; '
         # nonblock: a file swapped for a FIFO after the test fails at once instead of waiting.
-        'if [ -f "$f" ] && [ -r "$f" ]; then dd if="$f" iflag=nofollow,nonblock bs=65536 status=none; '
+        'if [ -f "$f" ] && [ -r "$f" ]; then stat -c %s -- "$f" || exit 66; '
+        'dd if="$f" iflag=nofollow,nonblock bs=65536 status=none; '
         f"elif [ -d \"$f\" ]; then echo 'is a directory' >&2; exit {DIRECTORY_EXIT_CODE}; "
         f"else echo 'no such file or not readable' >&2; exit {MISSING_EXIT_CODE}; fi"
     )
     return ["/bin/sh", "-c", script]
 
 
-def parse_file_listing(output: bytes, path: str) -> list[dict[str, Any]]:
+def parse_file_listing(
+    output: bytes, path: str, *, named_as: str | None = None, recursive: bool = True
+) -> list[dict[str, Any]]:
     """The FileHeader objects of a ``list_files_command`` output for ``path``; names are given from
-    the workspace, with a ``./`` prefix."""
+    the workspace, with a ``./`` prefix. A listing asked for by an absolute path (``named_as``) names
+    its entries as Poseidon's ``ls`` does: a file by that path, a directory's entries bare, or,
+    recursively, under that path."""
     listed_as, _, rest = output.partition(b"\0")
     relative = path if listed_as == b"d" else posixpath.dirname(path) or "."
     prefix = "./" if relative == "." else f"./{relative}/"
+    if named_as is not None and listed_as == b"d":
+        prefix = named_as.removesuffix("/") + "/" if recursive else ""
     fields = rest.decode("utf-8", "replace").split("\0")[:-1]
     headers = []
     for start in range(0, len(fields) - _FIELDS + 1, _FIELDS):
         kind, size, mtime, mode, owner, group, name, target = fields[start : start + _FIELDS]
         header: dict[str, Any] = {
-            "name": prefix + name.removeprefix("./"),
+            "name": prefix + name.removeprefix("./") if named_as is None or listed_as == b"d" else named_as,
             "entryType": _ENTRY_TYPES.get(kind, "?"),
             "size": int(size),
             "modificationTime": int(float(mtime)),

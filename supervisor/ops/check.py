@@ -7,7 +7,8 @@ why). ``run_checks`` runs them in order and hands each result to ``report`` as i
 configuration that does not load never gets here (the command line exits 2, as ``supervisor run``
 does).
 
-The order: the configuration (every key, and where its value came from), the servers, the leader,
+The order: the configuration (every key, and where its value came from), the user students' code
+runs as, the embedded simulated cluster if that is what runs, the servers, the leader,
 Nomad's version, the token and each capability the daemon needs, the event stream, the client
 agents' HTTP ports (direct exec), the scheduler's configuration, and the nodes the runner jobs can
 be placed on.
@@ -23,6 +24,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..base.loopback import is_loopback
 from ..base.network import Network
 from ..core.config import Settings
 from ..nomad import NomadClient, NomadSettings, RetryPolicy
@@ -43,9 +45,11 @@ __all__ = [
     "Status",
     "check",
     "configuration_result",
+    "execution_user_result",
     "exit_code",
     "format_result",
     "run_checks",
+    "simulated_cluster_result",
     "summary",
     "value_sources",
 ]
@@ -136,6 +140,44 @@ def configuration_result(
     return CheckResult("configuration", Status.OK, detail, lines=tuple(lines))
 
 
+def execution_user_result(settings: Settings) -> CheckResult:
+    """Who students' code runs as: under ``[execution] unprivileged_wrapper``, or, with it empty, as
+    the task's user (root in CodeOcean's images), which Poseidon never does."""
+    wrapper = settings.execution.unprivileged_wrapper
+    if wrapper.strip():
+        return CheckResult(
+            "execution user",
+            Status.OK,
+            f"executions, listings and downloads without privilegedExecution run under {wrapper!r}.",
+        )
+    return CheckResult(
+        "execution user",
+        Status.WARN,
+        "execution.unprivileged_wrapper is empty: students' code, and the listings and downloads "
+        "without privilegedExecution, run as the task's user, root in CodeOcean's images; nothing "
+        "keeps their code from the files it was given read-only.",
+        fix='set execution.unprivileged_wrapper = "/sbin/setuser user", as Poseidon runs them.',
+    )
+
+
+def simulated_cluster_result(settings: Settings, *, loopback: bool) -> CheckResult:
+    """The embedded simulated cluster (no Nomad address anywhere): a laptop's cluster, whose exec
+    runs commands as local processes; off loopback ``supervisor run`` refuses it."""
+    detail = (
+        "the embedded simulated cluster (no nomad.address, no NOMAD_ADDR): commands run as local "
+        "processes of this user, not in containers; for development only."
+    )
+    fix = "point nomad.address (or NOMAD_ADDR) at a Nomad cluster for anything but development."
+    if loopback:
+        return CheckResult("nomad", Status.WARN, detail, fix=fix)
+    return CheckResult(
+        "nomad",
+        Status.FAIL,
+        f"{detail} supervisor run refuses it on server.address {settings.server.address}, off loopback.",
+        fix="point nomad.address (or NOMAD_ADDR) at a Nomad cluster.",
+    )
+
+
 # -- running them all -----------------------------------------------------------------------------
 
 
@@ -165,6 +207,9 @@ async def run_checks(
             report(result)
 
     add(configuration_result(settings, path, environ, None if embedded else nomad))
+    add(execution_user_result(settings))
+    if embedded:
+        add(simulated_cluster_result(settings, loopback=is_loopback(settings.server.address)))
     servers, answering = await check_servers(nomad, network=network, embedded=embedded)
     add(servers)
     if not answering:

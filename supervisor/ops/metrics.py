@@ -4,7 +4,8 @@ Every daemon has its own ``CollectorRegistry`` (never the library's global one, 
 daemons share a process, as in the tests), with prometheus_client's standard collectors
 (``process_*``, ``python_*``) and one collector of ours whose figures are read from the daemon's
 objects when Prometheus scrapes: no background thread, and no figure kept twice. What it shows in
-either role: the build, the role, the trio tasks and the API's HTTP requests; while active, the
+either role: the build, whether Nomad is the embedded simulated cluster, the role, the trio tasks and
+the API's HTTP requests; while active, the
 term's runner service too (``metrics_service``).
 """
 
@@ -62,8 +63,15 @@ class DaemonMetrics:
     figures come from ``active_service()``, the term's service while this daemon is active (None
     while it stands by)."""
 
-    def __init__(self, active_service: Callable[[], RunnerService | None]) -> None:
+    def __init__(
+        self,
+        active_service: Callable[[], RunnerService | None],
+        *,
+        simulated: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._active_service = active_service
+        # Whether the Nomad the daemon speaks to is its embedded simulated cluster.
+        self.simulated = simulated
         self._requests: dict[tuple[str, str, str], int] = {}
         self._durations: dict[tuple[str, str], Histogram] = {}
         self.registry = CollectorRegistry()
@@ -93,6 +101,12 @@ class DaemonMetrics:
             "supervisor_build",
             "The daemon's version, and those of Python and trio it runs on.",
             value={"version": __version__, "python": platform.python_version(), "trio": trio.__version__},
+        )
+        yield GaugeMetricFamily(
+            "supervisor_nomad_simulated",
+            "1 while the daemon runs on its embedded simulated cluster, whose exec runs local processes; "
+            "0 on Nomad.",
+            value=float(self.simulated()),
         )
         service = self._active_service()
         role = GaugeMetricFamily(

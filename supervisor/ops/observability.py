@@ -39,8 +39,11 @@ def pool_statistics(stats: PoolStats) -> dict[str, int]:
     }
 
 
-async def health_details(service: RunnerService, settings: Settings) -> dict[str, Any]:
-    """``{"status": "ok"|"warning"|"critical", "checks": {...}}``; each check has its own status."""
+async def health_details(
+    service: RunnerService, settings: Settings, *, simulated: bool = False
+) -> dict[str, Any]:
+    """``{"status": "ok"|"warning"|"critical", "checks": {...}}``; each check has its own status.
+    ``checks.nomad.simulated`` says whether Nomad is the embedded simulated cluster."""
     now = trio.current_time()
     gate, informer, client, pool, executions = _parts(service)
     stream = gate.state
@@ -72,7 +75,7 @@ async def health_details(service: RunnerService, settings: Settings) -> dict[str
             for f in faults
         ],
     }
-    nomad: dict[str, Any] = {"status": "ok", "address": client.address}
+    nomad: dict[str, Any] = {"status": "ok", "address": client.address, "simulated": simulated}
     try:
         timeout = settings.health.nomad_check_timeout
         with trio.fail_after(timeout):

@@ -49,6 +49,8 @@ def _summary(document: dict[str, Any]) -> str:
     faults = checks.get("faults", {}).get("faults") or []
     parts = [f"{fault['reason']}; {fault['remedy']}" for fault in faults]
     parts.append(f"stream {state} for {seconds}s")
+    if checks.get("nomad", {}).get("simulated"):
+        parts.append("Nomad is the embedded simulated cluster (for development only)")
     if checks.get("nomad", {}).get("status") == "critical":
         parts.append(f"Nomad unreachable ({checks['nomad'].get('error', '')})")
     if pools.get("depleting"):

@@ -97,7 +97,10 @@ class Daemon:
         self.ended = trio.Event()
         self.systemd = SystemdNotifier(self.environ)
         # Active while the API serves a term's service.
-        self.metrics = DaemonMetrics(lambda: self.service if self.switch.app is not None else None)
+        self.metrics = DaemonMetrics(
+            lambda: self.service if self.switch.app is not None else None,
+            simulated=lambda: self.cluster is not None,
+        )
         self.switch = RoleSwitch(retry_after=settings.ha.ttl / 3, metrics=self.metrics)
         self.server = AsgiServer(self.switch, api_server_settings(settings))
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.

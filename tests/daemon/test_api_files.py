@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import os
+import pwd
+import shutil
 from pathlib import Path
 
 import pytest
 import trio
 
 from supervisor.base.errors import FileOperationFailed
+from supervisor.core.config import ExecutionSettings, ServerSettings, Settings
 
 from .conftest import Harness, output
 
@@ -167,6 +171,9 @@ async def test_an_operation_whose_output_is_over_its_limit_fails_clearly(harness
         await files._run(alloc_id, ["/bin/sh", "-c", "head -c 5000 /dev/zero"], limit=4096)
     code, stdout, _ = await files._run(alloc_id, ["/bin/sh", "-c", "head -c 4096 /dev/zero"], limit=4096)
     assert (code, len(stdout)) == (0, 4096), "output of exactly the limit is whole"
+    with trio.fail_after(10), pytest.raises(FileOperationFailed, match="larger than"):
+        await files._run(alloc_id, ["/bin/sh", "-c", "head -c 5000 /dev/zero; sleep 60"], limit=4096)
+    await harness.wait_for(lambda: harness.cluster.execs.count == 0)
 
 
 async def test_a_runner_does_not_expire_while_a_slow_download_runs(harness: Harness) -> None:
@@ -214,3 +221,148 @@ async def test_a_link_planted_by_the_students_code_never_leads_a_file_command_ou
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"], "a copy never writes through"
     raw = await harness.http.get(f"{files}/raw", params={"path": "x/pwned.txt"})
     assert raw.content == b"owned\n", "the link was replaced by a directory in the workspace"
+
+
+# -- the container's files, as Poseidon serves them --------------------------------------------------
+# In the simulated cluster a command's "/" is this machine's: what a container's commands would see.
+
+
+async def test_path_slash_lists_the_containers_root_as_poseidons_ls_does(harness: Harness) -> None:
+    """CodeOcean's admin file browser: ``path=/``, not recursive, privileged; names bare as
+    Poseidon's ls2json writes them for a directory's entries."""
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    params = {"path": "/", "recursive": "false", "privilegedExecution": "true"}
+    response = await harness.http.get(f"/runners/{runner}/files", params=params)
+    assert response.status_code == 200, response.text
+    listed = {f["name"]: f for f in response.json()["files"]}
+    assert set(listed) == {name for name in os.listdir("/") if not name.startswith(".")}
+    assert listed["etc"]["entryType"] == "d"
+    assert listed["etc"]["owner"] == pwd.getpwuid(os.stat("/etc").st_uid).pw_name
+    assert listed["etc"]["modificationTime"] == int(os.stat("/etc").st_mtime)
+
+
+async def test_an_absolute_path_is_listed_and_downloaded_as_poseidon_does(
+    harness: Harness, tmp_path: Path
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_text("alpha\n")
+    (tree / ".hidden").write_text("ls shows no dot files\n")
+    (tree / "sub" / "b.bin").write_bytes(bytes(range(256)) * 3)
+    (tree / "link").symlink_to("a.txt")
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    files = f"/runners/{runner}/files"
+    # As the task's user: the test's directory is its own user's (whatever the unprivileged wrapper is).
+    as_task = {"privilegedExecution": "true"}
+
+    recursive = (await harness.http.get(files, params={"path": str(tree), **as_task})).json()["files"]
+    assert [f["name"] for f in recursive] == [
+        f"{tree}/a.txt",
+        f"{tree}/link",
+        f"{tree}/sub",
+        f"{tree}/sub/b.bin",
+    ], "ls's order, every name under the path ls names"
+    link = recursive[1]
+    assert (link["entryType"], link["linkTarget"]) == ("l", "a.txt")
+    assert recursive[3]["size"] == 768
+    assert recursive[3]["permissions"] == "rw-r--r--"
+    flat = (
+        await harness.http.get(files, params={"path": f"{tree}/", "recursive": "false", **as_task})
+    ).json()
+    assert [f["name"] for f in flat["files"]] == ["a.txt", "link", "sub"]
+    single = (await harness.http.get(files, params={"path": f"{tree}/a.txt", **as_task})).json()["files"]
+    assert [(f["name"], f["size"]) for f in single] == [(f"{tree}/a.txt", 6)]
+
+    raw = await harness.http.get(f"{files}/raw", params={"path": f"{tree}/sub/b.bin", **as_task})
+    assert raw.status_code == 200
+    assert raw.content == bytes(range(256)) * 3
+    assert raw.headers["content-length"] == "768"
+    followed = await harness.http.get(f"{files}/raw", params={"path": f"{tree}/link", **as_task})
+    assert followed.content == b"alpha\n", "a link is followed, as cat follows it"
+
+    for path in (f"{tree}/none", str(tree)):
+        refused = await harness.http.get(f"{files}/raw", params={"path": path, **as_task})
+        assert refused.status_code == 424, refused.text
+    missing = await harness.http.get(files, params={"path": f"{tree}/none", **as_task})
+    assert missing.status_code == 424
+    assert "No such file or directory" in missing.json()["message"]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        Settings(
+            server=ServerSettings(port=0),
+            execution=ExecutionSettings(
+                unprivileged_wrapper="setpriv --reuid=65534 --regid=65534 --clear-groups"
+            ),
+        )
+    ],
+)
+async def test_an_absolute_path_is_read_as_the_user_the_request_runs_as(
+    harness: Harness, settings: Settings, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run a command as another user")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root only\n")
+    os.chmod(secret, 0o600)
+    os.chmod(tmp_path, 0o755)
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    files = f"/runners/{runner}/files"
+    as_nobody = await harness.http.get(f"{files}/raw", params={"path": str(secret)})
+    assert as_nobody.status_code == 424, "the operating system refuses it: Poseidon's 424"
+    as_task = await harness.http.get(
+        f"{files}/raw", params={"path": str(secret), "privilegedExecution": "true"}
+    )
+    assert (as_task.status_code, as_task.content) == (200, b"root only\n")
+    hidden = tmp_path / "closed"
+    hidden.mkdir(mode=0o700)
+    listing = await harness.http.get(files, params={"path": str(hidden), "recursive": "false"})
+    assert listing.status_code == 424
+    assert "Permission denied" in listing.json()["message"]
+
+
+async def test_downloads_carry_content_length_and_a_proc_file_streams_without(harness: Harness) -> None:
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    files = f"/runners/{runner}/files"
+    patch = {"copy": [{"path": "out.txt", "content": b64("twelve bytes")}, {"path": "empty.txt"}]}
+    assert (await harness.http.patch(files, json=patch)).status_code == 204
+    relative = await harness.http.get(f"{files}/raw", params={"path": "out.txt"})
+    assert (relative.headers["content-length"], relative.content) == ("12", b"twelve bytes")
+    assert "transfer-encoding" not in relative.headers
+    empty = await harness.http.get(f"{files}/raw", params={"path": "/workspace/empty.txt"})
+    assert (empty.status_code, empty.headers["content-length"], empty.content) == (200, "0", b"")
+    proc = await harness.http.get(f"{files}/raw", params={"path": "/proc/version"})
+    assert proc.status_code == 200
+    assert proc.content.startswith(b"Linux version"), "the file system says 0 bytes; it has a line"
+    assert "content-length" not in proc.headers
+    assert proc.headers["transfer-encoding"] == "chunked"
+
+
+async def test_an_absolute_path_inside_the_workspace_keeps_its_guarantees(
+    harness: Harness, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret\n")
+    await harness.environment(10)
+    runner = await harness.runner(10)
+    files = f"/runners/{runner}/files"
+    patch = {"copy": [{"path": "src/a.txt", "content": b64("a")}]}
+    assert (await harness.http.patch(files, json=patch)).status_code == 204
+    made = await harness.execute(runner, command=f"ln -s {outside} x")
+    assert made[-1] == {"type": "exit", "data": 0}
+    escape = await harness.http.get(f"{files}/raw", params={"path": "/workspace/x/secret.txt"})
+    assert escape.status_code == 424
+    assert "leads it out of the workspace" in escape.json()["message"]
+    named = (await harness.http.get(files, params={"path": "/workspace"})).json()["files"]
+    assert {f["name"] for f in named} == {"/workspace/src", "/workspace/src/a.txt", "/workspace/x"}
+    flat = (await harness.http.get(files, params={"path": "/workspace/", "recursive": "false"})).json()
+    assert {f["name"] for f in flat["files"]} == {"src", "x"}
+    one = (await harness.http.get(files, params={"path": "/workspace/src/a.txt"})).json()["files"]
+    assert [f["name"] for f in one] == ["/workspace/src/a.txt"]

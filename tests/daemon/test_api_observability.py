@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import httpx
+import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.base.levels import StreamState
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.ops.probe import probe
+from supervisor.tree.daemon import Daemon
 
 from ..test_observability import convention_violations, role_of, sample_values
 from .conftest import Harness
@@ -36,6 +40,7 @@ async def test_details_name_every_check(harness: Harness) -> None:
     assert checks["event_stream"]["state"] == "up"
     assert checks["event_stream"]["last_index"] > 0
     assert checks["nomad"]["status"] == "ok"
+    assert checks["nomad"]["simulated"] is False, "NOMAD_ADDR names the cluster: not the embedded one"
     assert checks["pools"]["environments"]["10"]["usedRunners"] == 1
     assert checks["executions"]["ended"]["exit"] == 1
     assert details["status"] in ("ok", "warning")
@@ -75,6 +80,7 @@ async def test_metrics_in_prometheus_text_by_its_conventions(harness: Harness) -
     assert {"process_cpu_seconds", "python_info", "supervisor_build_info"} <= families.keys()
     assert role_of(text) == "active"
     assert sample_values(text, "supervisor_event_stream_up") == {(): 1}
+    assert sample_values(text, "supervisor_nomad_simulated") == {(): 0}
     runners = sample_values(text, "supervisor_runners")
     assert runners[("environment", "10"), ("state", "idle")] == 2
     assert sample_values(text, "supervisor_runners_target") == {(("environment", "10"),): 2}
@@ -117,3 +123,22 @@ async def test_metrics_time_each_runner_start_and_count_the_starting(harness: Ha
     cumulative = [value for _, value in sorted(buckets.items(), key=lambda item: float(item[0][0][1]))]
     assert cumulative == sorted(cumulative), "cumulative"
     assert sample_values(text, "supervisor_factory_starting") == {(): 0}, "none is starting any more"
+
+
+async def test_the_embedded_cluster_says_so_in_the_details_the_probe_and_metrics(
+    nursery: trio.Nursery,
+) -> None:
+    daemon = Daemon(Settings(server=ServerSettings(port=0)), environ={})
+    await nursery.start(daemon.run)
+    assert daemon.cluster is not None, "no Nomad address: the embedded cluster"
+    base = daemon.addresses[0]
+    async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+        details = (await http.get("/api/v1/health/details")).json()
+        metrics = (await http.get("/metrics")).text
+    assert details["checks"]["nomad"]["simulated"] is True
+    assert details["checks"]["nomad"]["status"] == "ok", "it works: the field says what it is"
+    assert sample_values(metrics, "supervisor_nomad_simulated") == {(): 1}
+    code, line = await trio.to_thread.run_sync(lambda: probe(base, token="", timeout=5, as_json=False))
+    assert code == 0
+    assert "Nomad is the embedded simulated cluster (for development only)" in line
+    daemon.stop()

@@ -232,7 +232,7 @@ async def _file_command(running: _Command, workspace: Workspace, body: str) -> i
         if content is None:
             await _write(running, b"is a directory\n", errors=True)
             return _DIRECTORY_EXIT
-        await _write(running, content)
+        await _write(running, b"%d\n" % len(content) + content)
         return 0
     return await _listing(running, workspace, path, recursive="-mindepth 1 -printf" in body)
 
