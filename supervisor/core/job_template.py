@@ -28,6 +28,7 @@ from attrs import field, frozen
 from ..base.errors import ConfigError
 
 if TYPE_CHECKING:
+    from .config_schema import Settings
     from .environments import ExecutionEnvironment
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "JobShape",
     "build_job",
     "checked_template",
+    "job_shape",
 ]
 
 RUNNER_GROUP: Final = "default-group"
@@ -222,6 +224,20 @@ class JobShape:
             }
         network["DynamicPorts"] = [{"Label": str(p), "To": p} for p in ports]
         return network
+
+
+def job_shape(settings: Settings, template: Mapping[str, Any] | None = None) -> JobShape:
+    """The shape of the settings' runner jobs: ``template`` (the job template file's job, already
+    read) or Poseidon's, ``[nomad.network]`` and ``[nomad] disable_force_pull``."""
+    network = settings.nomad_network
+    return JobShape.of(
+        POSEIDON_TEMPLATE if template is None else template,
+        network_mode=network.mode,
+        dns_servers=network.dns_servers,
+        dns_searches=network.dns_searches,
+        dns_options=network.dns_options,
+        disable_force_pull=settings.nomad.disable_force_pull,
+    )
 
 
 def build_job(
