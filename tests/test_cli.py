@@ -120,6 +120,21 @@ def test_run_with_a_bad_config_exits_2_naming_the_key(
     assert "server.port" in capsys.readouterr().err
 
 
+def test_run_with_a_job_template_that_cannot_carry_a_runner_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOMAD_ADDR", raising=False)
+    template = tmp_path / "runner.json"
+    template.write_text('{"Type": "service"}')
+    config = tmp_path / "config.toml"
+    config.write_text(f'[server]\nport = 0\n\n[nomad]\njob_template = "{template}"\n')
+    assert main(["run", "--config", str(config)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"supervisor run: configuration: nomad.job_template {template}: type is 'service'; " + (
+        "a runner job is a batch job"
+    )
+
+
 def test_run_refuses_the_embedded_cluster_off_loopback(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--listen", "0.0.0.0:7200"]) == 2
     assert "needs server.token" in capsys.readouterr().err

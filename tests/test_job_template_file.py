@@ -1,0 +1,151 @@
+"""The job template file read (JSON directly, HCL through Nomad's parse) and the runner jobs checked
+by Nomad at startup, against a fake of ``/v1/jobs/parse`` and ``/v1/validate/job``.
+
+Virtual time (``autojump_clock``) where a retry waits; no test sleeps for real."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+import trio.testing
+
+from supervisor.base.errors import ConfigError, NomadNotFound, NomadRequestError, NomadUnavailableError
+from supervisor.core.config import NomadSection, Settings
+from supervisor.core.environments import ExecutionEnvironment
+from supervisor.core.job_template import POSEIDON_TEMPLATE
+from supervisor.effects.job_template_file import job_refusals, read_job_template, startup_job_shape
+
+ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 20.0, 256, False, ())
+HCL = 'job "template-0" {\n  datacenters = ["eu"]\n}\n'
+
+
+class FakeNomad:
+    """Nomad's parse and validate: the parse answers ``parsed`` (or raises ``parse_error``, after
+    ``unavailable`` failures); the validation objects to jobs whose ID is in ``objections``."""
+
+    def __init__(self, parsed: Mapping[str, Any] | None = None) -> None:
+        self.parsed = dict(parsed or {})
+        self.parse_error: Exception | None = None
+        self.unavailable = 0
+        self.parsed_texts: list[str] = []
+        self.validated: list[str] = []
+        self.objections: dict[str, list[str]] = {}
+        self.validate_error: Exception | None = None
+
+    async def parse_job(self, hcl: str) -> dict[str, Any]:
+        await trio.lowlevel.checkpoint()
+        if self.unavailable:
+            self.unavailable -= 1
+            raise NomadUnavailableError("no leader", status_code=500)
+        if self.parse_error is not None:
+            raise self.parse_error
+        self.parsed_texts.append(hcl)
+        return copy.deepcopy(self.parsed)
+
+    async def validate_job(self, job: Mapping[str, Any]) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        if self.validate_error is not None:
+            raise self.validate_error
+        self.validated.append(job["ID"])
+        return self.objections.get(job["ID"], [])
+
+
+def settings(path: Path | None, *environments: ExecutionEnvironment) -> Settings:
+    nomad = NomadSection(job_template=str(path) if path else "")
+    return Settings(nomad=nomad, environments=environments)
+
+
+async def test_a_json_template_is_read_bare_or_wrapped(tmp_path: Path) -> None:
+    template = {**copy.deepcopy(dict(POSEIDON_TEMPLATE)), "Datacenters": ["eu"]}
+    for name, document in (("bare.json", template), ("wrapped.json", {"Job": template})):
+        path = tmp_path / name
+        path.write_bytes(orjson.dumps(document))
+        job = await read_job_template(FakeNomad(), str(path))
+        assert job["Datacenters"] == ["eu"]
+
+
+async def test_an_hcl_template_is_parsed_by_nomad(tmp_path: Path) -> None:
+    path = tmp_path / "job.hcl"
+    path.write_text(HCL)
+    nomad = FakeNomad({"ID": "template-0", "Datacenters": ["eu"], "TaskGroups": None})
+    shape = await startup_job_shape(nomad, settings(path, ENVIRONMENT))
+    assert nomad.parsed_texts == [HCL]
+    assert orjson.loads(shape.template)["Datacenters"] == ["eu"]
+    assert nomad.validated == ["10-check", "template-10"], "its runner job and its template job"
+
+
+async def test_an_hcl_template_waits_for_a_nomad_that_does_not_answer(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "job.nomad"
+    path.write_text(HCL)
+    nomad = FakeNomad({"Datacenters": ["eu"]})
+    nomad.unavailable = 2
+    shape = await startup_job_shape(nomad, settings(path))
+    assert orjson.loads(shape.template)["Datacenters"] == ["eu"]
+    assert trio.current_time() > 0, "it waited between the tries"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "parse_error", "message"),
+    [
+        ("missing.hcl", None, None, r"^nomad\.job_template .*missing\.hcl: No such file"),
+        ("bad.json", "{", None, r"^nomad\.job_template .*bad\.json: not JSON"),
+        (
+            "bad.hcl",
+            "job {",
+            NomadRequestError("parse", status_code=400, body="input.hcl:1,5-6: Missing name for job"),
+            r"Nomad cannot parse it: input\.hcl:1,5-6: Missing name for job$",
+        ),
+        (
+            "exec.json",
+            '{"TaskGroups": [{"Name": "default-group", "Tasks": [{"Name": "default-task", '
+            '"Driver": "exec"}]}]}',
+            None,
+            r"runs the driver 'exec'; runners need docker$",
+        ),
+    ],
+)
+async def test_a_template_that_cannot_be_used_is_one_line_naming_the_file(
+    tmp_path: Path, name: str, content: str | None, parse_error: Exception | None, message: str
+) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    nomad = FakeNomad()
+    nomad.parse_error = parse_error
+    with pytest.raises(ConfigError, match=message) as raised:
+        await startup_job_shape(nomad, settings(path))
+    assert "\n" not in str(raised.value)
+
+
+async def test_a_job_nomad_refuses_stops_startup_naming_the_environment() -> None:
+    nomad = FakeNomad()
+    nomad.objections["10-check"] = ["1 error occurred:\n\t* Task group default-group validation failed"]
+    with pytest.raises(ConfigError, match=r"^Nomad refuses the job 10-check of environment 10: ") as raised:
+        await startup_job_shape(nomad, settings(None, ENVIRONMENT))
+    assert "Task group default-group validation failed" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+async def test_without_environments_the_template_itself_is_checked() -> None:
+    nomad = FakeNomad()
+    nomad.objections["0-check"] = ["Missing job datacenters"]
+    refusals = await job_refusals(nomad, (await startup_job_shape(FakeNomad(), settings(None))), ())
+    assert refusals == ["Nomad refuses the job 0-check of the job template: Missing job datacenters"]
+
+
+async def test_a_nomad_that_cannot_check_leaves_the_jobs_unchecked() -> None:
+    nomad = FakeNomad()
+    nomad.validate_error = NomadNotFound("no such route", status_code=404)
+    shape = await startup_job_shape(nomad, settings(None, ENVIRONMENT))
+    assert orjson.loads(shape.template)["Datacenters"] == ["dc1"]
+    nomad.validate_error = NomadRequestError("validate", status_code=400, body="json: cannot unmarshal")
+    with pytest.raises(ConfigError, match="json: cannot unmarshal"):
+        await startup_job_shape(nomad, settings(None, ENVIRONMENT))
