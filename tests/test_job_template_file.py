@@ -20,6 +20,9 @@ from supervisor.core.config import NomadSection, Settings
 from supervisor.core.environments import ExecutionEnvironment
 from supervisor.core.job_template import POSEIDON_TEMPLATE
 from supervisor.effects.job_template_file import job_refusals, read_job_template, startup_job_shape
+from supervisor.ops.check_nomad import check_runner_jobs, runner_needs
+from supervisor.ops.check_result import Status
+from supervisor.ops.check_token import daemon_needs
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 20.0, 256, False, ())
 HCL = 'job "template-0" {\n  datacenters = ["eu"]\n}\n'
@@ -149,3 +152,41 @@ async def test_a_nomad_that_cannot_check_leaves_the_jobs_unchecked() -> None:
     nomad.validate_error = NomadRequestError("validate", status_code=400, body="json: cannot unmarshal")
     with pytest.raises(ConfigError, match="json: cannot unmarshal"):
         await startup_job_shape(nomad, settings(None, ENVIRONMENT))
+
+
+# -- supervisor check ---------------------------------------------------------------------------
+
+
+async def test_check_fails_naming_the_environment_nomad_refuses(tmp_path: Path) -> None:
+    nomad = FakeNomad()
+    nomad.objections["template-10"] = ["1 error occurred:\n\t* Task group config validation failed"]
+    result, shape = await check_runner_jobs(nomad, settings(None, ENVIRONMENT))
+    assert result.status is Status.FAIL
+    assert result.detail.startswith("Nomad refuses the job template-10 of environment 10: ")
+    assert "Task group config validation failed" in result.detail
+    assert shape is not None
+
+
+async def test_check_fails_on_a_template_that_cannot_carry_a_runner_and_passes_a_good_one(
+    tmp_path: Path,
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"Type": "system"}')
+    result, shape = await check_runner_jobs(FakeNomad(), settings(bad, ENVIRONMENT))
+    assert (result.status, shape) == (Status.FAIL, None)
+    assert "type is 'system'" in result.detail
+    good = tmp_path / "good.hcl"
+    good.write_text(HCL)
+    nomad = FakeNomad({"Datacenters": ["eu"], "NodePool": "runners"})
+    result, shape = await check_runner_jobs(nomad, settings(good, ENVIRONMENT))
+    assert result.status is Status.OK
+    assert result.detail == f"from the job template {good}: Nomad takes 1 environments' jobs."
+    assert shape is not None
+    assert runner_needs(settings(good, ENVIRONMENT), shape) == (("eu",), "runners", ("docker",))
+
+
+def test_an_hcl_template_needs_the_token_to_parse_jobs(tmp_path: Path) -> None:
+    assert "parse the job template" not in [n.label for n in daemon_needs(Settings())]
+    assert "parse the job template" not in [n.label for n in daemon_needs(settings(tmp_path / "a.json"))]
+    needs = {n.label: n for n in daemon_needs(settings(tmp_path / "a.hcl"))}
+    assert needs["parse the job template"].namespace == ("parse-job",)

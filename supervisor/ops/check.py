@@ -25,12 +25,14 @@ import trio
 
 from ..base.network import Network
 from ..core.config import SECTIONS, Settings, section_values, variable_name
+from ..core.environments import DEFAULT_SHAPE
 from ..nomad import NomadClient, NomadSettings, RetryPolicy
 from .check_nomad import (
     check_agents,
     check_event_stream,
     check_leader,
     check_nodes,
+    check_runner_jobs,
     check_scheduler,
     check_servers,
     check_version,
@@ -186,7 +188,9 @@ async def run_checks(
         add(await check_event_stream(client, settings))
         add(await check_agents(client, settings))
         add(await check_scheduler(client))
-        add(await check_nodes(client, settings))
+        jobs, shape = await check_runner_jobs(client, settings)
+        add(jobs)
+        add(await check_nodes(client, settings, shape or DEFAULT_SHAPE))
     return results
 
 
