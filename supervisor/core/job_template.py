@@ -20,16 +20,12 @@ and no group network.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 from attrs import field, frozen
 
 from ..base.errors import ConfigError
-
-if TYPE_CHECKING:
-    from .config_schema import Settings
-    from .environments import ExecutionEnvironment
 
 __all__ = [
     "CLAIM_GROUP",
@@ -40,7 +36,6 @@ __all__ = [
     "JobShape",
     "build_job",
     "checked_template",
-    "job_shape",
 ]
 
 RUNNER_GROUP: Final = "default-group"
@@ -115,6 +110,23 @@ POSEIDON_TEMPLATE: Final[Mapping[str, Any]] = {
         },
     ],
 }
+
+
+class Environment(Protocol):
+    """What a runner job takes of an execution environment (``environments.ExecutionEnvironment``)."""
+
+    @property
+    def image(self) -> str: ...
+    @property
+    def cpu_limit(self) -> float: ...
+    @property
+    def memory_limit(self) -> int: ...
+    @property
+    def network_access(self) -> bool: ...
+    @property
+    def exposed_ports(self) -> tuple[int, ...]: ...
+    @property
+    def prewarming_pool_size(self) -> int: ...
 
 
 def _named(items: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -226,23 +238,9 @@ class JobShape:
         return network
 
 
-def job_shape(settings: Settings, template: Mapping[str, Any] | None = None) -> JobShape:
-    """The shape of the settings' runner jobs: ``template`` (the job template file's job, already
-    read) or Poseidon's, ``[nomad.network]`` and ``[nomad] disable_force_pull``."""
-    network = settings.nomad_network
-    return JobShape.of(
-        POSEIDON_TEMPLATE if template is None else template,
-        network_mode=network.mode,
-        dns_servers=network.dns_servers,
-        dns_searches=network.dns_searches,
-        dns_options=network.dns_options,
-        disable_force_pull=settings.nomad.disable_force_pull,
-    )
-
-
 def build_job(
     shape: JobShape,
-    environment: ExecutionEnvironment,
+    environment: Environment,
     job_id: str,
     *,
     count: int,

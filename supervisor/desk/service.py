@@ -18,13 +18,14 @@ from ..base.faults import Faults
 from ..base.levels import Requests
 from ..core.config import Settings
 from ..core.environments import ExecutionEnvironment
-from ..core.job_template import JobShape, job_shape
+from ..core.job_template import JobShape
 from ..core.pool import RunnerPool
 from ..effects.agent_locator import PoolAgentLocator
 from ..effects.alerter import PrewarmingPoolAlerter
 from ..effects.effects import Effects
 from ..effects.environment_store import EnvironmentStore
 from ..effects.factory import RunnerFactory
+from ..effects.job_template_file import job_shape
 from ..effects.leftovers import LeftoverSweep
 from ..effects.stopping import CommandStops
 from ..informer.informer import Informer

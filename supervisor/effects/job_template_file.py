@@ -27,15 +27,29 @@ from ..base.errors import (
 )
 from ..core.config import Settings
 from ..core.environments import ExecutionEnvironment, runner_job, template_job
-from ..core.job_template import JobShape, checked_template, job_shape
+from ..core.job_template import POSEIDON_TEMPLATE, JobShape, checked_template
 from ..nomad.boundary import in_one_line
 
-__all__ = ["JobChecker", "job_refusals", "read_job_template", "startup_job_shape"]
+__all__ = ["JobChecker", "job_refusals", "job_shape", "read_job_template", "startup_job_shape"]
 
 # The environment whose jobs stand for the template's when the configuration declares none.
 SAMPLE_ENVIRONMENT = ExecutionEnvironment(
     0, "busybox:1", 0, 10.0, 64, network_access=True, exposed_ports=(80,)
 )
+
+
+def job_shape(settings: Settings, template: Mapping[str, Any] | None = None) -> JobShape:
+    """The shape of the settings' runner jobs: ``template`` (the job template file's job, already
+    read) or Poseidon's, ``[nomad.network]`` and ``[nomad] disable_force_pull``."""
+    network = settings.nomad_network
+    return JobShape.of(
+        POSEIDON_TEMPLATE if template is None else template,
+        network_mode=network.mode,
+        dns_servers=network.dns_servers,
+        dns_searches=network.dns_searches,
+        dns_options=network.dns_options,
+        disable_force_pull=settings.nomad.disable_force_pull,
+    )
 
 
 class JobChecker(Protocol):

@@ -25,8 +25,8 @@ from ..base.errors import (
 from ..base.network import Network
 from ..core.config import Settings
 from ..core.environments import DEFAULT_SHAPE, ExecutionEnvironment, runner_job
-from ..core.job_template import JobShape, job_shape
-from ..effects.job_template_file import JobChecker, job_refusals, read_job_template
+from ..core.job_template import JobShape
+from ..effects.job_template_file import JobChecker, job_refusals, job_shape, read_job_template
 from ..nomad import NomadClient, NomadSettings, RetryPolicy
 from ..nomad.acl_rules import glob_matches
 from ..nomad.boundary import translate_status
