@@ -6,10 +6,11 @@ Virtual time (``autojump_clock``) where a retry waits; no test sleeps for real."
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import trio
@@ -20,6 +21,7 @@ from supervisor.core.config import NomadSection, Settings
 from supervisor.core.environments import ExecutionEnvironment
 from supervisor.core.job_template import POSEIDON_TEMPLATE
 from supervisor.effects.job_template_file import job_refusals, read_job_template, startup_job_shape
+from supervisor.nomad import NomadClient, NomadSettings, RetryPolicy
 from supervisor.ops.check_nomad import check_runner_jobs, runner_needs
 from supervisor.ops.check_result import Status
 from supervisor.ops.check_token import daemon_needs
@@ -190,3 +192,60 @@ def test_an_hcl_template_needs_the_token_to_parse_jobs(tmp_path: Path) -> None:
     assert "parse the job template" not in [n.label for n in daemon_needs(settings(tmp_path / "a.json"))]
     needs = {n.label: n for n in daemon_needs(settings(tmp_path / "a.hcl"))}
     assert needs["parse the job template"].namespace == ("parse-job",)
+
+
+# -- the client's calls, against httpx.MockTransport as Nomad answers ----------------------------
+
+
+def nomad_client(handler: Callable[[httpx.Request], httpx.Response]) -> NomadClient:
+    settings = NomadSettings(namespace="poseidon", retry=RetryPolicy(attempts=1))
+    return NomadClient(settings, transport=httpx.MockTransport(handler))
+
+
+async def test_the_client_parses_hcl_through_nomad_and_reads_its_parse_error() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if b"job {" in request.content:
+            return httpx.Response(
+                400, text="input.hcl:1,5-6: Missing name for job; All job blocks need 1 label"
+            )
+        return httpx.Response(200, content=orjson.dumps({"ID": "template-0", "Datacenters": ["eu"]}))
+
+    async with nomad_client(handler) as client:
+        assert await client.parse_job(HCL) == {"ID": "template-0", "Datacenters": ["eu"]}
+        with pytest.raises(NomadRequestError) as raised:
+            await client.parse_job("job {")
+    assert (seen[0].method, seen[0].url.path) == ("POST", "/v1/jobs/parse")
+    assert orjson.loads(seen[0].content) == {"JobHCL": HCL, "Canonicalize": False}
+    assert seen[0].url.params["namespace"] == "poseidon"
+    assert "Missing name for job" in raised.value.body
+
+
+async def test_the_client_validates_a_job_and_returns_nomads_objections() -> None:
+    answers = [
+        {"DriverConfigValidated": False, "ValidationErrors": None, "Error": "", "Warnings": ""},
+        {
+            "DriverConfigValidated": False,
+            "ValidationErrors": ["Missing job datacenters", "Task group config validation failed"],
+            "Error": "2 errors occurred:\n\t* Missing job datacenters\n\t* ...",
+            "Warnings": "",
+        },
+        {"ValidationErrors": [], "Error": "job type must be batch"},
+    ]
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=orjson.dumps(answers[len(seen) - 1]))
+
+    async with nomad_client(handler) as client:
+        assert await client.validate_job({"ID": "a"}) == []
+        assert await client.validate_job({"ID": "b"}) == [
+            "Missing job datacenters",
+            "Task group config validation failed",
+        ]
+        assert await client.validate_job({"ID": "c"}) == ["job type must be batch"]
+    assert (seen[0].method, seen[0].url.path) == ("PUT", "/v1/validate/job")
+    assert orjson.loads(seen[0].content) == {"Job": {"ID": "a"}}
