@@ -300,6 +300,9 @@ def _run(args: argparse.Namespace) -> int:
         daemon,
         what=f"supervisor run: cannot serve on {where}",
     )
+    if code == 0 and daemon.configuration_error is not None:
+        print(f"supervisor run: configuration: {daemon.configuration_error}", file=sys.stderr)
+        return USAGE
     if code == 0 and daemon.failure is not None:
         print(f"supervisor run: stopped: {daemon.failure}", file=sys.stderr)
         return 1

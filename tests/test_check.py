@@ -102,6 +102,8 @@ async def test_everything_passes_with_a_token_that_holds_the_daemons_policy(
     with trio.fail_after(60):
         cluster = await start(nursery, acl_config("\n".join(daemon_policy(HA, "default"))))
         results = await checked(HA, cluster.addresses, {"NOMAD_TOKEN": DAEMON})
+    # A cluster without /v1/validate/job leaves the runner jobs unchecked: a warning.
+    assert results.pop("runner jobs").status in (Status.OK, Status.WARN)
     assert statuses(results) == {
         "configuration": Status.OK,
         "execution user": Status.OK,

@@ -164,6 +164,22 @@ def test_run_refuses_a_config_files_address_off_loopback_without_nomad(
     assert "NOMAD_ADDR or [nomad] address" in capsys.readouterr().err
 
 
+def test_run_with_a_job_template_that_cannot_carry_a_runner_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOMAD_ADDR", raising=False)
+    template = tmp_path / "runner.json"
+    template.write_text('{"Type": "service"}')
+    config = tmp_path / "config.toml"
+    config.write_text(f'[server]\nport = 0\n\n[nomad]\njob_template = "{template}"\n')
+    assert main(["run", "--config", str(config)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"supervisor run: configuration: nomad.job_template {template}: type is 'service'; " + (
+        "a runner job is a batch job"
+    )
+
+
+
 def start_run(options: list[str], environ: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
     """``supervisor run`` with ``options``, and its log lines until it serves."""
     argv = [sys.executable, "-m", "supervisor", "run", *options]

@@ -315,3 +315,31 @@ def test_the_configuration_doc_shows_the_example_as_it_is() -> None:
     """docs/configuration.md's block is ``supervisor config example``'s output."""
     blocks = re.findall(r"```toml\n(.*?)```", CONFIGURATION_DOC.read_text(), flags=re.DOTALL)
     assert blocks == [example_config()]
+
+
+# -- [nomad.network], a table inside [nomad] -----------------------------------------------------
+
+
+def test_the_network_of_networked_runners_is_a_table_of_nomad(tmp_path: Path) -> None:
+    text = '[nomad]\ndisable_force_pull = true\n\n[nomad.network]\nmode = "cni/secure-bridge"\n'
+    settings = load_settings(
+        write(tmp_path, text), {"SUPERVISOR_NOMAD_NETWORK_DNS_SERVERS": "10.0.0.53,1.1.1.1"}
+    )
+    assert settings.nomad.disable_force_pull is True
+    assert settings.nomad_network.mode == "cni/secure-bridge"
+    assert settings.nomad_network.dns_servers == ("10.0.0.53", "1.1.1.1")
+    assert variable_name("nomad.network", "mode") == "SUPERVISOR_NOMAD_NETWORK_MODE"
+    assert Settings().nomad_network.mode == "bridge"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[nomad.network]\nmodus = 'bridge'\n", r"^nomad\.network\.modus: unknown key; did you mean mode\?$"),
+        ("[nomad.network]\nmode = ''\n", r"^nomad\.network\.mode: "),
+        ("[nomad]\nnetwork = 3\n", r"^\[nomad\.network\] must be a table$"),
+    ],
+)
+def test_a_wrong_network_setting_names_its_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(write(tmp_path, text), {})

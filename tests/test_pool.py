@@ -74,7 +74,7 @@ def test_claim_marks_used_and_orders_a_replacement() -> None:
     runner, actions = pool.claim(10, 60, now=100.0)
     assert runner.id == ids[0], "the oldest idle runner"
     assert runner.state is RunnerState.USED
-    assert actions[0] == MarkUsed(runner.id, ENVIRONMENT, 60)
+    assert actions[0] == MarkUsed(runner.id, ENVIRONMENT, 60, force_pull=True), "as it was created"
     assert isinstance(actions[1], CreateRunner)
     with pytest.raises(UnknownEnvironment):
         pool.claim(99, 0, now=0)

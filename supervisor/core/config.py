@@ -34,6 +34,7 @@ from .config_schema import (
     HaSettings,
     HealthSettings,
     LogSettings,
+    NetworkSettings,
     NomadSection,
     ServerSettings,
     Settings,
@@ -54,6 +55,7 @@ __all__ = [
     "HaSettings",
     "HealthSettings",
     "LogSettings",
+    "NetworkSettings",
     "NomadSection",
     "ServerSettings",
     "Settings",
@@ -61,13 +63,16 @@ __all__ = [
     "WatcherSettings",
     "config_path",
     "load_settings",
+    "section_values",
     "variable_name",
 ]
 
-# Each section's name and class, in the order of the file.
-SECTIONS: Final[dict[str, type[Any]]] = {
-    a.name: type(getattr(Settings(), a.name)) for a in attrs.fields(Settings) if a.name != "environments"
+# Each section's name in the file (``nomad.network`` is the table ``network`` of ``[nomad]``) and
+# its field of Settings, in the order of the file; and each one's class.
+_FIELDS: Final[dict[str, str]] = {
+    a.metadata.get("section", a.name): a.name for a in attrs.fields(Settings) if a.name != "environments"
 }
+SECTIONS: Final[dict[str, type[Any]]] = {name: type(getattr(Settings(), f)) for name, f in _FIELDS.items()}
 for _cls in (*SECTIONS.values(), EnvironmentEntry):
     attrs.resolve_types(_cls)  # each field's type as a type, for the variables' parsing
 _PREFIX: Final = "SUPERVISOR_"
@@ -82,7 +87,23 @@ _FALSE: Final = ("0", "false", "no")
 
 def variable_name(section: str, key: str) -> str:
     """The environment variable that overrides ``section.key``."""
-    return f"{_PREFIX}{section}_{key}".upper()
+    return f"{_PREFIX}{section}_{key}".upper().replace(".", "_")
+
+
+def section_values(settings: Settings, section: str) -> Any:
+    """The values of the section named ``section`` in the file (a key of ``SECTIONS``)."""
+    return getattr(settings, _FIELDS[section])
+
+
+def _tables(document: Mapping[str, Any]) -> dict[str, Any]:
+    """Each section's table in the file, a nested one taken out of its parent's."""
+    tables = {name: document.get(name, {}) for name in SECTIONS if "." not in name}
+    for name in SECTIONS:
+        parent, dot, child = name.partition(".")
+        if dot and isinstance(tables[parent], Mapping):
+            tables[name] = tables[parent].get(child, {})
+            tables[parent] = {k: v for k, v in tables[parent].items() if k != child}
+    return tables
 
 
 def config_path(path: str | Path | None, environ: Mapping[str, str]) -> str | None:
@@ -276,7 +297,7 @@ def _environments(raw: Any) -> tuple[ExecutionEnvironment, ...]:
 def _refuse_short_tokens(settings: Settings, environ: Mapping[str, str]) -> None:
     """A token too short to be secret, in a section or in ``NOMAD_TOKEN``, named (never shown)."""
     for name in SECTIONS:
-        for problem in secret_problems(name, getattr(settings, name)):
+        for problem in secret_problems(name, section_values(settings, name)):
             raise ConfigError(problem)
     nomad_token = environ.get("NOMAD_TOKEN", "")
     if not settings.nomad.token and not SECRET_TOKEN.test(nomad_token):
@@ -295,7 +316,8 @@ def load_settings(path: str | Path | None, environ: Mapping[str, str]) -> Settin
         raise ConfigError(
             f"{unknown[0]}: unknown section{_suggestion(unknown[0], [*SECTIONS, 'environments'])}"
         )
-    sections = {name: _section(name, cls, document.get(name, {}), environ) for name, cls in SECTIONS.items()}
+    tables = _tables(document)
+    sections = {_FIELDS[name]: _section(name, cls, tables[name], environ) for name, cls in SECTIONS.items()}
     settings = Settings(**sections, environments=_environments(document.get("environments", [])))
     _refuse_short_tokens(settings, environ)
     return settings

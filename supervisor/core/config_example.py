@@ -80,7 +80,7 @@ def example_config() -> str:
         if section.name == "environments":
             continue
         cls = type(getattr(defaults, section.name))
-        lines += ["", *_line(f"[{section.name}]", _section_comment(cls))]
+        lines += ["", *_line(f"[{section.metadata.get('section', section.name)}]", _section_comment(cls))]
         for key in attrs.fields(cls):
             value = getattr(getattr(defaults, section.name), key.name)
             lines += _line(f"{key.name} = {toml_value(value)}", _comment(key))

@@ -43,6 +43,7 @@ __all__ = [
     "HaSettings",
     "HealthSettings",
     "LogSettings",
+    "NetworkSettings",
     "NomadSection",
     "ServerSettings",
     "Settings",
@@ -131,6 +132,24 @@ class NomadSection:
     agent_connect_timeout: float = setting(
         1.0, "an agent not connected by then: exec goes through the servers", POSITIVE, unit=_SECONDS
     )
+    job_template: str = setting(
+        "",
+        "the runner job's template, a file: HCL (parsed by Nomad's /v1/jobs/parse) or .json (Nomad's API "
+        "JSON); empty: Poseidon's default (see docs/configuration.md)",
+    )
+    disable_force_pull: bool = setting(
+        False, "true: never force_pull; otherwise as Poseidon (pools filled, environments registered)"
+    )
+
+
+@frozen
+class NetworkSettings:
+    """``[nomad.network]``: the group network of every runner with networkAccess."""
+
+    mode: str = setting("bridge", 'Nomad\'s network mode, e.g. "cni/secure-bridge"', NOT_EMPTY)
+    dns_servers: tuple[str, ...] = setting((), "empty: the node's resolvers")
+    dns_searches: tuple[str, ...] = setting((), "")
+    dns_options: tuple[str, ...] = setting((), 'e.g. ["ndots:2"]')
 
 
 @frozen
@@ -292,6 +311,7 @@ class Settings:
 
     server: ServerSettings = field(factory=ServerSettings)
     nomad: NomadSection = field(factory=NomadSection)
+    nomad_network: NetworkSettings = field(factory=NetworkSettings, metadata={"section": "nomad.network"})
     admission: AdmissionSettings = field(factory=AdmissionSettings)
     watcher: WatcherSettings = field(factory=WatcherSettings)
     alert: AlertSettings = field(factory=AlertSettings)

@@ -3,7 +3,9 @@
 An environment is stored in Nomad as the template job ``template-<id>``: a service job whose task
 group has count 0 (it runs nothing; a service job that is dead without ``Stop`` is never garbage
 collected) and whose meta holds the environment's definition. Its runners are batch jobs
-``<id>-<uuid>`` built from it, each running ``sleep infinity`` in the environment's image.
+``<id>-<uuid>``, each running ``sleep infinity`` in the environment's image. Both are built from
+the runner job's template (``job_template.py``: Poseidon's, or the operator's ``[nomad]
+job_template``).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import orjson
 from attrs import asdict, frozen
 
 from ..base.errors import InvalidRequest
+from .job_template import CLAIM_GROUP, FORCE_PULL_META, RUNNER_GROUP, RUNNER_TASK, JobShape, build_job
 
 __all__ = [
     "CLAIM_GROUP",
+    "DEFAULT_SHAPE",
     "RUNNER_GROUP",
     "TEMPLATE_PREFIX",
     "ExecutionEnvironment",
@@ -32,17 +36,13 @@ __all__ = [
 ]
 
 TEMPLATE_PREFIX: Final = "template-"
-RUNNER_GROUP: Final = "default-group"
-# A runner job's group that runs nothing and holds its claim (Poseidon calls its own "config").
-CLAIM_GROUP: Final = "config"
+# The runner job of the daemon's default settings: Poseidon's template, networks in bridge mode.
+DEFAULT_SHAPE: Final = JobShape()
 _META_KEY: Final = "supervisor.environment"
 # The largest environment ID: Go's int, as Poseidon's IDs are.
 MAX_ID: Final = 2**63 - 1
 # The largest CPU (MHz), memory (MB) or time (s) taken: within every integer field of Nomad's API.
 MAX_AMOUNT: Final = 2**31 - 1
-# Memory Nomad reserves for a runner on its node (MemoryMB); memoryLimit is its ceiling
-# (MemoryMaxMB), which Nomad wants no lower, and Nomad takes no reservation under 10 MB.
-RESERVED_MEMORY_MB: Final = 50
 _API_FIELDS: Final = {
     "id": "id",
     "image": "image",
@@ -146,57 +146,16 @@ def environment_from_dict(
     )
 
 
-def _task(environment: ExecutionEnvironment) -> dict[str, Any]:
-    config: dict[str, Any] = {"image": environment.image, "command": "sleep", "args": ["infinity"]}
-    if environment.network_access:
-        config["ports"] = [str(p) for p in environment.exposed_ports]
-    else:
-        config["network_mode"] = "none"
-    return {
-        "Name": "default-task",
-        "Driver": "docker",
-        "Config": config,
-        "KillTimeout": 0,
-        "KillSignal": "SIGKILL",
-        "Resources": {
-            "CPU": max(1, round(environment.cpu_limit)),
-            "MemoryMB": min(RESERVED_MEMORY_MB, environment.memory_limit),
-            "MemoryMaxMB": environment.memory_limit,
-        },
-    }
-
-
-def _group(environment: ExecutionEnvironment, count: int) -> dict[str, Any]:
-    group: dict[str, Any] = {
-        "Name": RUNNER_GROUP,
-        "Count": count,
-        "RestartPolicy": {"Attempts": 3, "Interval": 3600 * 10**9, "Delay": 15 * 10**9, "Mode": "fail"},
-        "ReschedulePolicy": {
-            "Attempts": 3,
-            "Interval": 6 * 3600 * 10**9,
-            "Delay": 60 * 10**9,
-            "DelayFunction": "exponential",
-            "MaxDelay": 240 * 10**9,
-            "Unlimited": False,
-        },
-        "Tasks": [_task(environment)],
-    }
-    if environment.network_access and environment.exposed_ports:
-        ports = [{"Label": str(p), "To": p} for p in environment.exposed_ports]
-        group["Networks"] = [{"Mode": "bridge", "DynamicPorts": ports}]
-    return group
-
-
-def template_job(environment: ExecutionEnvironment) -> dict[str, Any]:
-    """The environment's template job: a count-0 service job whose meta holds the definition."""
-    return {
-        "ID": f"{TEMPLATE_PREFIX}{environment.id}",
-        "Name": f"{TEMPLATE_PREFIX}{environment.id}",
-        "Type": "service",
-        "Datacenters": ["dc1"],
-        "Meta": {_META_KEY: orjson.dumps(environment.to_api()).decode()},
-        "TaskGroups": [_group(environment, 0)],
-    }
+def template_job(environment: ExecutionEnvironment, shape: JobShape = DEFAULT_SHAPE) -> dict[str, Any]:
+    """The environment's template job: a count-0 service job whose meta holds the definition, built
+    from the runner job's template (so that Nomad checks it) with ``force_pull``, as Poseidon
+    registers an environment."""
+    job = build_job(
+        shape, environment, f"{TEMPLATE_PREFIX}{environment.id}", count=0, force_pull=True, claim={}
+    )
+    job["Type"] = "service"
+    job["Meta"] = {**(job.get("Meta") or {}), _META_KEY: orjson.dumps(environment.to_api()).decode()}
+    return job
 
 
 def environment_from_template(meta: Mapping[str, str]) -> ExecutionEnvironment | None:
@@ -229,25 +188,6 @@ def runner_environment_id(job_id: str) -> int | None:
     return decimal(head)
 
 
-def _claim_group(used: bool, timeout: int) -> dict[str, Any]:
-    """A group that runs nothing, whose meta holds the claim. Nomad replaces an allocation whose
-    task's meta changes (its own, its group's or its job's: ``tasksUpdated``), so a claim written
-    to the job's meta would restart the runner's container; a group of its own keeps it in place."""
-    return {
-        "Name": CLAIM_GROUP,
-        "Count": 0,
-        "Meta": {"used": "true" if used else "false", "timeout": str(timeout)},
-        "Tasks": [
-            {
-                "Name": CLAIM_GROUP,
-                "Driver": "exec",
-                "Config": {"command": "true"},
-                "Resources": {"CPU": 1, "MemoryMB": 10},
-            }
-        ],
-    }
-
-
 def claim_meta(job: Mapping[str, Any]) -> dict[str, str]:
     """The claim a runner job (as ``runner_job`` writes it) holds: ``used`` and ``timeout``."""
     groups: list[dict[str, Any]] = job.get("TaskGroups") or []
@@ -262,22 +202,35 @@ def runner_job(
     used: bool = False,
     timeout: int = 0,
     avoid: Sequence[str] = (),
+    force_pull: bool = False,
+    shape: JobShape = DEFAULT_SHAPE,
 ) -> dict[str, Any]:
-    """A runner job; ``used`` and ``timeout`` in its claim group's meta let a restarted daemon know
-    its claims (the job's own meta names its environment, and never changes).
+    """A runner job, built from ``shape``'s template; ``used`` and ``timeout`` in its claim group's
+    meta let a restarted daemon know its claims (the job's own meta names its environment and
+    whether its image was pulled anew, and never changes). A group of its own holds the claim:
+    Nomad replaces an allocation whose task's meta changes (its own, its group's or its job's:
+    ``tasksUpdated``), so a claim written to the job's meta would restart the runner's container.
     Nomad places it on none of the nodes in ``avoid`` (by node ID). A claim's update leaves them out
     and stays in place: Nomad checks the updated job's constraints against the allocation's own node
     only, and with none that node passes."""
-    job: dict[str, Any] = {
-        "ID": runner_id,
-        "Name": runner_id,
-        "Type": "batch",
-        "Datacenters": ["dc1"],
-        "Meta": {"environment": str(environment.id)},
-        "TaskGroups": [_group(environment, 1), _claim_group(used, timeout)],
+    claim = {"used": "true" if used else "false", "timeout": str(timeout)}
+    job = build_job(shape, environment, runner_id, count=1, force_pull=force_pull, claim=claim)
+    job["Type"] = "batch"
+    job["Meta"] = {
+        **(job.get("Meta") or {}),
+        "environment": str(environment.id),
+        FORCE_PULL_META: "true" if _pulls(job) else "false",
     }
     if avoid:
         job["Constraints"] = [
-            {"LTarget": "${node.unique.id}", "RTarget": node_id, "Operand": "!="} for node_id in avoid
+            *(job.get("Constraints") or []),
+            *({"LTarget": "${node.unique.id}", "RTarget": node_id, "Operand": "!="} for node_id in avoid),
         ]
     return job
+
+
+def _pulls(job: Mapping[str, Any]) -> bool:
+    """Whether the runner job's task pulls its image anew."""
+    group = next(g for g in job["TaskGroups"] if g["Name"] == RUNNER_GROUP)
+    task = next(t for t in group["Tasks"] if t["Name"] == RUNNER_TASK)
+    return bool(task["Config"].get("force_pull"))

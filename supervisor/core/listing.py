@@ -15,6 +15,7 @@ from ..nomad import Allocation, AllocListStub, JobListStub
 from .allocation_state import is_live, is_running
 from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, runner_environment_id
 from .evidence import Moment
+from .job_template import FORCE_PULL_META
 from .nodes import NodeTracker
 from .runners import (
     FOUND_BY_EVENT,
@@ -150,6 +151,7 @@ class ListingReconcile:
         used = job.meta.get("used") == "true"
         state = RunnerState.USED if used else RunnerState.STARTING
         runner = Runner(own(job.id), environment_id, state, registered_index=max(job.create_index, 1))
+        runner.force_pull = job.meta.get(FORCE_PULL_META) == "true"
         if used:
             timeout = job.meta.get("timeout", "0")
             seconds = decimal(timeout)

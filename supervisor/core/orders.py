@@ -67,10 +67,12 @@ class Destroy:
 @frozen
 class SetEnvironment:
     """Create or replace the environment. Without ``fill`` its pool is not refilled here: a listing
-    of its runner jobs is about to be reconciled, which refills."""
+    of its runner jobs is about to be reconciled, which refills. With ``roll_out`` (a PUT) its
+    runners are replaced even if the definition did not change: its image may have."""
 
     environment: ExecutionEnvironment
     fill: bool = True
+    roll_out: bool = False
 
 
 @frozen

@@ -154,8 +154,8 @@ class RunnerPool(ListingReconcile, PoolView):
                 return self.release(runner_id)
             case Destroy(runner_id, reason):
                 return self.destroy(runner_id, reason)
-            case SetEnvironment(environment, fill):
-                return self.set_environment(environment, fill=fill)[1]
+            case SetEnvironment(environment, fill, roll_out):
+                return self.set_environment(environment, fill=fill, roll_out=roll_out)[1]
             case RemoveEnvironment(environment_id):
                 return self.remove_environment(environment_id)
         raise AssertionError(f"not an order: {order!r}")  # pragma: no cover
@@ -223,20 +223,22 @@ class RunnerPool(ListingReconcile, PoolView):
     # -- environments ---------------------------------------------------------------------------
 
     def set_environment(
-        self, environment: ExecutionEnvironment, *, fill: bool = True
+        self, environment: ExecutionEnvironment, *, fill: bool = True, roll_out: bool = False
     ) -> tuple[bool, list[Action]]:
-        """Create or replace; returns whether it was new. Idle runners of a replaced environment are
-        destroyed at once, used ones when their client releases them. Without ``fill``, the pool is
-        not refilled here: a listing of its runner jobs is about to be reconciled, which refills."""
+        """Create or replace; returns whether it was new. Idle runners of a replaced environment (or,
+        ``roll_out``, of one put again unchanged: its image may have moved) are destroyed at once,
+        used ones when their client releases them. Without ``fill``, the pool is not refilled here:
+        a listing of its runner jobs is about to be reconciled, which refills."""
         previous = self.environments.get(environment.id)
         self.environments[environment.id] = environment
         actions: list[Action] = []
-        if previous is not None and previous != environment:
+        if previous is not None and (previous != environment or roll_out):
+            why = "changed" if previous != environment else "was put again (rolled out)"
             for runner in self._runners_of(environment.id):
                 if runner.state is RunnerState.USED:
                     runner.retired = True
                 else:
-                    actions += self._remove(runner, "the execution environment changed")
+                    actions += self._remove(runner, f"the execution environment {why}")
         return previous is None, actions + (self.fill(environment.id) if fill else [])
 
     def remove_environment(self, environment_id: int) -> list[Action]:
@@ -251,8 +253,9 @@ class RunnerPool(ListingReconcile, PoolView):
         self._replacements.forget(environment_id)
         return actions
 
-    def fill(self, environment_id: int) -> list[Action]:
-        """Create runners until idle plus starting reaches the prewarming pool size."""
+    def fill(self, environment_id: int, *, force_pull: bool = True) -> list[Action]:
+        """Create runners until idle plus starting reaches the prewarming pool size, pulling their
+        image anew unless they replace a claimed runner (``force_pull``, as Poseidon)."""
         environment = self.environments.get(environment_id)
         if environment is None:
             return []
@@ -263,9 +266,10 @@ class RunnerPool(ListingReconcile, PoolView):
                 environment_id,
                 RunnerState.STARTING,
                 environment=environment,
+                force_pull=force_pull,
             )
             self._keep(runner)
-            actions.append(CreateRunner(runner.id, environment_id))
+            actions.append(CreateRunner(runner.id, environment_id, force_pull))
         return actions
 
     def fill_all(self) -> list[Action]:
@@ -289,8 +293,8 @@ class RunnerPool(ListingReconcile, PoolView):
         runner.inactivity_timeout = float(inactivity_timeout)
         runner.last_activity = now
         spec = runner.environment or self.environments[environment_id]
-        actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout)]
-        return runner, actions + self.fill(environment_id)
+        actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout, runner.force_pull)]
+        return runner, actions + self.fill(environment_id, force_pull=False)
 
     def _pick(self, idle: dict[str, None], now: float) -> str:
         """The oldest idle runner whose node new runners do not avoid, if there is one: an exec

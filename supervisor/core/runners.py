@@ -39,10 +39,12 @@ class RunnerState(enum.Enum):
 
 @frozen
 class CreateRunner:
-    """Register a new runner job for the environment."""
+    """Register a new runner job for the environment; ``force_pull``: its image pulled anew (a
+    runner that fills a pool), or not (the replacement of a claimed one), as Poseidon does."""
 
     runner_id: str
     environment_id: int
+    force_pull: bool = True
 
 
 @frozen
@@ -61,6 +63,7 @@ class MarkUsed:
     runner_id: str
     environment: ExecutionEnvironment
     timeout: int
+    force_pull: bool = False
 
 
 @frozen
@@ -173,6 +176,8 @@ class Runner:
     retired: bool = False
     # The definition the runner's job was registered from (None when adopted from a listing).
     environment: ExecutionEnvironment | None = None
+    # Whether its job pulls the image anew (a claim's write must not change it).
+    force_pull: bool = False
     # Its node drains: running executions go on, but nothing new starts on it (410 for its client).
     moving: bool = False
     # The index of its agent's restart, until newer evidence proves it alive (0: proven).

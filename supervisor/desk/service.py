@@ -18,12 +18,14 @@ from ..base.faults import Faults
 from ..base.levels import Requests
 from ..core.config import Settings
 from ..core.environments import ExecutionEnvironment
+from ..core.job_template import JobShape
 from ..core.pool import RunnerPool
 from ..effects.agent_locator import PoolAgentLocator
 from ..effects.alerter import PrewarmingPoolAlerter
 from ..effects.effects import Effects
 from ..effects.environment_store import EnvironmentStore
 from ..effects.factory import RunnerFactory
+from ..effects.job_template_file import job_shape
 from ..effects.leftovers import LeftoverSweep
 from ..effects.stopping import CommandStops
 from ..informer.informer import Informer
@@ -45,6 +47,7 @@ class RunnerService:
         *,
         execution_nursery: trio.Nursery,
         entropy: Entropy | None = None,
+        shape: JobShape | None = None,
     ) -> None:
         # Every random choice and generated ID of the term's parts comes from ``entropy``; what no
         # retry mends (a refused token, a refused environment job) is health's to tell.
@@ -71,7 +74,11 @@ class RunnerService:
         self.executions = ExecutionService(
             client, execution, self.stops, execution_nursery=execution_nursery, context=context
         )
-        self.factory = RunnerFactory(client, pool, settings.factory, entropy=entropy, faults=faults)
+        # What runner jobs are built from: the job template (read at startup) and [nomad]'s settings.
+        shape = job_shape(settings) if shape is None else shape
+        self.factory = RunnerFactory(
+            client, pool, settings.factory, entropy=entropy, faults=faults, shape=shape
+        )
         leftovers = LeftoverSweep(
             client,
             task=execution.task,
@@ -82,7 +89,7 @@ class RunnerService:
         )
         self.effects = Effects(pool, self.factory, self.executions, relists, leftovers)
         self.environments = EnvironmentStore(
-            client, pool.view, self.effects.tell, entropy=entropy, faults=faults
+            client, pool.view, self.effects.tell, entropy=entropy, faults=faults, shape=shape
         )
         self.informer = Informer(
             client, self.effects, self.environments, settings, entropy=entropy, faults=faults

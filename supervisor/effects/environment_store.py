@@ -24,7 +24,14 @@ from ..base.errors import (
     TransientError,
 )
 from ..base.faults import FaultKind, Faults
-from ..core.environments import TEMPLATE_PREFIX, ExecutionEnvironment, environment_from_template, template_job
+from ..core.environments import (
+    DEFAULT_SHAPE,
+    TEMPLATE_PREFIX,
+    ExecutionEnvironment,
+    environment_from_template,
+    template_job,
+)
+from ..core.job_template import JobShape
 from ..core.orders import Change, RemoveEnvironment, SetEnvironment
 from ..core.pool_view import PoolView
 from ..core.runners import Action, DestroyRunner
@@ -50,8 +57,10 @@ class EnvironmentStore:
         *,
         entropy: Entropy | None = None,
         faults: Faults | None = None,
+        shape: JobShape = DEFAULT_SHAPE,
     ) -> None:
         self._client = client
+        self._shape = shape
         self._pool = pool
         self._tell = tell
         self._faults = Faults() if faults is None else faults
@@ -59,13 +68,15 @@ class EnvironmentStore:
         self._entropy = Entropy() if entropy is None else entropy
         self.lock = trio.Lock()
 
-    async def put(self, environment: ExecutionEnvironment) -> bool:
+    async def put(self, environment: ExecutionEnvironment, *, roll_out: bool = True) -> bool:
         """Store the environment in Nomad (its template job), then warm its pool; True if new.
-        A job Nomad refuses is InvalidRequest with Nomad's word, and changes nothing; a refused
-        token is a fault as well (health tells it)."""
+        With ``roll_out`` (every PUT, as Poseidon: how a client rolls out an image pushed again
+        under the same tag) its runners are replaced even when the definition did not change: idle
+        ones at once, used ones when they are given back. A job Nomad refuses is InvalidRequest
+        with Nomad's word, and changes nothing; a refused token is a fault as well (health tells it)."""
         async with self.lock:
             try:
-                await self._client.register_job(template_job(environment))
+                await self._client.register_job(template_job(environment, self._shape))
             except NomadPermissionDenied as exc:
                 self._faults.report(
                     FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc.body, JOB_WRITES_NEED)
@@ -79,7 +90,7 @@ class EnvironmentStore:
             self._faults.clear(FaultKind.TOKEN_REFUSED, JOB_WRITES)
             self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(environment.id))
             created = self._pool.environment(environment.id) is None
-            self._tell(SetEnvironment(environment))
+            self._tell(SetEnvironment(environment, roll_out=roll_out))
         logger.info(
             "environment {} {} (image {}, pool of {})",
             environment.id,
@@ -128,12 +139,13 @@ class EnvironmentStore:
 
     async def ensure(self, environments: Iterable[ExecutionEnvironment]) -> None:
         """Register the environments declared in the configuration, retrying until Nomad answers;
-        one Nomad refuses for good is logged and skipped."""
+        one Nomad refuses for good is logged and skipped. One already in Nomad as declared keeps its
+        runners: a restart of the daemon rolls nothing out."""
         for environment in environments:
             backoff = Backoff(BackoffPolicy(1.0, 30.0), random_fraction=self._entropy.fraction)
             while True:
                 try:
-                    await self.put(environment)
+                    await self.put(environment, roll_out=False)
                     break
                 except InvalidRequest as exc:
                     self._faults.report(

@@ -24,8 +24,9 @@ from ..base.errors import NomadPermissionDenied, NomadRequestError, TerminalErro
 from ..base.faults import FaultKind, Faults
 from ..base.histogram import Histogram
 from ..core.config import FactorySettings
-from ..core.environments import runner_job
+from ..core.environments import DEFAULT_SHAPE, runner_job
 from ..core.evidence import JobPurged, JobRefused, JobRegistered, Moment, WriteAnswered
+from ..core.job_template import JobShape
 from ..core.orders import PoolDoor
 from ..core.runners import CreateRunner, DestroyRunner, FactoryAction, MarkUsed, Runner, RunnerState
 from ..nomad.api import JobWriter
@@ -58,8 +59,11 @@ class RunnerFactory:
         *,
         entropy: Entropy | None = None,
         faults: Faults | None = None,
+        shape: JobShape = DEFAULT_SHAPE,
     ) -> None:
         self._client = client
+        # What every runner job is built from: the template, the network, force_pull's switch.
+        self._shape = shape
         # What Nomad answered goes through the pool's entry; everything else is read from its view.
         self._door = pool
         self._pool = pool.view
@@ -307,7 +311,14 @@ class RunnerFactory:
             return
         if isinstance(action, MarkUsed):
             # A claim's meta update is an in-place update: no placement, so not paced.
-            job = runner_job(action.environment, action.runner_id, used=True, timeout=action.timeout)
+            job = runner_job(
+                action.environment,
+                action.runner_id,
+                used=True,
+                timeout=action.timeout,
+                force_pull=action.force_pull,
+                shape=self._shape,
+            )
             await self._client.register_job(job)
             if self._pool.used_runner(action.runner_id) is None:
                 # Released while the write was under way: its purge may have come first and this
@@ -329,7 +340,10 @@ class RunnerFactory:
         )
         assert environment is not None, "a runner wanted has its environment (_still_wanted)"
         avoid = self._avoided(action.runner_id)
-        registered = await self._client.register_job(runner_job(environment, action.runner_id, avoid=avoid))
+        job = runner_job(
+            environment, action.runner_id, avoid=avoid, force_pull=action.force_pull, shape=self._shape
+        )
+        registered = await self._client.register_job(job)
         self.created += 1
         self._faults.clear(FaultKind.ENVIRONMENT_REFUSED, str(action.environment_id))
         self._faults.clear(FaultKind.TOKEN_REFUSED, JOB_WRITES)

@@ -297,6 +297,28 @@ class NomadClient:
         response = await self.request("DELETE", f"/v1/job/{_escape(job_id)}", params=params)
         return structure(orjson.loads(response.content), JobDeregisterResponse)
 
+    async def parse_job(self, hcl: str) -> dict[str, Any]:
+        """Nomad's own parse of an HCL2 jobspec (``POST /v1/jobs/parse``, not canonicalized): the
+        job in Nomad's API JSON. A jobspec Nomad cannot parse is NomadRequestError (400) with its
+        parse error."""
+        body = {"JobHCL": hcl, "Canonicalize": False}
+        response = await self.request("POST", "/v1/jobs/parse", body=body)
+        job = orjson.loads(response.content)
+        if not isinstance(job, dict):
+            raise NomadUnavailableError(f"POST /v1/jobs/parse: not a job: {response.text[:200]!r}")
+        return job
+
+    async def validate_job(self, job: Mapping[str, Any]) -> list[str]:
+        """What Nomad finds wrong with ``job`` (``PUT /v1/validate/job``, as ``nomad job validate``):
+        its ``ValidationErrors``, or its ``Error`` alone; empty when Nomad would take it."""
+        response = await self.request("PUT", "/v1/validate/job", body={"Job": job})
+        answer = orjson.loads(response.content)
+        if not isinstance(answer, dict):
+            raise NomadUnavailableError(f"PUT /v1/validate/job: not an answer: {response.text[:200]!r}")
+        errors = [str(e) for e in answer.get("ValidationErrors") or [] if str(e).strip()]
+        error = str(answer.get("Error") or "").strip()
+        return errors or ([error] if error else [])
+
     async def job_allocations(
         self, job_id: str, *, all_versions: bool = False, index: int = 0, wait: float | None = None
     ) -> Indexed[list[AllocListStub]]:

@@ -26,13 +26,15 @@ import trio
 
 from ..base.loopback import is_loopback
 from ..base.network import Network
-from ..core.config import Settings
+from ..core.config import SECTIONS, Settings, section_values, variable_name
+from ..core.environments import DEFAULT_SHAPE
 from ..nomad import NomadClient, NomadSettings, RetryPolicy
 from .check_nomad import (
     check_agents,
     check_event_stream,
     check_leader,
     check_nodes,
+    check_runner_jobs,
     check_scheduler,
     check_servers,
     check_version,
@@ -75,9 +77,12 @@ def _file_keys(path: str | None) -> set[str]:
     if path is None:
         return set()
     document = tomllib.loads(Path(path).read_text())
-    return {
-        f"{section}.{key}" for section, table in document.items() if isinstance(table, dict) for key in table
-    }
+    keys = set()
+    for section, table in document.items():
+        for key, value in table.items() if isinstance(table, dict) else ():
+            nested = value.items() if isinstance(value, dict) else ()  # [nomad.network]
+            keys |= {f"{section}.{key}.{inner}" for inner, _ in nested} or {f"{section}.{key}"}
+    return keys
 
 
 def value_sources(settings: Settings, path: str | None, environ: Mapping[str, str]) -> dict[str, str]:
@@ -85,12 +90,10 @@ def value_sources(settings: Settings, path: str | None, environ: Mapping[str, st
     [nomad] key left empty and filled by Nomad's own variable names that variable."""
     from_file = _file_keys(path)
     sources = {}
-    for section in attrs.fields(Settings):
-        if section.name == "environments":
-            continue
-        for key in attrs.fields(type(getattr(settings, section.name))):
-            name = f"{section.name}.{key.name}"
-            variable = f"SUPERVISOR_{section.name}_{key.name}".upper()
+    for section, cls in SECTIONS.items():
+        for key in attrs.fields(cls):
+            name = f"{section}.{key.name}"
+            variable = variable_name(section, key.name)
             if variable in environ:
                 sources[name] = f"env {variable}"
             elif name in from_file:
@@ -120,8 +123,8 @@ def configuration_result(
     width = max(len(name) for name in sources)
     lines = []
     for name, source in sources.items():
-        section, key = name.split(".")
-        value = getattr(getattr(settings, section), key)
+        section, _, key = name.rpartition(".")
+        value = getattr(section_values(settings, section), key)
         if nomad is not None and source.startswith("env NOMAD_"):
             value = {"address": nomad.addresses}.get(key, getattr(nomad, key, value))
         lines.append(f"{name:<{width}}  {_shown(name, value):<24}  {source}")
@@ -230,7 +233,9 @@ async def run_checks(
         add(await check_event_stream(client, settings))
         add(await check_agents(client, settings))
         add(await check_scheduler(client))
-        add(await check_nodes(client, settings))
+        jobs, shape = await check_runner_jobs(client, settings)
+        add(jobs)
+        add(await check_nodes(client, settings, shape or DEFAULT_SHAPE))
     return results
 
 

@@ -15,6 +15,7 @@ import orjson
 import trio
 
 from ..base.errors import (
+    ConfigError,
     NomadNotFound,
     NomadPermissionDenied,
     NomadRequestError,
@@ -23,7 +24,9 @@ from ..base.errors import (
 )
 from ..base.network import Network
 from ..core.config import Settings
-from ..core.environments import ExecutionEnvironment, runner_job
+from ..core.environments import DEFAULT_SHAPE, ExecutionEnvironment, runner_job
+from ..core.job_template import JobShape
+from ..effects.job_template_file import JobChecker, job_refusals, job_shape, read_job_template
 from ..nomad import NomadClient, NomadSettings, RetryPolicy
 from ..nomad.acl_rules import glob_matches
 from ..nomad.boundary import translate_status
@@ -38,6 +41,7 @@ __all__ = [
     "check_event_stream",
     "check_leader",
     "check_nodes",
+    "check_runner_jobs",
     "check_scheduler",
     "check_servers",
     "check_version",
@@ -377,9 +381,12 @@ async def check_scheduler(client: NomadClient) -> CheckResult:
     )
 
 
-def runner_needs(settings: Settings) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+def runner_needs(
+    settings: Settings, shape: JobShape = DEFAULT_SHAPE
+) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
     """Where the runner jobs of the configured environments (or of any environment, with none
-    configured) may be placed: their datacenters, node pool and task drivers."""
+    configured), built from ``shape``'s template, may be placed: their datacenters, node pool and
+    task drivers."""
     environments = settings.environments or (
         ExecutionEnvironment(0, "image", 0, 1.0, 64, network_access=False),
     )
@@ -387,7 +394,7 @@ def runner_needs(settings: Settings) -> tuple[tuple[str, ...], str, tuple[str, .
     pools: set[str] = set()
     drivers: set[str] = set()
     for environment in environments:
-        job = runner_job(environment, f"{environment.id}-check")
+        job = runner_job(environment, f"{environment.id}-check", shape=shape)
         datacenters.update(job.get("Datacenters") or ["*"])
         pools.add(job.get("NodePool") or "default")
         for group in job.get("TaskGroups") or []:
@@ -416,10 +423,37 @@ def _node_problem(
     return ""
 
 
-async def check_nodes(client: NomadClient, settings: Settings) -> CheckResult:
+async def check_runner_jobs(client: JobChecker, settings: Settings) -> tuple[CheckResult, JobShape | None]:
+    """The job template reads and can carry a runner, and Nomad takes the runner job and the
+    template job of each configured environment (``/v1/validate/job``); returns the result and the
+    runner jobs' shape (None when the template does not read)."""
+    path = settings.nomad.job_template
+    source = f"the job template {path}" if path else "Poseidon's job template"
+    try:
+        shape = job_shape(settings, await read_job_template(client, path) if path else None)
+    except ConfigError as exc:
+        return CheckResult("runner jobs", Status.FAIL, f"{exc}.", fix="mend nomad.job_template."), None
+    except SupervisorError as exc:
+        return CheckResult("runner jobs", Status.FAIL, f"{source} not parsed: {_reason(exc)}."), None
+    try:
+        refusals = await job_refusals(client, shape, settings.environments)
+    except SupervisorError as exc:
+        return CheckResult("runner jobs", Status.WARN, f"not validated by Nomad: {_reason(exc)}."), shape
+    if refusals:
+        fix = "mend [[environments]] or nomad.job_template."
+        return CheckResult("runner jobs", Status.FAIL, f"{refusals[0]}.", fix=fix), shape
+    jobs = (
+        f"{len(settings.environments)} environments'" if settings.environments else "a sample environment's"
+    )
+    return CheckResult("runner jobs", Status.OK, f"from {source}: Nomad takes {jobs} jobs."), shape
+
+
+async def check_nodes(
+    client: NomadClient, settings: Settings, shape: JobShape = DEFAULT_SHAPE
+) -> CheckResult:
     """Some node is ready and eligible, in the runner jobs' datacenters and node pool, with a
     healthy driver for their tasks."""
-    datacenters, pool, drivers = runner_needs(settings)
+    datacenters, pool, drivers = runner_needs(settings, shape)
     wanted = f"datacenter {', '.join(datacenters)}, node pool {pool}, driver {', '.join(drivers)}"
     try:
         nodes = await _get(client, "/v1/nodes")

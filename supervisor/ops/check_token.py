@@ -55,7 +55,8 @@ class Need:
 
 
 def daemon_needs(settings: Settings) -> list[Need]:
-    """What the daemon does with its token; the lock variable only with ``[ha]``."""
+    """What the daemon does with its token; the lock variable only with ``[ha]``, parsing jobs only
+    with a job template in HCL. (Nomad's /v1/validate/job, at startup, takes read-job.)"""
     needs = [
         Need("read jobs", namespace=("list-jobs", "read-job")),
         Need("write jobs", namespace=("submit-job",)),
@@ -66,6 +67,10 @@ def daemon_needs(settings: Settings) -> list[Need]:
     ]
     if settings.ha.enabled:
         needs.append(Need("lock variable", variable=("read", "write")))
+    template = settings.nomad.job_template
+    if template and not template.endswith(".json"):
+        # An HCL job template is parsed by Nomad's /v1/jobs/parse at startup.
+        needs.append(Need("parse the job template", namespace=("parse-job",)))
     return needs
 
 

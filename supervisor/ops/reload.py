@@ -16,7 +16,7 @@ from loguru import logger
 
 from .. import __version__
 from ..base.errors import ConfigError
-from ..core.config import SECTIONS, Settings
+from ..core.config import SECTIONS, Settings, section_values
 from ..core.config_example import toml_value
 from ..core.config_rules import described
 from ..nomad import NomadSettings
@@ -41,7 +41,7 @@ def effective_values(settings: Settings, nomad: NomadSettings | None = None) -> 
     values = {}
     for section, cls in SECTIONS.items():
         for attribute in attrs.fields(cls):
-            value = getattr(getattr(settings, section), attribute.name)
+            value = getattr(section_values(settings, section), attribute.name)
             if nomad is not None and section == "nomad" and not value:
                 value = (
                     nomad.addresses if attribute.name == "address" else getattr(nomad, attribute.name, value)

@@ -50,10 +50,12 @@ from ..api.app import create_app
 from ..api.http_server import AsgiServer
 from ..api.standby import RoleSwitch
 from ..base.entropy import Entropy
-from ..base.errors import LockRefused
+from ..base.errors import ConfigError, LockRefused
 from ..base.network import Network, TcpNetwork
 from ..core.config import Settings
+from ..core.job_template import JobShape
 from ..desk.service import RunnerService
+from ..effects.job_template_file import startup_job_shape
 from ..nomad import NomadClient, NomadSettings
 from ..nomad.api import NomadApi
 from ..nomad.locks import VariableLocks
@@ -105,6 +107,10 @@ class Daemon:
         self.server = AsgiServer(self.switch, api_server_settings(settings))
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
         self.failure: str | None = None
+        # The configuration Nomad showed wrong at startup (the job template, an environment's job).
+        self.configuration_error: str | None = None
+        # What runner jobs are built from: read at startup (the job template file), then every term's.
+        self.shape: JobShape | None = None
         self.restarts = RestartIntensity(settings.supervision.intensity, settings.supervision.period)
         self._stop = GracefulStop(settings.server.graceful_timeout)
         self._terms = Terms()
@@ -199,11 +205,21 @@ class Daemon:
     # -- the terms -------------------------------------------------------------------------------
 
     async def _terms_until_stopped(
-        self, client: NomadApi, task_status: trio.TaskStatus[Daemon], opened: OpenTiers
+        self, client: NomadClient, task_status: trio.TaskStatus[Daemon], opened: OpenTiers
     ) -> None:
-        """The daemon's tiers are open: start their children, then run one term after another
-        while this daemon is active, until the stop."""
+        """The daemon's tiers are open: start their children, read the runner jobs' template and
+        have Nomad check their jobs, then run one term after another while this daemon is active,
+        until the stop."""
         await self._tiers.start_children(self.tree.daemon, self._parts, opened)
+        try:
+            self.shape = await startup_job_shape(client, self.settings)
+        except ConfigError as error:
+            self.configuration_error = str(error)
+            logger.error("stopping: {}", error)
+            task_status.started(self)
+            self.stop()
+            await self._stop.wait()
+            return
         if self.settings.ha.enabled:
             logger.info("HA: the standby until this daemon holds the lock {}", self.settings.ha.lock_path)
             task_status.started(self)
@@ -239,7 +255,11 @@ class Daemon:
 
         async def body(opened: OpenTiers) -> None:
             service = RunnerService(
-                client, settings, execution_nursery=opened.nurseries[term_tiers[0].name], entropy=self.entropy
+                client,
+                settings,
+                execution_nursery=opened.nurseries[term_tiers[0].name],
+                entropy=self.entropy,
+                shape=self.shape,
             )
             term = self._terms.current = Term(service, acquired)
             self._terms.service = service

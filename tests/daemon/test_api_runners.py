@@ -32,7 +32,7 @@ async def test_claim_hands_out_an_idle_runner_and_orders_a_replacement(harness: 
     assert job.id == body["runnerId"], "the runner ID is the Nomad job ID"
     meta = harness.claim_meta(body["runnerId"])
     assert meta["timeout"] == "60", "a restarted daemon knows the claim and its timeout"
-    assert job.meta == {"environment": "10"}, (
+    assert job.meta == {"environment": "10", "forcePull": "true"}, (
         "the job's own meta never changes: a change would replace its task"
     )
 
