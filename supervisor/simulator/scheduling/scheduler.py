@@ -27,7 +27,7 @@ from ..state.objects import SimAlloc, SimEval, SimJob, SimNode
 from ..state.store import ClusterState, JobKey, Write
 from .blocked_evals import BlockedEvals
 from .constraints import job_constraints, satisfies
-from .placement import Unplaced, select_node
+from .placement import Unplaced, group_ask, network_mode, select_node
 
 __all__ = ["Scheduler", "reschedule_policy", "restart_policy"]
 
@@ -342,6 +342,8 @@ class Scheduler:
             cpu=int(resources.get("CPU") or 100),
             memory_mb=int(resources.get("MemoryMB") or 300),
             memory_max_mb=int(resources.get("MemoryMaxMB") or 0),
+            disk_mb=group_ask(group).disk_mb,
+            network_mode=network_mode(group),
             previous_allocation=previous.id if previous else "",
             reschedule_tracker=tracker,
             metrics=orjson.Fragment(orjson.dumps(metrics)) if metrics is not None else None,
