@@ -335,6 +335,10 @@ class SimulatedCluster:
                 "total": len(state.variables),
                 "locked": sum(1 for v in state.variables.values() if v.lock is not None),
             },
+            "images": {
+                **state.images.describe({n.id: n.name for n in state.nodes.values()}),
+                "allocations": {a.id: a.images for a in state.allocs.values() if a.images and not a.terminal},
+            },
         }
 
 

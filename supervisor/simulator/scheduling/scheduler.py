@@ -23,6 +23,7 @@ import orjson
 
 from ..config import ENVIRONMENT_JOB_PREFIX
 from ..state.encode import job_full, rfc3339
+from ..state.images import ImageError
 from ..state.objects import SimAlloc, SimEval, SimJob, SimNode
 from ..state.store import ClusterState, JobKey, Write
 from .blocked_evals import BlockedEvals
@@ -349,11 +350,27 @@ class Scheduler:
             metrics=orjson.Fragment(orjson.dumps(metrics)) if metrics is not None else None,
             signing_key_id=state.signing_key_id,
         )
+        alloc.images = self._pull_images(node, tasks)
         alloc.alloc_modify_index = state.index + 1
         state.add_alloc(tx, alloc)
         if previous is not None:
             state.alloc_changed(tx, previous, next_allocation=alloc.id)
         return alloc
+
+    def _pull_images(self, node: SimNode, tasks: list[dict[str, Any]]) -> dict[str, str]:
+        """The image each docker task runs on the node: what the node has, unless it pulls."""
+        images = {}
+        for task in tasks:
+            config = task.get("Config") or {}
+            if task.get("Driver") != "docker" or not isinstance(config.get("image"), str):
+                continue
+            try:
+                images[str(task.get("Name"))] = self.state.images.run_on(
+                    node.id, config["image"], force_pull=config.get("force_pull") is True
+                )
+            except ImageError:
+                continue  # an image interpolated at the client: not modelled
+        return images
 
     def _allocate_ports(self, node: SimNode, group: dict[str, Any]) -> list[dict[str, Any]]:
         low, high = self.config.dynamic_port_range

@@ -28,6 +28,7 @@ from attrs import define, field, frozen
 
 from ..config import SimConfig
 from .encode import alloc_full, eval_full, job_full, node_full, register_fingerprint, rfc3339
+from .images import ImageRegistry
 from .node_usage import NodeUsage
 from .objects import SimAlloc, SimEval, SimJob, SimNode, SimVariable
 
@@ -128,6 +129,8 @@ class ClusterState:
         self.live_allocs_by_node: dict[str, set[str]] = {}
         # What the allocations that are not terminal hold of each node (placement's bin packing).
         self.usage = NodeUsage()
+        # The registry's tags and the images each node pulled.
+        self.images = ImageRegistry()
         self.open_evals_by_job: dict[JobKey, set[str]] = {}
         self.job_dead_since: dict[JobKey, float] = {}
         self.registrations: list[dict[str, Any]] = []
