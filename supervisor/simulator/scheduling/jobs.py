@@ -14,7 +14,7 @@ from ..http.errors import NomadError
 from ..state.objects import SimAlloc, SimJob
 from ..state.store import ClusterState
 from .canonical import canonical_job
-from .constraints import constraint_problems
+from .constraints import add_implicit_constraints, constraint_problems
 from .scheduler import Scheduler
 from .validation import job_problems, multierror_text
 
@@ -77,6 +77,7 @@ class JobService:
         refused whole (500) when invalid or when ``enforce_index`` does not hold, a new version
         only when the spec changed."""
         spec = canonical_job(job_spec, namespace=namespace, region=region or self.config.region)
+        add_implicit_constraints(spec)
         problems = job_problems(spec) + constraint_problems(spec)
         if problems:
             raise NomadError(500, multierror_text(problems))
