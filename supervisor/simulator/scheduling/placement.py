@@ -6,7 +6,8 @@ excludes is filtered, by the constraint's text; once a constraint that does not 
 unique values has excluded a node, every node of its computed class is filtered as "computed class
 ineligible" without a check, as Nomad's feasibility wrapper does. A node without the group
 network's mode (``bridge``, ``cni/<name>``: its fingerprinted ``NodeResources.Networks``) is
-filtered as "missing network", Nomad's NetworkChecker. A node at its ``max_allocs`` is exhausted
+filtered as "missing network", Nomad's NetworkChecker, one of the group's checkers that the
+wrapper settles per class likewise. A node at its ``max_allocs`` is exhausted
 ("max allocation exceeded"); so is one where the group's tasks' CPU and memory and its ephemeral
 disk, added to what the node's allocations hold, do not fit (``DimensionExhausted`` "cpu",
 "memory" or "disk", the first that does not, as ``AllocsFit`` names it). Of the feasible nodes a
@@ -71,10 +72,12 @@ def _text(constraint: dict[str, Any]) -> str:
 
 
 class _Feasibility:
-    """One level's (the job's, or the group's) constraints, with the classes they settled."""
+    """One level's (the job's, or the group's) constraints, with the classes they settled; at the
+    group's, its network's mode too (Nomad's task group checkers)."""
 
-    def __init__(self, constraints: list[dict[str, Any]]) -> None:
+    def __init__(self, constraints: list[dict[str, Any]], network: str = "host") -> None:
         self.constraints = constraints
+        self.network = network
         self.escaped = any(_escapes(c) for c in constraints)
         self.classes: dict[str, bool] = {}
 
@@ -86,9 +89,12 @@ class _Feasibility:
         if known is True:
             return ""
         failed = next((c for c in self.constraints if not satisfies(node, (c,))), None)
+        reason = _text(failed) if failed is not None else ""
+        if not reason and not _has_network(node, self.network):
+            reason = _MISSING_NETWORK
         if not self.escaped:
-            self.classes[node.computed_class] = failed is None
-        return "" if failed is None else _text(failed)
+            self.classes[node.computed_class] = not reason
+        return reason
 
 
 def group_ask(group: dict[str, Any]) -> Ask:
@@ -155,7 +161,7 @@ def select_node(
     group_constraints = list(group.get("Constraints") or [])
     for task in group.get("Tasks") or []:
         group_constraints += task.get("Constraints") or []
-    group_level = _Feasibility(group_constraints)
+    group_level = _Feasibility(group_constraints, network_mode(group))
     pool = [
         n
         for n in state.nodes.values()
@@ -164,12 +170,9 @@ def select_node(
     metric = _metric(pool, str(job.spec.get("NodePool") or "default"))
     capacity = state.config.node_capacity
     ask = group_ask(group)
-    mode = network_mode(group)
     candidates = []
     for node in pool:
         reason = job_level.reason(node) or group_level.reason(node)
-        if not reason and not _has_network(node, mode):
-            reason = _MISSING_NETWORK
         if reason:
             metric["NodesFiltered"] += 1
             _count(metric, "ConstraintFiltered", reason)
