@@ -107,6 +107,10 @@ async def test_a_stopped_allocation_frees_its_share_and_the_blocked_placement_is
     await settle(cluster, lambda: live(cluster, "first") == 10)
     evaluation = await failed_placement(cluster, client, batch_job("second"))
     assert evaluation["FailedTGAllocs"]["default-group"]["DimensionExhausted"] == {"cpu": 1}
+    async with httpx.AsyncClient(base_url=cluster.addresses[0]) as http:
+        (node,) = (await http.get("/sim/v1/state")).json()["nodes"]
+    assert node["resources"]["cpu_mhz"] == 1000
+    assert node["resources"]["used"] == {"cpu_mhz": 1000, "memory_mb": 500, "disk_mb": 3000}
     await client.deregister_job("first")
     await settle(cluster, lambda: live(cluster, "second") == 1)
 
