@@ -108,6 +108,19 @@ async def test_a_node_that_never_pulled_the_image_pulls_the_current_digest(
     assert await run(cluster, client, other) == f"python@{NEW_DIGEST}"
 
 
+@pytest.mark.parametrize("sim_config", [SimConfig(seed=7, nodes=1)])
+async def test_a_latest_tag_is_pulled_at_every_start_as_the_docker_driver_does(
+    cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    first = await run(cluster, client, job("first", "openhpi/docker_exec_phusion"))
+    assert (
+        await push(cluster, {"image": "openhpi/docker_exec_phusion", "digest": NEW_DIGEST})
+    ).status_code == 200
+    later = await run(cluster, client, job("later", "openhpi/docker_exec_phusion:latest", force_pull=False))
+    assert first != later
+    assert later == f"openhpi/docker_exec_phusion@{NEW_DIGEST}"
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

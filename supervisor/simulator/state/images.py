@@ -4,8 +4,9 @@ node keeps the digest it pulled of each image, and each task runs the digest its
 A tag nobody pushed resolves to a digest made from its name (the SHA-256 of ``name:tag``), so every
 run of the cluster agrees on it; ``POST /sim/v1/images`` moves a tag to another digest, as a push
 of a rebuilt image under the same tag does. A task placed on a node uses the digest the node
-already has of its image; it pulls (the tag's current digest) when the node has none, or when the
-task's docker config says ``force_pull = true``, as Nomad's docker driver does. References are
+already has of its image; it pulls (the tag's current digest) when the node has none, when the
+task's docker config says ``force_pull = true``, or when the tag is ``latest``, as Nomad's docker
+driver does (``createImage`` looks for a local image only for another tag). References are
 normalized as docker does: no tag is ``:latest``; one pinned by digest (``name@sha256:...``) is
 that digest.
 """
@@ -96,11 +97,11 @@ class ImageRegistry:
 
     def run_on(self, node_id: str, image: str, *, force_pull: bool) -> str:
         """The image a task started on the node runs, as ``repository@digest``: what the node has
-        of it, pulled first if it has none or ``force_pull``."""
+        of it, pulled first if it has none, ``force_pull``, or the tag is ``latest``."""
         reference, current = self.resolve(image)
         repository = reference.rsplit("@", 1)[0] if "@" in reference else reference.rsplit(":", 1)[0]
         cache = self._pulled.setdefault(node_id, {})
-        if force_pull or reference not in cache:
+        if force_pull or reference.endswith(":latest") or reference not in cache:
             cache[reference] = current
         return f"{repository}@{cache[reference]}"
 
