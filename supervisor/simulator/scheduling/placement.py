@@ -114,8 +114,9 @@ def network_mode(group: dict[str, Any]) -> str:
 
 
 def _has_network(node: SimNode, mode: str) -> bool:
-    """Nomad's NetworkChecker: "none" needs nothing, "host" every node has, "bridge" and
-    "cni/<name>" only a node whose fingerprint found them."""
+    """Nomad's NetworkChecker: "none" needs nothing; "host" and "bridge" every simulated node
+    fingerprints (a bridge's CNI plugins are the implicit constraints' business); "cni/<name>"
+    only a node with that CNI network."""
     if mode in ("none", "host", "bridge"):
         return True
     return mode.startswith("cni/") and mode.removeprefix("cni/") in node.size.cni_networks

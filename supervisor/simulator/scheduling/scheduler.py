@@ -366,7 +366,7 @@ class Scheduler:
                 continue
             try:
                 images[str(task.get("Name"))] = self.state.images.run_on(
-                    node.id, config["image"], force_pull=config.get("force_pull") is True
+                    node.id, config["image"], force_pull=config.get("force_pull") in (True, "true")
                 )
             except ImageError:
                 continue  # an image interpolated at the client: not modelled
