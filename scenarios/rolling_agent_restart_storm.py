@@ -62,6 +62,8 @@ def storm_cluster(seed: int, nodes: int) -> SimConfig:
         flood_limit=20,
         flood_window=30.0,
         flood_downtime=5.0,
+        # Room for every runner (100 MHz each) on the nodes that stay up while one restarts.
+        node_cpu_mhz=20_000,
     )
 
 

@@ -68,6 +68,9 @@ RESYNC_INTERVAL = WatcherSettings().resync_interval
 # Parseable timestamps, and the relists' ends.
 LOGGING = ("--log-format", "json", "--log-level", "DEBUG")
 
+# Nodes that take 10,000 runners whatever each books: placement is not what is measured.
+LARGE_NODES = ("--node-cpu", "1000000", "--node-memory", "1000000", "--node-disk", "1000000")
+
 
 @frozen
 class Baseline:
@@ -296,7 +299,7 @@ async def measure(args: argparse.Namespace, logs: Path) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NOMAD_", "SUPERVISOR_"))}
     python = sys.executable
     simulate, exports = start(
-        [python, "-m", "supervisor", "simulate", "--listen", "127.0.0.1:0"],
+        [python, "-m", "supervisor", "simulate", "--listen", "127.0.0.1:0", *LARGE_NODES],
         env,
         "export NOMAD_ADDR=",
         logs / "simulate.log",

@@ -208,6 +208,7 @@ async def main_async(args: argparse.Namespace) -> int:
             "--nodes",
             "5",
             f"--history-allocations={args.history}",
+            *("--node-cpu", "1000000", "--node-memory", "1000000", "--node-disk", "1000000"),
         ],
         env,
         "export NOMAD_ADDR=",

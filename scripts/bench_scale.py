@@ -59,6 +59,8 @@ from load_client import HttpPool, websocket_messages
 from supervisor.base.entropy import Entropy
 from supervisor.core.environments import ExecutionEnvironment, new_runner_id, runner_job, template_job
 
+# Nodes that take 10,000 runners whatever each books: placement is not what is measured.
+LARGE_NODES: Final = ("--node-cpu", "1000000", "--node-memory", "1000000", "--node-disk", "1000000")
 ENVIRONMENT_ID: Final = 1
 FULL: Final = dict(runners=10_000, base_runners=1_000, claim_seconds=30, executions=1_000, lines=30, ramp=20)
 QUICK: Final = dict(runners=3_000, base_runners=500, claim_seconds=10, executions=200, lines=10, ramp=5)
@@ -368,7 +370,7 @@ async def main_async(args: argparse.Namespace) -> int:
     processes = []
     try:
         simulator, addresses = start(
-            [python, "-m", "supervisor", "simulate", "--listen", "127.0.0.1:0"],
+            [python, "-m", "supervisor", "simulate", "--listen", "127.0.0.1:0", *LARGE_NODES],
             env,
             "export NOMAD_ADDR=",
             logs / "simulate.log",

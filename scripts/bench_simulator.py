@@ -72,7 +72,16 @@ def runner_spec(job_id: str) -> dict[str, Any]:
 async def serve(runners: int, seed: int) -> None:
     from supervisor.simulator import SimConfig, SimulatedCluster
 
-    config = SimConfig(seed=seed, nodes=5, eval_delay=0.0, alloc_start_delay=0.0)
+    big = 1_000_000  # nodes that take every runner: placement is not what is measured
+    config = SimConfig(
+        seed=seed,
+        nodes=5,
+        eval_delay=0.0,
+        alloc_start_delay=0.0,
+        node_cpu_mhz=big,
+        node_memory_mb=big,
+        node_disk_mb=big,
+    )
     async with trio.open_nursery() as nursery:
         cluster: SimulatedCluster = await nursery.start(SimulatedCluster(config).run)
         started = time.perf_counter()

@@ -186,6 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="start with N terminal allocations of purged runner jobs, as a busy Nomad keeps them "
         "for hours [%(default)s]",
     )
+    simulate.add_argument(
+        "--node-cpu", type=int, default=4000, metavar="MHZ", help="each node's CPU [%(default)s]"
+    )
+    simulate.add_argument(
+        "--node-memory", type=int, default=8192, metavar="MIB", help="each node's memory [%(default)s]"
+    )
+    simulate.add_argument(
+        "--node-disk", type=int, default=20480, metavar="MIB", help="each node's free disk [%(default)s]"
+    )
+    simulate.add_argument(
+        "--cni",
+        nargs="*",
+        default=["secure-bridge"],
+        metavar="NAME",
+        help="the CNI networks configured on each node, for group networks cni/NAME [secure-bridge]",
+    )
     return parser
 
 
@@ -217,21 +233,30 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError("--nodes and --servers must be at least 1")
     if args.history_allocations < 0:
         raise UsageError("--history-allocations must not be negative")
+    if min(args.node_cpu, args.node_memory, args.node_disk) < 1:
+        raise UsageError("--node-cpu, --node-memory and --node-disk must be at least 1")
     if not is_loopback(host) and not args.token:
         raise UsageError(
             f"--listen {host}: the simulated cluster runs commands as local processes; serving it off "
             "loopback needs --token"
         )
     ports = [port + i if port else 0 for i in range(args.servers)]
-    config = SimConfig(
-        servers=args.servers,
-        nodes=args.nodes,
-        seed=args.seed,
-        nomad_version=args.nomad_version,
-        acl_token=args.token,
-        history_allocations=args.history_allocations,
-        scheduler_algorithm=args.scheduler_algorithm,
-    )
+    try:
+        config = SimConfig(
+            servers=args.servers,
+            nodes=args.nodes,
+            seed=args.seed,
+            nomad_version=args.nomad_version,
+            acl_token=args.token,
+            history_allocations=args.history_allocations,
+            scheduler_algorithm=args.scheduler_algorithm,
+            node_cpu_mhz=args.node_cpu,
+            node_memory_mb=args.node_memory,
+            node_disk_mb=args.node_disk,
+            cni_networks=tuple(args.cni),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return _run_trio(
         _serve_until_signalled,
         SimulatedCluster(config, host=host, ports=ports),

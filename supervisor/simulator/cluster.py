@@ -34,6 +34,8 @@ from .http.server import HttpServer
 from .scheduling.jobs import JobService
 from .scheduling.scheduler import Scheduler
 from .state.broker import EventBroker, Subscription
+from .state.node_usage import Ask
+from .state.objects import SimNode
 from .state.store import ClusterState
 
 __all__ = ["SimServer", "SimulatedCluster"]
@@ -321,6 +323,7 @@ class SimulatedCluster:
                     if n.id in self.endpoints
                     else 0,
                     "allocations": len(state.live_allocs_by_node.get(n.id, ())),
+                    "resources": _resources(n, state.usage.used(n.id)),
                 }
                 for n in state.nodes.values()
             ],
@@ -335,7 +338,23 @@ class SimulatedCluster:
                 "total": len(state.variables),
                 "locked": sum(1 for v in state.variables.values() if v.lock is not None),
             },
+            "images": {
+                **state.images.describe({n.id: n.name for n in state.nodes.values()}),
+                "allocations": {a.id: a.images for a in state.allocs.values() if a.images and not a.terminal},
+            },
         }
+
+
+def _resources(node: SimNode, used: Ask) -> dict[str, Any]:
+    """What the node offers, and what its allocations hold of it."""
+    size = node.size
+    return {
+        "cpu_mhz": size.cpu_mhz,
+        "memory_mb": size.memory_mb,
+        "disk_mb": size.disk_mb,
+        "cni_networks": list(size.cni_networks),
+        "used": {"cpu_mhz": used.cpu, "memory_mb": used.memory_mb, "disk_mb": used.disk_mb},
+    }
 
 
 def _count(values: Any) -> dict[str, int]:

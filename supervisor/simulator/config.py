@@ -5,13 +5,14 @@ Every delay is in seconds on trio's clock, so tests run the whole cluster on vir
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from attrs import field, frozen
 from attrs.validators import in_
 
 from ..nomad.acl_rules import PolicyError, parse_policy
 from .http.trouble import ServerTrouble
+from .state.fingerprint import HostSize
 
 __all__ = [
     "ACL_TOKEN_TYPES",
@@ -53,6 +54,17 @@ class AclToken:
     policies: tuple[str, ...] = ()
     name: str = ""
     type: str = field(default="client", validator=in_(ACL_TOKEN_TYPES))
+
+
+def _positive(config: SimConfig, attribute: Any, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive whole number, got {value!r}")
+
+
+def _valid_cni_networks(config: SimConfig, attribute: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        if not name or not all(c.isalnum() or c in "-_." for c in name):
+            raise ValueError(f"cni_networks: {name!r} is not a CNI network name")
 
 
 def _valid_policies(config: SimConfig, attribute: object, policies: tuple[AclPolicy, ...]) -> None:
@@ -133,6 +145,12 @@ class SimConfig:
 
     # Placement capacity of one node (allocations that are not client-terminal).
     node_capacity: int = 100_000
+    # What each node offers to placement (fingerprint.py): CPU in MHz, memory and disk in MiB, and
+    # the CNI networks configured on it (a group network "cni/<name>" lands only where it is).
+    node_cpu_mhz: int = field(default=HostSize().cpu_mhz, validator=_positive)
+    node_memory_mb: int = field(default=HostSize().memory_mb, validator=_positive)
+    node_disk_mb: int = field(default=HostSize().disk_mb, validator=_positive)
+    cni_networks: tuple[str, ...] = field(default=HostSize().cni_networks, validator=_valid_cni_networks)
     # The operator's scheduler_algorithm: "spread", as Poseidon requires of its cluster, or Nomad's
     # own default "binpack", which ranks the fuller of the nodes it looks at first.
     scheduler_algorithm: str = field(default="spread", validator=in_(SCHEDULER_ALGORITHMS))
@@ -145,6 +163,11 @@ class SimConfig:
     def acl_enabled(self) -> bool:
         """Whether requests need a token: some token is configured."""
         return bool(self.acl_token or self.acl_tokens)
+
+    @property
+    def host_size(self) -> HostSize:
+        """What each node offers."""
+        return HostSize(self.node_cpu_mhz, self.node_memory_mb, self.node_disk_mb, self.cni_networks)
 
     @property
     def version(self) -> tuple[int, int, int]:

@@ -212,7 +212,8 @@ async def test_bodies_are_decoded_as_go_decodes_them(cluster: SimulatedCluster) 
 
 
 def _groups() -> dict[str, Any]:
-    return {"taskgroups": [{"name": "g", "tasks": [{"name": "t", "driver": "docker"}]}]}
+    task = {"name": "t", "driver": "docker", "config": {"image": "python:3.12-slim"}}
+    return {"taskgroups": [{"name": "g", "tasks": [task]}]}
 
 
 async def test_job_registration_checks_canonicalizes_and_validates_as_nomad(

@@ -83,7 +83,7 @@ async def test_environment_is_path_and_nomads_variables_only(
     assert "SIMULATOR_TEST_SECRET" not in names
     assert "PATH" in names
     assert "NOMAD_ALLOC_ID" in names
-    assert names <= {"PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_"} | {
+    assert names <= {"PATH", "HOME", "TMPDIR", "PWD", "SHLVL", "_", "SIMULATED_IMAGE"} | {
         n for n in names if n.startswith("NOMAD_")
     }
 

@@ -32,7 +32,8 @@ async def register_runners(cluster: SimulatedCluster, client: NomadClient, prefi
     await settle(cluster, lambda: sum(runners_per_node(cluster, prefix).values()) == count)
 
 
-@pytest.mark.parametrize("sim_config", [SimConfig(seed=7, nodes=5)])
+# Nodes large enough that only the ranking decides where a runner goes.
+@pytest.mark.parametrize("sim_config", [SimConfig(seed=7, nodes=5, node_cpu_mhz=100_000)])
 async def test_a_batch_job_ranks_two_nodes_not_every_node(
     cluster: SimulatedCluster, client: NomadClient
 ) -> None:

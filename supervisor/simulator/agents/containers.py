@@ -22,6 +22,7 @@ from typing import Protocol
 
 import trio
 
+from ..state.images import image_variables
 from ..state.objects import SimAlloc
 from ..state.store import ClusterState
 
@@ -174,4 +175,5 @@ def nomad_variables(state: ClusterState, alloc: SimAlloc, task: str, *, alloc_di
         "NOMAD_NAMESPACE": alloc.namespace,
         "NOMAD_DC": state.config.datacenter,
         "NOMAD_REGION": state.config.region,
+        **image_variables(alloc.images, task),
     }

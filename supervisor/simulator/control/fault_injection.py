@@ -1,9 +1,9 @@
 """The fault-injection API under ``/sim/v1``, on every simulated server's port (DESIGN.md §4.4).
 
 It causes only what Nomad's own API cannot: agent and server restarts, the all-agents restart of the
-field, a cut of every event stream, a task dying by OOM or crash. Operators' actions (drain,
-eligibility, stopping jobs) go through Nomad's API. Bad input gets a 400 with a message; unknown
-names get a 404.
+field, a cut of every event stream, a task dying by OOM or crash, an image re-pushed under its tag.
+Operators' actions (drain, eligibility, stopping jobs) go through Nomad's API. Bad input gets a 400
+with a message; unknown names get a 404.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import orjson
 from ..handle import ClusterHandle
 from ..http.errors import NomadError
 from ..http.server import Request, Response, json_response
+from ..state.images import ImageError
 
 __all__ = ["ControlAPI"]
 
@@ -63,6 +64,7 @@ class ControlAPI:
         add("/sim/v1/servers/{name}/restart", "POST", self.restart_server)
         add("/sim/v1/streams/cut", "POST", self.cut_streams)
         add("/sim/v1/allocations/{alloc_id}/fail", "POST", self.fail_allocation)
+        add("/sim/v1/images", "POST", self.push_image)
 
     async def state(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /sim/v1/state``."""
@@ -130,3 +132,18 @@ class ControlAPI:
         except ValueError as exc:
             raise NomadError(409, str(exc)) from None
         return json_response({"allocation": alloc.id, "reason": reason})
+
+    async def push_image(self, request: Request, params: dict[str, str]) -> Response:
+        """``POST /sim/v1/images`` ``{"image": "name:tag", "digest": "sha256:..."}``: the tag now
+        points to that digest; nodes keep what they pulled until a task pulls again."""
+        body = _body(request)
+        unknown = sorted(set(body) - {"image", "digest"})
+        if unknown:
+            raise NomadError(400, f'unknown field {unknown[0]!r}: the body is {{"image", "digest"}}')
+        try:
+            reference, previous, digest = self.cluster.state.images.push(
+                body.get("image"), body.get("digest")
+            )
+        except ImageError as exc:
+            raise NomadError(400, str(exc)) from None
+        return json_response({"image": reference, "previous": previous, "digest": digest})

@@ -1,9 +1,11 @@
 """Job writes as Nomad's job endpoint does them: register (with versions), deregister (stop or purge),
 and stopping one allocation.
 
-A job is made canonical (``canonical.py``) and validated as Nomad's server validates it
-(``validation.py``); what Nomad refuses, or the simulator cannot model (a constraint it cannot
-check), is a 500 in go-multierror's text, and nothing is written.
+A job is made canonical (``canonical.py``), given the constraints Nomad's server adds
+(``constraints.py``) and validated as Nomad's server validates it (``validation.py``), its docker
+tasks' configs as the docker driver decodes them (``driver_config.py``); what Nomad refuses, or the
+simulator cannot model (a constraint it cannot check), is a 500 in go-multierror's text, and
+nothing is written.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from ..http.errors import NomadError
 from ..state.objects import SimAlloc, SimJob
 from ..state.store import ClusterState
 from .canonical import canonical_job
-from .constraints import constraint_problems
+from .constraints import add_implicit_constraints, constraint_problems
+from .driver_config import driver_config_problems
 from .scheduler import Scheduler
 from .validation import job_problems, multierror_text
 
@@ -77,7 +80,8 @@ class JobService:
         refused whole (500) when invalid or when ``enforce_index`` does not hold, a new version
         only when the spec changed."""
         spec = canonical_job(job_spec, namespace=namespace, region=region or self.config.region)
-        problems = job_problems(spec) + constraint_problems(spec)
+        add_implicit_constraints(spec)
+        problems = job_problems(spec) + constraint_problems(spec) + driver_config_problems(spec)
         if problems:
             raise NomadError(500, multierror_text(problems))
         state = self.state

@@ -4,12 +4,18 @@ it went: an allocation's ``Metrics``, an evaluation's ``FailedTGAllocs``.
 Every ready, eligible, non-draining node is looked at (``NodesEvaluated``). A node a constraint
 excludes is filtered, by the constraint's text; once a constraint that does not name a node's
 unique values has excluded a node, every node of its computed class is filtered as "computed class
-ineligible" without a check, as Nomad's feasibility wrapper does. A node at its ``max_allocs`` is
-exhausted ("max allocation exceeded"). Of the feasible nodes a few are ranked: a batch job looks at
-2 (the power of two choices), a service job at log2 of the nodes, at least 2. The job's own
-allocations on a node count against it first, then the node's load: the lighter wins under
-``spread``, the heavier under ``binpack``. The ranked nodes' scores are kept in ``ScoreMetaData``,
-Nomad's scorers' names and ranges.
+ineligible" without a check, as Nomad's feasibility wrapper does. A node without the group
+network's mode (``bridge``, ``cni/<name>``: its fingerprinted ``NodeResources.Networks``) is
+filtered as "missing network", Nomad's NetworkChecker, one of the group's checkers that the
+wrapper settles per class likewise. A node at its ``max_allocs`` is exhausted
+("max allocation exceeded"); so is one where the group's tasks' CPU and memory and its ephemeral
+disk, added to what the node's allocations hold, do not fit (``DimensionExhausted`` "cpu",
+"memory" or "disk", the first that does not, as ``AllocsFit`` names it). Of the feasible nodes a
+few are ranked: a batch job looks at 2 (the power of two choices), a service job at log2 of the
+nodes, at least 2. The job's own allocations on a node count against it first, then the node's
+load: the lighter wins under ``spread``, the heavier under ``binpack``. The ranked nodes' scores
+are kept in ``ScoreMetaData``, Nomad's scorers' names and ranges (binpack's fit from the node's
+CPU and memory with this allocation on it).
 """
 
 from __future__ import annotations
@@ -19,15 +25,21 @@ from typing import Any, Final
 
 from attrs import define, field, frozen
 
-from ..state.fingerprint import CPU_COMPUTE_MHZ, EMPTY_RESOURCES, MEMORY_MB
+from ..state.fingerprint import EMPTY_RESOURCES
+from ..state.node_usage import Ask
 from ..state.objects import SimAlloc, SimJob, SimNode
 from ..state.store import ClusterState
 from .constraints import satisfies
 
-__all__ = ["Selection", "Unplaced", "exhausted_resources", "select_node"]
+__all__ = ["Selection", "Unplaced", "exhausted_resources", "group_ask", "network_mode", "select_node"]
 
 _CLASS_INELIGIBLE: Final = "computed class ineligible"
 _MAX_ALLOCS: Final = "max allocation exceeded"
+_MISSING_NETWORK: Final = "missing network"
+# Canonical defaults of what a task and a group ask for.
+_DEFAULT_CPU: Final = 100
+_DEFAULT_MEMORY_MB: Final = 300
+_DEFAULT_DISK_MB: Final = 300
 _ESCAPING_PREFIXES: Final = ("${unique.", "${node.unique.", "${attr.unique.", "${meta.unique.")
 # Nomad keeps the five best scored nodes (MaxRetainedNodeScores).
 _RETAINED_SCORES: Final = 5
@@ -60,10 +72,12 @@ def _text(constraint: dict[str, Any]) -> str:
 
 
 class _Feasibility:
-    """One level's (the job's, or the group's) constraints, with the classes they settled."""
+    """One level's (the job's, or the group's) constraints, with the classes they settled; at the
+    group's, its network's mode too (Nomad's task group checkers)."""
 
-    def __init__(self, constraints: list[dict[str, Any]]) -> None:
+    def __init__(self, constraints: list[dict[str, Any]], network: str = "host") -> None:
         self.constraints = constraints
+        self.network = network
         self.escaped = any(_escapes(c) for c in constraints)
         self.classes: dict[str, bool] = {}
 
@@ -75,9 +89,37 @@ class _Feasibility:
         if known is True:
             return ""
         failed = next((c for c in self.constraints if not satisfies(node, (c,))), None)
+        reason = _text(failed) if failed is not None else ""
+        if not reason and not _has_network(node, self.network):
+            reason = _MISSING_NETWORK
         if not self.escaped:
-            self.classes[node.computed_class] = failed is None
-        return "" if failed is None else _text(failed)
+            self.classes[node.computed_class] = not reason
+        return reason
+
+
+def group_ask(group: dict[str, Any]) -> Ask:
+    """What one allocation of the group asks of a node: its tasks' CPU and memory (MemoryMB, the
+    reservation; MemoryMaxMB is a ceiling), and its ephemeral disk."""
+    tasks = group.get("Tasks") or [{}]
+    cpu = sum(int((t.get("Resources") or {}).get("CPU") or _DEFAULT_CPU) for t in tasks)
+    memory = sum(int((t.get("Resources") or {}).get("MemoryMB") or _DEFAULT_MEMORY_MB) for t in tasks)
+    disk = int((group.get("EphemeralDisk") or {}).get("SizeMB") or _DEFAULT_DISK_MB)
+    return Ask(cpu, memory, disk)
+
+
+def network_mode(group: dict[str, Any]) -> str:
+    """The group network's mode ("host" when it has none or leaves it empty)."""
+    networks = group.get("Networks") or [{}]
+    return str(networks[0].get("Mode") or "host")
+
+
+def _has_network(node: SimNode, mode: str) -> bool:
+    """Nomad's NetworkChecker: "none" needs nothing; "host" and "bridge" every simulated node
+    fingerprints (a bridge's CNI plugins are the implicit constraints' business); "cni/<name>"
+    only a node with that CNI network."""
+    if mode in ("none", "host", "bridge"):
+        return True
+    return mode.startswith("cni/") and mode.removeprefix("cni/") in node.size.cni_networks
 
 
 def _metric(pool: list[SimNode], node_pool: str) -> dict[str, Any]:
@@ -120,7 +162,7 @@ def select_node(
     group_constraints = list(group.get("Constraints") or [])
     for task in group.get("Tasks") or []:
         group_constraints += task.get("Constraints") or []
-    group_level = _Feasibility(group_constraints)
+    group_level = _Feasibility(group_constraints, network_mode(group))
     pool = [
         n
         for n in state.nodes.values()
@@ -128,15 +170,22 @@ def select_node(
     ]
     metric = _metric(pool, str(job.spec.get("NodePool") or "default"))
     capacity = state.config.node_capacity
+    ask = group_ask(group)
     candidates = []
     for node in pool:
         reason = job_level.reason(node) or group_level.reason(node)
         if reason:
             metric["NodesFiltered"] += 1
             _count(metric, "ConstraintFiltered", reason)
-        elif len(state.live_allocs_by_node.get(node.id, ())) >= capacity:
+            continue
+        dimension = (
+            _MAX_ALLOCS
+            if len(state.live_allocs_by_node.get(node.id, ())) >= capacity
+            else (state.usage.used(node.id) + ask).exhausted(node.size)
+        )
+        if dimension:
             metric["NodesExhausted"] += 1
-            _count(metric, "DimensionExhausted", _MAX_ALLOCS)
+            _count(metric, "DimensionExhausted", dimension)
         else:
             candidates.append(node)
     escaped = job_level.escaped or group_level.escaped
@@ -159,7 +208,9 @@ def select_node(
         looked_at,
         key=lambda n: (per_node.get(n.id, 0), lighter_first * len(state.live_allocs_by_node.get(n.id, ()))),
     )
-    scores = [_scores(state, n, group, per_node.get(n.id, 0), previous, spread=spread) for n in looked_at]
+    scores = [
+        _scores(state, n, ask, group, per_node.get(n.id, 0), previous, spread=spread) for n in looked_at
+    ]
     scores.sort(key=lambda s: -float(s["NormScore"]))
     metric["ScoreMetaData"] = scores[:_RETAINED_SCORES]
     return Selection(chosen, metric, classes, escaped)
@@ -173,20 +224,18 @@ def _ineligible(classes: dict[str, bool]) -> dict[str, bool]:
 def _scores(
     state: ClusterState,
     node: SimNode,
+    ask: Ask,
     group: dict[str, Any],
     collisions: int,
     previous: SimAlloc | None,
     *,
     spread: bool,
 ) -> dict[str, Any]:
-    """One ranked node's NodeScoreMeta: the binpack fit of the node with this allocation on it
-    (its load estimated as that many allocations of this size), job anti-affinity, the reschedule
-    penalty, and their mean over the scorers that applied."""
-    tasks = group.get("Tasks") or [{}]
-    resources = tasks[0].get("Resources") or {}
-    load = len(state.live_allocs_by_node.get(node.id, ())) + 1
-    free_cpu = max(0.0, 1.0 - load * int(resources.get("CPU") or 100) / CPU_COMPUTE_MHZ)
-    free_memory = max(0.0, 1.0 - load * int(resources.get("MemoryMB") or 300) / MEMORY_MB)
+    """One ranked node's NodeScoreMeta: the binpack fit of the node with this allocation on it,
+    job anti-affinity, the reschedule penalty, and their mean over the scorers that applied."""
+    proposed = state.usage.used(node.id) + ask
+    free_cpu = max(0.0, 1.0 - proposed.cpu / node.size.cpu_mhz)
+    free_memory = max(0.0, 1.0 - proposed.memory_mb / node.size.memory_mb)
     total = 10**free_cpu + 10**free_memory
     fit = (total - 2.0 if spread else 20.0 - total) / _BIN_PACKING_MAX_FIT
     count = group.get("Count")

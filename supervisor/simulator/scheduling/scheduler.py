@@ -23,11 +23,12 @@ import orjson
 
 from ..config import ENVIRONMENT_JOB_PREFIX
 from ..state.encode import job_full, rfc3339
+from ..state.images import ImageError
 from ..state.objects import SimAlloc, SimEval, SimJob, SimNode
 from ..state.store import ClusterState, JobKey, Write
 from .blocked_evals import BlockedEvals
 from .constraints import job_constraints, satisfies
-from .placement import Unplaced, select_node
+from .placement import Unplaced, group_ask, network_mode, select_node
 
 __all__ = ["Scheduler", "reschedule_policy", "restart_policy"]
 
@@ -342,16 +343,34 @@ class Scheduler:
             cpu=int(resources.get("CPU") or 100),
             memory_mb=int(resources.get("MemoryMB") or 300),
             memory_max_mb=int(resources.get("MemoryMaxMB") or 0),
+            disk_mb=group_ask(group).disk_mb,
+            network_mode=network_mode(group),
             previous_allocation=previous.id if previous else "",
             reschedule_tracker=tracker,
             metrics=orjson.Fragment(orjson.dumps(metrics)) if metrics is not None else None,
             signing_key_id=state.signing_key_id,
         )
+        alloc.images = self._pull_images(node, tasks)
         alloc.alloc_modify_index = state.index + 1
         state.add_alloc(tx, alloc)
         if previous is not None:
             state.alloc_changed(tx, previous, next_allocation=alloc.id)
         return alloc
+
+    def _pull_images(self, node: SimNode, tasks: list[dict[str, Any]]) -> dict[str, str]:
+        """The image each docker task runs on the node: what the node has, unless it pulls."""
+        images = {}
+        for task in tasks:
+            config = task.get("Config") or {}
+            if task.get("Driver") != "docker" or not isinstance(config.get("image"), str):
+                continue
+            try:
+                images[str(task.get("Name"))] = self.state.images.run_on(
+                    node.id, config["image"], force_pull=config.get("force_pull") in (True, "true")
+                )
+            except ImageError:
+                continue  # an image interpolated at the client: not modelled
+        return images
 
     def _allocate_ports(self, node: SimNode, group: dict[str, Any]) -> list[dict[str, Any]]:
         low, high = self.config.dynamic_port_range

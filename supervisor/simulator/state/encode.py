@@ -35,7 +35,6 @@ ZERO_TIME: Final = "0001-01-01T00:00:00Z"
 # Nomad 1.10.5's DesiredTransition; MigrateDisablePlacement came in 1.11.
 _DESIRED_TRANSITION_KEYS: Final = ("ForceReschedule", "Migrate", "NoShutdownDelay", "Reschedule")
 _DEFAULT_PORT_RANGE: Final = (20000, 32000)
-_EPHEMERAL_DISK_MB: Final = 300
 _SUMMARY_STATES: Final = ("Queued", "Complete", "Failed", "Running", "Starting", "Lost", "Unknown")
 
 
@@ -86,7 +85,11 @@ def _networks(alloc: SimAlloc) -> list[dict[str, Any]]:
         omit_zero({"HostNetwork": "default", "Label": p["Label"], "To": p.get("To", 0), "Value": p["Value"]})
         for p in alloc.ports
     ]
-    return [omit_zero({"DynamicPorts": dynamic, "IP": alloc.host_ip, "Mode": "host"})] if alloc.ports else []
+    return (
+        [omit_zero({"DynamicPorts": dynamic, "IP": alloc.host_ip, "Mode": alloc.network_mode})]
+        if alloc.ports
+        else []
+    )
 
 
 def _legacy_resources(alloc: SimAlloc) -> dict[str, orjson.Fragment]:
@@ -100,12 +103,12 @@ def _legacy_resources(alloc: SimAlloc) -> dict[str, orjson.Fragment]:
             "MemoryMB": alloc.memory_mb,
             "MemoryMaxMB": alloc.memory_max_mb,
         }
-        shared = {**EMPTY_RESOURCES, "DiskMB": _EPHEMERAL_DISK_MB, "Networks": networks}
+        shared = {**EMPTY_RESOURCES, "DiskMB": alloc.disk_mb, "Networks": networks}
         count = len(alloc.tasks)
         total = {
             **EMPTY_RESOURCES,
             "CPU": alloc.cpu * count,
-            "DiskMB": _EPHEMERAL_DISK_MB,
+            "DiskMB": alloc.disk_mb,
             "MemoryMB": alloc.memory_mb * count,
             "MemoryMaxMB": (alloc.memory_max_mb or alloc.memory_mb) * count,
             "Networks": networks,
@@ -123,7 +126,7 @@ def _build_allocated_resources(alloc: SimAlloc) -> dict[str, Any]:
     networks = _networks(alloc)
     return {
         "Shared": {
-            "DiskMB": _EPHEMERAL_DISK_MB,
+            "DiskMB": alloc.disk_mb,
             "Networks": networks or None,
             "Ports": [omit_zero({"HostIP": alloc.host_ip, **p}) for p in alloc.ports] or None,
         },
@@ -274,7 +277,7 @@ def summary_state(alloc: SimAlloc) -> str:
 
 def register_fingerprint(node: SimNode, port_range: tuple[int, int], update_time: str) -> None:
     """Fix what the node's client registered (its resources and drivers), encoded once."""
-    node.node_resources = orjson.Fragment(orjson.dumps(node_resources(node.address, port_range)))
+    node.node_resources = orjson.Fragment(orjson.dumps(node_resources(node.address, port_range, node.size)))
     node.drivers = orjson.Fragment(orjson.dumps(driver_info(update_time)))
 
 

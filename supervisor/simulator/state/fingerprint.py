@@ -1,12 +1,16 @@
 """What a Nomad 1.10.5 client fingerprints of its host and registers with its node: attributes, meta,
 resources, drivers, and the computed class derived from them.
 
-Every simulated node is the same host (4 cores at 2400 MHz, 16000 MiB, one NIC, docker), told apart
-by its name and addresses (``unique.`` attributes); so all share one computed class, as identical
-hosts do in Nomad. The values are the shapes Nomad writes (``client/fingerprint/*``,
-``client/client.go`` ``setupNode``): maps the client creates empty are ``{}``, the legacy
-``Resources`` and ``Reserved`` are zero, and a NUMA topology's distances are base64, as go-msgpack
-writes a ``[]uint8``.
+Every simulated node is the same host (by default 4 cores, 4,000 MHz in all, 8 GiB of memory, 20 GiB
+of free disk, one NIC, docker, the CNI reference plugins and one CNI network ``secure-bridge``: a
+``HostSize``), told apart by its name and addresses (``unique.`` attributes); so all share one
+computed class, as identical hosts do in Nomad. Each CNI network configured on the host is a
+``cni/<name>`` entry of ``NodeResources.Networks`` (the ``cni`` fingerprinter), and each reference
+plugin a ``plugins.cni.version.<plugin>`` attribute (the ``plugins_cni`` fingerprinter). The
+values are the shapes Nomad writes (``client/fingerprint/*``, ``client/client.go``
+``setupNode``): maps the client creates empty are ``{}``, the legacy ``Resources`` and
+``Reserved`` are zero, and a NUMA topology's distances are base64, as go-msgpack writes a
+``[]uint8``.
 """
 
 from __future__ import annotations
@@ -15,27 +19,71 @@ import hashlib
 from typing import Any, Final
 
 import orjson
+from attrs import field, frozen
 
 __all__ = [
-    "CPU_COMPUTE_MHZ",
+    "CNI_PLUGINS",
     "EMPTY_RESOURCES",
-    "MEMORY_MB",
     "NODE_META",
     "RESERVED_RESOURCES",
     "ZERO_RESOURCES",
+    "HostSize",
     "computed_class",
     "driver_info",
     "host_attributes",
     "node_resources",
+    "sized_attributes",
 ]
 
 CORES: Final = 4
-CORE_MHZ: Final = 2400
-CPU_COMPUTE_MHZ: Final = CORES * CORE_MHZ
-MEMORY_MB: Final = 16_000
-DISK_FREE_BYTES: Final = 80_000_000_000
-DISK_TOTAL_BYTES: Final = 107_374_182_400
+_MIB: Final = 1024 * 1024
+# The volume holding the client's data_dir: what is not free is the system's.
+_DISK_USED_BYTES: Final = 10 * 1024 * _MIB
 _DOCKER_VERSION: Final = "27.5.1"
+# The CNI reference plugins in the client's cni_path, by the version they report.
+CNI_PLUGINS: Final = {
+    name: "1.6.2"
+    for name in (
+        "bandwidth",
+        "bridge",
+        "dhcp",
+        "firewall",
+        "host-device",
+        "host-local",
+        "ipvlan",
+        "loopback",
+        "macvlan",
+        "portmap",
+        "ptp",
+        "sbr",
+        "static",
+        "tap",
+        "tuning",
+        "vlan",
+        "vrf",
+    )
+}
+
+
+def _network_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(set(names)))
+
+
+@frozen
+class HostSize:
+    """What one simulated host offers: CPU (MHz over its 4 cores), memory and free disk (MiB),
+    and the CNI networks configured on it (by name, as ``cni/<name>`` modes)."""
+
+    cpu_mhz: int = 4000
+    memory_mb: int = 8192
+    disk_mb: int = 20480
+    cni_networks: tuple[str, ...] = field(default=("secure-bridge",), converter=_network_names)
+
+    @property
+    def core_mhz(self) -> int:
+        """One core's speed."""
+        return self.cpu_mhz // CORES
+
 
 # The defaults a client adds to its node's meta (helper/envoy).
 NODE_META: Final = {
@@ -48,12 +96,9 @@ NODE_META: Final = {
 }
 _HOST_ATTRIBUTES: Final = {
     "cpu.arch": "amd64",
-    "cpu.frequency": str(CORE_MHZ),
     "cpu.modelname": "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz",
     "cpu.numcores": str(CORES),
     "cpu.reservablecores": str(CORES),
-    "cpu.totalcompute": str(CPU_COMPUTE_MHZ),
-    "cpu.usablecompute": str(CPU_COMPUTE_MHZ),
     "driver.docker": "1",
     "driver.docker.bridge_ip": "172.17.0.1",
     "driver.docker.os_type": "linux",
@@ -63,7 +108,6 @@ _HOST_ATTRIBUTES: Final = {
     "kernel.arch": "x86_64",
     "kernel.name": "linux",
     "kernel.version": "6.8.0-1021-aws",
-    "memory.totalbytes": str(MEMORY_MB * 1024 * 1024),
     "nomad.bridge.hairpin_mode": "false",
     "nomad.service_discovery": "true",
     "numa.node.count": "1",
@@ -73,9 +117,8 @@ _HOST_ATTRIBUTES: Final = {
     "os.version": "24.04",
     "unique.cgroup.mountpoint": "/sys/fs/cgroup",
     "unique.cgroup.version": "v2",
-    "unique.storage.bytesfree": str(DISK_FREE_BYTES),
-    "unique.storage.bytestotal": str(DISK_TOTAL_BYTES),
     "unique.storage.volume": "/dev/nvme0n1p1",
+    **{f"plugins.cni.version.{name}": version for name, version in CNI_PLUGINS.items()},
 }
 # A Resources struct with every field zero (the node's legacy views, a task's exhausted resources).
 EMPTY_RESOURCES: Final = {
@@ -102,32 +145,48 @@ RESERVED_RESOURCES: Final = orjson.Fragment(
     )
 )
 ZERO_RESOURCES: Final = orjson.Fragment(orjson.dumps(EMPTY_RESOURCES))
-# One NUMA node at distance 10 from itself: SLIT [][]uint8 is written as base64 rows.
-_TOPOLOGY: Final = {
-    "Cores": [
-        {
-            "BaseSpeed": CORE_MHZ,
-            "Disable": False,
-            "Grade": True,
-            "GuessSpeed": 0,
-            "ID": core,
-            "MaxSpeed": CORE_MHZ,
-            "NodeID": 0,
-            "SocketID": 0,
-        }
-        for core in range(CORES)
-    ],
-    "Distances": ["Cg=="],
-    "Nodes": [0],
-    "OverrideTotalCompute": 0,
-    "OverrideWitholdCompute": 0,
-}
 
 
-def host_attributes(name: str, address: str, http_addr: str) -> dict[str, str]:
+def _topology(size: HostSize) -> dict[str, Any]:
+    """One NUMA node at distance 10 from itself: SLIT [][]uint8 is written as base64 rows."""
+    return {
+        "Cores": [
+            {
+                "BaseSpeed": size.core_mhz,
+                "Disable": False,
+                "Grade": True,
+                "GuessSpeed": 0,
+                "ID": core,
+                "MaxSpeed": size.core_mhz,
+                "NodeID": 0,
+                "SocketID": 0,
+            }
+            for core in range(CORES)
+        ],
+        "Distances": ["Cg=="],
+        "Nodes": [0],
+        "OverrideTotalCompute": 0,
+        "OverrideWitholdCompute": 0,
+    }
+
+
+def sized_attributes(size: HostSize) -> dict[str, str]:
+    """The attributes that follow the host's size."""
+    return {
+        "cpu.frequency": str(size.core_mhz),
+        "cpu.totalcompute": str(size.cpu_mhz),
+        "cpu.usablecompute": str(size.cpu_mhz),
+        "memory.totalbytes": str(size.memory_mb * _MIB),
+        "unique.storage.bytesfree": str(size.disk_mb * _MIB),
+        "unique.storage.bytestotal": str(size.disk_mb * _MIB + _DISK_USED_BYTES),
+    }
+
+
+def host_attributes(name: str, address: str, http_addr: str, size: HostSize) -> dict[str, str]:
     """The attributes the client's fingerprinters report of one simulated host."""
     return {
         **_HOST_ATTRIBUTES,
+        **sized_attributes(size),
         "unique.advertise.address": http_addr,
         "unique.hostname": name,
         "unique.network.ip-address": address,
@@ -148,20 +207,20 @@ def computed_class(datacenter: str, attributes: dict[str, str], meta: dict[str, 
     return f"v1:{int.from_bytes(digest, 'big')}"
 
 
-def node_resources(address: str, port_range: tuple[int, int]) -> dict[str, Any]:
+def node_resources(address: str, port_range: tuple[int, int], size: HostSize) -> dict[str, Any]:
     """NodeResources: the legacy ``Cpu`` view beside the ``Processors`` topology, memory, disk, the
-    host network and its addresses, and the dynamic port range."""
+    host network and its addresses, the bridge and CNI networks, and the dynamic port range."""
     mac = "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
     return {
         "Cpu": {
-            "CpuShares": CPU_COMPUTE_MHZ,
+            "CpuShares": size.cpu_mhz,
             "ReservableCpuCores": list(range(CORES)),
             "TotalCpuCores": CORES,
         },
         "Devices": None,
-        "Disk": {"DiskMB": DISK_FREE_BYTES // (1024 * 1024)},
+        "Disk": {"DiskMB": size.disk_mb},
         "MaxDynamicPort": port_range[1],
-        "Memory": {"MemoryMB": MEMORY_MB},
+        "Memory": {"MemoryMB": size.memory_mb},
         "MinDynamicPort": port_range[0],
         "NodeNetworks": [
             {
@@ -183,9 +242,11 @@ def node_resources(address: str, port_range: tuple[int, int]) -> dict[str, Any]:
         ],
         # NetworkResource is omitempty: its zero fields are left out.
         "Networks": [
-            {"CIDR": f"{address}/32", "Device": "eth0", "IP": address, "MBits": 1000, "Mode": "host"}
+            {"CIDR": f"{address}/32", "Device": "eth0", "IP": address, "MBits": 1000, "Mode": "host"},
+            {"Mode": "bridge"},
+            *({"Mode": f"cni/{name}"} for name in size.cni_networks),
         ],
-        "Processors": {"Topology": _TOPOLOGY},
+        "Processors": {"Topology": _topology(size)},
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from attrs import define, field, frozen
 
-from .fingerprint import NODE_META, computed_class, host_attributes
+from .fingerprint import NODE_META, HostSize, computed_class, host_attributes, sized_attributes
 
 __all__ = [
     "TASK_EVENT_LIMIT",
@@ -64,11 +64,19 @@ class SimNode:
     flood_crashes: int = 0
     # The drain was started by the agent itself (drain_on_shutdown).
     self_drain: bool = False
+    # What the host offers: CPU, memory, disk and CNI networks.
+    size: HostSize = field(factory=HostSize)
 
     def __attrs_post_init__(self) -> None:
         # The fingerprint fills in what the registration left out.
-        for key, value in host_attributes(self.name, self.address, self.http_addr).items():
+        for key, value in host_attributes(self.name, self.address, self.http_addr, self.size).items():
             self.attributes.setdefault(key, value)
+        self.computed_class = computed_class(self.datacenter, self.attributes, self.meta)
+
+    def resize(self, size: HostSize) -> None:
+        """The host is ``size``: its attributes and computed class follow (before it registers)."""
+        self.size = size
+        self.attributes.update(sized_attributes(size))
         self.computed_class = computed_class(self.datacenter, self.attributes, self.meta)
 
     def add_event(
@@ -147,6 +155,11 @@ class SimAlloc:
     cpu: int = 100
     memory_mb: int = 300
     memory_max_mb: int = 0
+    # The group's ephemeral disk, and its network's mode.
+    disk_mb: int = 300
+    network_mode: str = "host"
+    # The image each task runs, as name@digest (images.py), by task.
+    images: dict[str, str] = field(factory=dict)
     desired_status: str = "run"
     desired_description: str = ""
     desired_transition: dict[str, bool] = field(factory=dict)

@@ -28,6 +28,8 @@ from attrs import define, field, frozen
 
 from ..config import SimConfig
 from .encode import alloc_full, eval_full, job_full, node_full, register_fingerprint, rfc3339
+from .images import ImageRegistry
+from .node_usage import NodeUsage
 from .objects import SimAlloc, SimEval, SimJob, SimNode, SimVariable
 
 __all__ = ["ClusterState", "PublishedBatch", "PublishedEvent", "Timers", "Write"]
@@ -125,6 +127,10 @@ class ClusterState:
         self.variables: dict[tuple[str, str], SimVariable] = {}
         self.allocs_by_job: dict[JobKey, dict[str, SimAlloc]] = {}
         self.live_allocs_by_node: dict[str, set[str]] = {}
+        # What the allocations that are not terminal hold of each node (placement's bin packing).
+        self.usage = NodeUsage()
+        # The registry's tags and the images each node pulled.
+        self.images = ImageRegistry()
         self.open_evals_by_job: dict[JobKey, set[str]] = {}
         self.job_dead_since: dict[JobKey, float] = {}
         self.registrations: list[dict[str, Any]] = []
@@ -283,6 +289,8 @@ class ClusterState:
 
     def _node_written(self, node: SimNode, index: int, now_ns: int) -> None:
         if node.node_resources is None:
+            if node.size != self.config.host_size:
+                node.resize(self.config.host_size)
             register_fingerprint(node, self.config.dynamic_port_range, rfc3339(now_ns))
             # The default capacity stands for no limit, as a client without max_allocs has.
             capacity = self.config.node_capacity
@@ -366,6 +374,7 @@ class ClusterState:
         self.allocs[alloc.id] = alloc
         self.allocs_by_job.setdefault((alloc.namespace, alloc.job_id), {})[alloc.id] = alloc
         self.live_allocs_by_node.setdefault(alloc.node_id, set()).add(alloc.id)
+        self.usage.book(alloc)
         tx.touch(alloc)
 
     def alloc_changed(self, tx: Write, alloc: SimAlloc, **changes: Any) -> None:
@@ -376,6 +385,8 @@ class ClusterState:
             alloc.terminal_since = self.now() or 1e-9
         if alloc.client_terminal:
             self.live_allocs_by_node.get(alloc.node_id, set()).discard(alloc.id)
+        if alloc.terminal:
+            self.usage.release(alloc)
         tx.touch(alloc)
 
     def add_eval(self, tx: Write, evaluation: SimEval) -> None:
@@ -427,6 +438,7 @@ class ClusterState:
         for alloc in self.allocs_by_job.pop(key, {}).values():
             self.allocs.pop(alloc.id, None)
             self.live_allocs_by_node.get(alloc.node_id, set()).discard(alloc.id)
+            self.usage.release(alloc)
         for eval_id in self.open_evals_by_job.pop(key, set()):
             self.evals.pop(eval_id, None)
         self.index += 1
