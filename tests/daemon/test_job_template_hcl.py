@@ -80,7 +80,9 @@ async def _warm_runner_spec(cluster: SimulatedCluster, daemon: Daemon) -> dict[s
     async with httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http:
         assert (await http.put("/execution-environments/10", json=ENVIRONMENT)).status_code == 201
     pool = daemon.service.pool
-    await wait_until(lambda: getattr(pool.stats().get(10), "idle", 0) == ENVIRONMENT["prewarmingPoolSize"], within=30)
+    await wait_until(
+        lambda: getattr(pool.stats().get(10), "idle", 0) == ENVIRONMENT["prewarmingPoolSize"], within=30
+    )
     spec: dict[str, Any] = cluster.state.jobs[("default", next(iter(pool.runners)))].spec
     return spec
 
@@ -112,9 +114,9 @@ async def test_a_template_for_another_datacenter_with_a_constraint_places_runner
     cluster, daemon = await _daemon_with(nursery, attrs.evolve(sim_config, datacenter="dc2"), template)
     spec = await _warm_runner_spec(cluster, daemon)
     assert spec["Datacenters"] == ["dc2"]
-    assert {"LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "="}.items() <= spec["Constraints"][
-        0
-    ].items()
+    assert {"LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "="}.items() <= spec[
+        "Constraints"
+    ][0].items()
     group = spec["TaskGroups"][0]
     assert group["EphemeralDisk"]["SizeMB"] == 25
     assert group["Tasks"][0]["Config"]["security_opt"] == ["no-new-privileges"]

@@ -147,6 +147,18 @@ async def test_validate_lists_what_registration_refuses_in_the_same_texts(cluste
     assert (answer["DriverConfigValidated"], answer["Warnings"]) == (True, "")
 
 
+async def test_validate_refuses_a_docker_option_as_registration_does(cluster: SimulatedCluster) -> None:
+    job = batch_job("runner-4")
+    task = job["TaskGroups"][0]["Tasks"][0]
+    task["Driver"] = "docker"
+    task["Config"] = {"image": "python:3.12-slim", "network_mode": "none", "force_pul": True}
+    validated = await call(cluster, "PUT", "/v1/validate/job", {"Job": job})
+    registered = await call(cluster, "PUT", "/v1/jobs", {"Job": job})
+    assert registered.status_code == 500
+    assert validated.json()["Error"] == registered.text
+    assert "force_pul" in registered.text
+
+
 async def test_validate_needs_a_job(cluster: SimulatedCluster) -> None:
     answer = await call(cluster, "POST", "/v1/validate/job", {})
     assert (answer.status_code, answer.text) == (400, "Job must be specified")

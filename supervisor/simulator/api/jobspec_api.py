@@ -31,8 +31,8 @@ from ..jobspec.decode import parse_job
 from ..jobspec.hcl import parse_config
 from ..jobspec.tree import HclError
 from ..scheduling.canonical import canonical_job
-from ..scheduling.constraints import constraint_problems
-from ..scheduling.validation import job_problems, multierror_text
+from ..scheduling.jobs import registration_problems
+from ..scheduling.validation import multierror_text
 
 __all__ = ["JobspecRoutes"]
 
@@ -55,7 +55,7 @@ def validation(job: dict[str, Any]) -> dict[str, Any]:
     namespace = job.get("Namespace") or "default"
     region = job.get("Region") or "global"
     spec = canonical_job(job, namespace=namespace, region=region)
-    problems = job_problems(spec) + constraint_problems(spec)
+    problems = registration_problems(spec)
     return {
         "DriverConfigValidated": True,
         "ValidationErrors": problems or None,

@@ -21,7 +21,7 @@ from .driver_config import driver_config_problems
 from .scheduler import Scheduler
 from .validation import job_problems, multierror_text
 
-__all__ = ["JobService"]
+__all__ = ["JobService", "registration_problems"]
 
 # Keys of a stored job that the server sets; they do not make a new version.
 _SERVER_KEYS: Final = frozenset(
@@ -59,6 +59,13 @@ def _deregister_response(eval_id: str, index: int, job_modify_index: int) -> dic
     }
 
 
+def registration_problems(spec: dict[str, Any]) -> list[str]:
+    """What Job.Register refuses a canonical job for (its implicit constraints added first), in
+    Nomad's order: the job's own rules, its constraints, its docker tasks' configs."""
+    add_implicit_constraints(spec)
+    return job_problems(spec) + constraint_problems(spec) + driver_config_problems(spec)
+
+
 class JobService:
     """Job writes as Nomad's job endpoint does them."""
 
@@ -80,8 +87,7 @@ class JobService:
         refused whole (500) when invalid or when ``enforce_index`` does not hold, a new version
         only when the spec changed."""
         spec = canonical_job(job_spec, namespace=namespace, region=region or self.config.region)
-        add_implicit_constraints(spec)
-        problems = job_problems(spec) + constraint_problems(spec) + driver_config_problems(spec)
+        problems = registration_problems(spec)
         if problems:
             raise NomadError(500, multierror_text(problems))
         state = self.state
