@@ -109,9 +109,17 @@ class World:
             network=self.network,
             entropy=Entropy.seeded(self._entropy_seeds.getrandbits(64)),
         )
-        slot.daemon, slot.scope = daemon, trio.CancelScope()
+        scope = trio.CancelScope()
+        slot.daemon, slot.scope = daemon, scope
         self.trace.record("daemon.start", f"{slot.name} #{slot.starts}")
-        await self._nursery.start(self._run_daemon, slot, daemon, slot.scope)
+        try:
+            await self._nursery.start(self._run_daemon, slot, daemon, scope)
+        except RuntimeError:
+            if not scope.cancel_called:
+                raise
+            # Killed while it started (its start waits for Nomad to check the runner jobs): as a
+            # process killed before it served.
+            self.trace.record("daemon.killed_starting", slot.name)
 
     @staticmethod
     async def _run_daemon(
