@@ -77,7 +77,7 @@ class NomadDouble:
 
     @asynccontextmanager
     async def open_exec(
-        self, alloc_id: str, *, task: str, command: Sequence[str]
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
     ) -> AsyncIterator[ExecChannel]:
         _unexpected("open_exec")
         yield

@@ -42,6 +42,9 @@ class ExecChannel(Protocol):
     async def close_stdin(self) -> None:
         """Close the command's stdin."""
 
+    async def resize(self, *, height: int, width: int) -> None:
+        """Tell a session on a terminal its size."""
+
     def __aiter__(self) -> AsyncIterator[ExecOutput | ExecExited]:
         """Output chunks, ending with one ExecExited."""
 
@@ -53,9 +56,10 @@ class ExecOpener(Protocol):
     """Runs commands in an allocation's task."""
 
     def open_exec(
-        self, alloc_id: str, *, task: str, command: Sequence[str]
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
     ) -> AbstractAsyncContextManager[ExecChannel]:
-        """A session running ``command``; a session that started is never retried."""
+        """A session running ``command`` (on a terminal with ``tty``); a session that started is
+        never retried."""
 
 
 class ExecutionClient(ExecOpener, Protocol):
