@@ -176,12 +176,18 @@ def test_an_execution_runs_in_bash_under_the_wrapper_or_as_the_tasks_user(tmp_pa
         )
         run = subprocess.run(argv, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=10)
         assert (run.returncode, run.stdout) == (0, f"bash=yes user={user}\n"), run.stderr
-    dash = execution_command("[[ 1 == 1 ]]", {}, execution_id="b2", privileged=True, nomad_variables=(), shell="/bin/sh")
-    assert subprocess.run(dash, env=environ, capture_output=True).returncode != 0, "the shell is the setting's"
+    dash = execution_command(
+        "[[ 1 == 1 ]]", {}, execution_id="b2", privileged=True, nomad_variables=(), shell="/bin/sh"
+    )
+    assert subprocess.run(dash, env=environ, capture_output=True).returncode != 0, (
+        "the shell is the setting's"
+    )
 
 
 @pytest.mark.parametrize("reader_first", [True, False])
-def test_stderr_apart_goes_through_the_fifo_whichever_side_comes_first(tmp_path: Path, reader_first: bool) -> None:
+def test_stderr_apart_goes_through_the_fifo_whichever_side_comes_first(
+    tmp_path: Path, reader_first: bool
+) -> None:
     environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
     argv = execution_command(
         "echo out; echo err >&2; echo more >/dev/stderr; exit 4",
@@ -192,7 +198,9 @@ def test_stderr_apart_goes_through_the_fifo_whichever_side_comes_first(tmp_path:
         unprivileged_wrapper="env",
         stderr_apart=True,
     )
-    first, second = (stderr_reader_command("f1"), argv) if reader_first else (argv, stderr_reader_command("f1"))
+    first, second = (
+        (stderr_reader_command("f1"), argv) if reader_first else (argv, stderr_reader_command("f1"))
+    )
     started = subprocess.Popen(first, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(0.2)
     assert started.poll() is None, "the first side waits for the other in the fifo's open"
@@ -212,7 +220,9 @@ def test_a_stop_ends_a_side_waiting_for_the_other_and_removes_the_fifo(tmp_path:
     argv = (
         stderr_reader_command("f2")
         if waiting == "reader"
-        else execution_command("echo never", {}, execution_id="f2", privileged=True, nomad_variables=(), stderr_apart=True)
+        else execution_command(
+            "echo never", {}, execution_id="f2", privileged=True, nomad_variables=(), stderr_apart=True
+        )
     )
     alone = subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE)
     deadline = time.monotonic() + 10
@@ -220,5 +230,6 @@ def test_a_stop_ends_a_side_waiting_for_the_other_and_removes_the_fifo(tmp_path:
         time.sleep(0.01)
     subprocess.run(stop_command("f2", grace=0.5), env=environ, check=True, timeout=10)
     out, _ = alone.communicate(timeout=5)
-    assert alone.returncode != 0 and out == b"", "stopped in the fifo's open: nothing ran"
+    assert alone.returncode != 0, "stopped in the fifo's open"
+    assert out == b"", "nothing ran"
     assert not list(tmp_path.glob(".supervisor-*")), "no fifo or note left"

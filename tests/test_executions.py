@@ -10,7 +10,11 @@ from typing import Any
 import trio
 import trio.testing
 
-from supervisor.base.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
+from supervisor.base.errors import (
+    ExecConnectionLost,
+    ExecRejected,
+    NomadUnavailableError,
+)
 from supervisor.core.commands import NOMAD_VARIABLES_COMMAND
 from supervisor.core.config import ExecutionSettings
 from supervisor.core.evidence import Finding

@@ -219,11 +219,11 @@ def stop_command(note_id: str, grace: float) -> list[str]:
     tries = max(1, round(grace * 10))
     notes = f'"{pid_file(note_id)}" "{pid_file(stderr_note(note_id))}"'
     script = (
-        f"S=; for N in {notes}; do P=$(cat \"$N\" 2>/dev/null) || continue; "
+        f'S=; for N in {notes}; do P=$(cat "$N" 2>/dev/null) || continue; '
         'rm -f "$N"; S="$S $P"; done; '
         f'rm -f "{fifo_file(note_id)}"; [ -n "$S" ] || exit 0; '
         + _PROCESS_TREE
-        + "T=; for P in $S; do T=\"$T $(tree $P)\"; done; kill -TERM $T 2>/dev/null; i=0; "
+        + 'T=; for P in $S; do T="$T $(tree $P)"; done; kill -TERM $T 2>/dev/null; i=0; '
         f"while [ $i -lt {tries} ]; do L=; for P in $S; do kill -0 $P 2>/dev/null && L=1; done; "
         '[ -n "$L" ] || break; sleep 0.1; i=$((i+1)); done; '
         "kill -KILL $T 2>/dev/null; true"

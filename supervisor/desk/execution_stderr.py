@@ -67,7 +67,9 @@ class StderrReader:
                         if rest := decoder.decode(b"", final=True):
                             await send({"type": "stderr", "data": rest})
                         if frame.exit_code:
-                            logger.debug("the stderr reader of {} exited {}", self.execution_id, frame.exit_code)
+                            logger.debug(
+                                "the stderr reader of {} exited {}", self.execution_id, frame.exit_code
+                            )
                         self.done.set()
                         break
                     if frame.stream != "stdout":
@@ -84,7 +86,8 @@ class StderrReader:
             # cancelling this wait); if it is not, its command waits for a reader that never comes.
             await trio.sleep(SIBLING_WAIT)
             raise ExecConnectionLost(
-                f"the session reading stderr could not reach the runner's agent ({error}); the command's could"
+                f"the session reading stderr could not reach the runner's agent ({error}); "
+                "the command's could"
             ) from error
         except SupervisorError as error:
             self.failure = error

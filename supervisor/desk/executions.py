@@ -55,7 +55,6 @@ from ..effects.stopping import CommandStops, StopOutcome
 from ..nomad import ExecExited
 from ..nomad.api import ExecutionClient
 from ..nomad.boundary import token_refused
-from .execution_stderr import StderrReader
 from .execution_state import (
     Attempt,
     ClientSocket,
@@ -66,6 +65,7 @@ from .execution_state import (
     forward_output,
     send_to_client,
 )
+from .execution_stderr import StderrReader
 
 __all__ = [
     "CLOSE_STALLED",

@@ -26,7 +26,7 @@ from .models import (
     NodeListStub,
 )
 
-__all__ = ["ExecChannel", "ExecOpener", "ExecutionClient", "JobWriter", "NomadApi"]
+__all__ = ["ExecChannel", "ExecOpener", "ExecutionClient", "JobWriter", "NomadApi", "TerminalChannel"]
 
 
 class ExecChannel(Protocol):
@@ -42,9 +42,6 @@ class ExecChannel(Protocol):
     async def close_stdin(self) -> None:
         """Close the command's stdin."""
 
-    async def resize(self, *, height: int, width: int) -> None:
-        """Tell a session on a terminal its size."""
-
     def __aiter__(self) -> AsyncIterator[ExecOutput | ExecExited]:
         """Output chunks, ending with one ExecExited."""
 
@@ -52,18 +49,29 @@ class ExecChannel(Protocol):
         """Read to the end; the exit with stdout and stderr, each cut at ``max_output_bytes``."""
 
 
+class TerminalChannel(ExecChannel, Protocol):
+    """A session that may run its command on a terminal."""
+
+    async def resize(self, *, height: int, width: int) -> None:
+        """Tell a session on a terminal its size."""
+
+
 class ExecOpener(Protocol):
     """Runs commands in an allocation's task."""
 
     def open_exec(
-        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+        self, alloc_id: str, *, task: str, command: Sequence[str]
     ) -> AbstractAsyncContextManager[ExecChannel]:
-        """A session running ``command`` (on a terminal with ``tty``); a session that started is
-        never retried."""
+        """A session running ``command``; a session that started is never retried."""
 
 
 class ExecutionClient(ExecOpener, Protocol):
     """Runs commands, and reads their allocation to tell a command's own death from its container's."""
+
+    def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AbstractAsyncContextManager[TerminalChannel]:
+        """A session running ``command``, on a terminal with ``tty``."""
 
     async def get_allocation(self, alloc_id: str) -> Indexed[Allocation]:
         """The full allocation."""
@@ -85,6 +93,11 @@ class NomadApi(JobWriter, ExecOpener, Protocol):
 
     # Exec sessions by the path they took ("agent", "server", "fallback").
     exec_paths: Counter[str]
+
+    def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AbstractAsyncContextManager[TerminalChannel]:
+        """A session running ``command``, on a terminal with ``tty``."""
 
     def located(self, locator: AgentLocator) -> NomadApi:
         """This client, told by ``locator`` where each allocation's agent runs."""

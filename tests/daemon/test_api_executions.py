@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from functools import partial
+from pathlib import Path
 
 import pytest
 import trio
@@ -14,6 +15,14 @@ from supervisor.core.config import ExecutionSettings, ServerSettings, Settings
 from supervisor.desk.executions import MESSAGE_CONNECTION_LOST
 
 from .conftest import MESSAGES, Harness, output
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
 
 NO_TERMINAL = Settings(server=ServerSettings(port=0), execution=ExecutionSettings(tty=False))
 MERGED = Settings(server=ServerSettings(port=0), execution=ExecutionSettings(interactive_stderr=False))
@@ -70,7 +79,9 @@ async def test_without_a_terminal_large_stdin_and_output_arrive_whole(harness: H
 async def test_on_a_terminal_without_interactive_stderr_stderr_is_merged(harness: Harness) -> None:
     await harness.environment(10)
     runner = await harness.runner(10)
-    messages = await harness.execute(runner, command="echo out; sleep 0.1; echo err >&2; test -t 2 && echo tty")
+    messages = await harness.execute(
+        runner, command="echo out; sleep 0.1; echo err >&2; test -t 2 && echo tty"
+    )
     assert output(messages) == "out\r\nerr\r\ntty\r\n"
     assert output(messages, "stderr") == ""
 
@@ -111,11 +122,16 @@ async def test_time_limit_sends_timeout_and_stops_the_command(harness: Harness) 
     await harness.environment(10)
     runner = await harness.runner(10)
     start = trio.current_time()
-    messages = await harness.execute(runner, command="echo started; sleep 30; echo never", timeLimit=1)
+    command = "sleep 60 & echo $! > child.pid; echo started; sleep 30; echo never"
+    messages = await harness.execute(runner, command=command, timeLimit=1)
     assert trio.current_time() - start < 10
     assert output(messages) == "started\r\n"
     assert messages[-1] == {"type": "timeout"}
-    assert not harness.cluster.execs.count, "the command was stopped"
+    assert not harness.cluster.execs.count, "the command (and the reader of its stderr) was stopped"
+    root = harness.cluster.execs.containers.root  # type: ignore[attr-defined]
+    child = int(next(root.glob("*/*/child.pid")).read_text())
+    await harness.wait_for(lambda: _gone(child), within=5)
+    assert not list(root.glob("*/tmp/.supervisor-*")), "no fifo or note left"
     assert (await harness.execute(runner, command="echo still usable"))[-1] == {"type": "exit", "data": 0}
 
 

@@ -164,7 +164,8 @@ def _new_command(tty: bool) -> _Command:
 async def _terminal_input(running: _Command) -> None:
     """A terminal's line discipline, as far as the model goes: what is typed is echoed and passed
     on; ^D ends the input (not echoed)."""
-    assert running._typed is not None and running._to_input is not None
+    assert running._typed is not None
+    assert running._to_input is not None
     while chunk := await running._typed.receive_some():
         data, eof, _ = bytes(chunk).partition(b"\x04")
         async with running._writing:

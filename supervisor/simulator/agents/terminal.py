@@ -65,12 +65,15 @@ class TerminalProcess:
 
     @property
     def returncode(self) -> int | None:
+        """The exit status, None while it runs."""
         return self._process.returncode
 
     async def wait(self) -> int:
+        """The exit status once it exits; negative: killed by that signal."""
         return await self._process.wait()
 
     def kill(self) -> None:
+        """Kill the command and everything in its session's process group."""
         if self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
@@ -82,6 +85,7 @@ class TerminalProcess:
             fcntl.ioctl(self._master.fd, termios.TIOCSWINSZ, size)
 
     async def reap(self) -> None:
+        """Close the terminal and wait for the command."""
         await self._master.aclose()
         await self._process.wait()
 
