@@ -177,7 +177,7 @@ def _make_fifo(execution_id: str) -> str:
     /dev/stderr)."""
     fifo = f'"{fifo_file(execution_id)}"'
     return (
-        f"{{ mkfifo -m 622 {fifo} 2>/dev/null || [ -p {fifo} ]; }} || "
+        f"{{ [ -p {fifo} ] || mkfifo -m 622 {fifo} 2>/dev/null || [ -p {fifo} ]; }} || "
         f"{{ echo 'cannot make a fifo for stderr' >&2; exit {FIFO_FAILED_EXIT}; }}; "
     )
 
@@ -185,13 +185,15 @@ def _make_fifo(execution_id: str) -> str:
 def stderr_reader_command(execution_id: str) -> list[str]:
     """argv, for an exec without a TTY, printing the execution's stderr on its stdout: it opens the
     fifo (which waits for the command's side), removes its name, and copies until every writer closed
-    it. Its PID is noted, so that a stop of the execution stops it too (a reader whose command never
-    started would wait for ever)."""
+    it. Its PID is noted until then, so that a stop of the execution stops it too (a reader whose
+    command never started would wait for ever); once both sides opened, it ends with the command's
+    process tree, and its shell becomes ``cat``."""
     fifo = f'"{fifo_file(execution_id)}"'
+    note = f'"{pid_file(stderr_note(execution_id))}"'
     script = (
-        _note_pid(stderr_note(execution_id))
+        f"echo $$ > {note}; "
         + _make_fifo(execution_id)
-        + f"exec 3<{fifo}; rm -f {fifo}; cat <&3"
+        + f"exec 3<{fifo}; rm -f {fifo} {note}; exec cat <&3"
     )
     return ["/bin/sh", "-c", script]
 

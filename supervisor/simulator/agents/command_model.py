@@ -43,7 +43,7 @@ __all__ = ["ModelContainers", "Workspace"]
 
 _NOTE: Final = re.compile(
     r"""^(?:unset [^;]*; )?echo \$\$ > "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid"; """
-    r"""trap '[^']*' EXIT; """
+    r"""(?:trap '[^']*' EXIT; )?"""
 )
 _STOP_ONE: Final = re.compile(r"""^S=; for N in "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid" """)
 _STOP_ALL: Final = 'for N in "${TMPDIR:-/tmp}"/.supervisor-*.pid'
@@ -51,7 +51,7 @@ _PRELUDE_END: Final = "done; }; "
 _EXECUTION: Final = re.compile(
     r"^export (?P<assignments>.*?); (?:\{ mkfifo [^}]*\} \|\| \{[^}]*\}; )?(?P<run>.*)$", re.DOTALL
 )
-_READER: Final = re.compile(r"""exec 3<"(?P<fifo>[^"]+)"; rm -f "[^"]+"; cat <&3$""")
+_READER: Final = re.compile(r"""exec 3<"(?P<fifo>[^"]+)"; rm -f "[^"]+" "[^"]+"; exec cat <&3$""")
 _DELETE: Final = re.compile(
     r"if enter follow(?P<parents>(?: \S+)*); then rm -rf -- (?P<name>\S+) \|\| exit 72; fi"
 )
@@ -291,6 +291,8 @@ async def _read_fifo(running: _Command, workspace: Workspace, fifo: str) -> int:
     await meeting.writer.wait()
     if workspace.fifos.get(fifo) is meeting:
         del workspace.fifos[fifo]
+    for note in [note for note, noted in workspace.noted.items() if noted is running]:
+        del workspace.noted[note]  # its name gone with the fifo's: it ends with the command
     while chunk := await meeting.pipe[1].receive_some():
         await _write(running, chunk)
     return 0

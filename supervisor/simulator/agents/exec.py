@@ -247,8 +247,8 @@ class ExecSessions:
             try:
                 if data := body.get("data"):
                     await stdin.send_all(base64.b64decode(data))
-                if body.get("close"):
-                    await stdin.aclose()
+                if body.get("close") and session.process.stderr is not None:
+                    await stdin.aclose()  # a terminal's input is not closed: Docker leaves it open
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
         # The client went away: the session ends; the command runs on (the client has to stop it).
