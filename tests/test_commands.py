@@ -137,11 +137,15 @@ def test_every_noted_command_a_previous_run_left_is_stopped_and_nothing_else(tmp
         )
         for i in range(2)
     ]
+    # The reader of an execution's stderr whose command never came: it waits in the fifo's open.
+    commands.append(subprocess.Popen(stderr_reader_command("left-r"), cwd=tmp_path, env=environ))
     bystander = subprocess.Popen(["sleep", "60"])
     try:
         deadline = time.monotonic() + 10
         # A shell creates the file before it writes the PID into it.
-        while sum(p.read_text().strip() != "" for p in tmp_path.glob("child-*.pid")) < 2:
+        while sum(p.read_text().strip() != "" for p in tmp_path.glob("child-*.pid")) < 2 or not list(
+            tmp_path.glob("*.fifo")
+        ):
             assert time.monotonic() < deadline, "the commands did not start"
             time.sleep(0.01)
         children = [int(p.read_text()) for p in tmp_path.glob("child-*.pid")]
@@ -152,7 +156,7 @@ def test_every_noted_command_a_previous_run_left_is_stopped_and_nothing_else(tmp
         while any(_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not any(_alive(c) for c in children), "their background children are stopped too"
-        assert not list(tmp_path.glob(".supervisor-*.pid"))
+        assert not list(tmp_path.glob(".supervisor-*")), "no note, no fifo left"
         assert bystander.poll() is None, "a command nobody noted is left alone"
         done = subprocess.run(stop_every_noted_command(grace=0.5), env=environ, check=False, timeout=10)
         assert done.returncode == 0, "nothing noted: nothing to do"
