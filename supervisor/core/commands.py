@@ -191,9 +191,7 @@ def stderr_reader_command(execution_id: str) -> list[str]:
     fifo = f'"{fifo_file(execution_id)}"'
     note = f'"{pid_file(stderr_note(execution_id))}"'
     script = (
-        f"echo $$ > {note}; "
-        + _make_fifo(execution_id)
-        + f"exec 3<{fifo}; rm -f {fifo} {note}; exec cat <&3"
+        f"echo $$ > {note}; " + _make_fifo(execution_id) + f"exec 3<{fifo}; rm -f {fifo} {note}; exec cat <&3"
     )
     return ["/bin/sh", "-c", script]
 
