@@ -251,3 +251,12 @@ def test_where_no_fifo_can_be_made_the_execution_runs_nothing_and_says_so(tmp_pa
     assert not (tmp_path / "ran").exists()
     reader = subprocess.run(stderr_reader_command("f3"), env=environ, capture_output=True, timeout=10)
     assert reader.returncode == FIFO_FAILED_EXIT, "the reader neither waits for ever"
+
+
+def test_a_reader_that_cannot_make_its_fifo_leaves_no_note(tmp_path: Path) -> None:
+    """A note left behind would name a PID that another process may get: the sweep must not find it."""
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    (tmp_path / ".supervisor-f4.fifo").write_text("a file, not a fifo")
+    reader = subprocess.run(stderr_reader_command("f4"), env=environ, capture_output=True, timeout=10)
+    assert reader.returncode == FIFO_FAILED_EXIT
+    assert not list(tmp_path.glob("*.pid"))
