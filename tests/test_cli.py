@@ -179,7 +179,6 @@ def test_run_with_a_job_template_that_cannot_carry_a_runner_exits_2_in_one_line(
     )
 
 
-
 def start_run(options: list[str], environ: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
     """``supervisor run`` with ``options``, and its log lines until it serves."""
     argv = [sys.executable, "-m", "supervisor", "run", *options]

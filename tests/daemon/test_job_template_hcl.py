@@ -94,7 +94,8 @@ async def test_poseidons_own_template_file_gives_poseidons_runner_job(
     spec = await _warm_runner_spec(cluster, daemon)
     group, claim = spec["TaskGroups"]
     assert (spec["Type"], spec["Datacenters"]) == ("batch", ["dc1"])
-    assert group["Name"] == "default-group" and claim["Name"] == "config"
+    assert group["Name"] == "default-group"
+    assert claim["Name"] == "config"
     assert group["EphemeralDisk"]["SizeMB"] == 10
     assert group["Spreads"][0]["Attribute"] == "${node.unique.name}"
     assert group["Spreads"][0]["Weight"] == 100
@@ -136,11 +137,13 @@ async def test_a_template_nomad_refuses_stops_the_daemon_in_one_line_and_fails_t
         await nursery.start(daemon.run)
         await daemon.ended.wait()
     error = daemon.configuration_error
-    assert error is not None and "\n" not in error
+    assert error is not None
+    assert "\n" not in error
     assert error.startswith(f"nomad.job_template {template}: ")
     assert 'An argument named "colour" is not expected here' in error
     nomad = settings.nomad_settings(environ)
     assert nomad is not None
     results = await run_checks(settings, nomad, path=None, environ=environ, report=lambda _: None)
     failed = [r for r in results if r.status is Status.FAIL]
-    assert failed and 'An argument named "colour" is not expected here' in failed[0].detail
+    assert failed
+    assert 'An argument named "colour" is not expected here' in failed[0].detail
