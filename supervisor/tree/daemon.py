@@ -181,9 +181,12 @@ class Daemon:
                 ) as client:
                     if self.settings.ha.enabled:
                         self.elector = LockElector(VariableLocks(client), self.settings.ha)
-                    await self._tiers.nest(
-                        self.tree.daemon, partial(self._terms_until_stopped, client, task_status)
-                    )
+                    if await self._read_job_shape(client):
+                        await self._tiers.nest(
+                            self.tree.daemon, partial(self._terms_until_stopped, client, task_status)
+                        )
+                    else:
+                        task_status.started(self)
             self.systemd.close()
             root.cancel_scope.cancel("the daemon stopped")
 
@@ -202,24 +205,32 @@ class Daemon:
         assert nomad is not None
         return nomad
 
+    async def _read_job_shape(self, client: NomadClient) -> bool:
+        """Read the runner jobs' template and have Nomad check their jobs, before the API serves (a
+        client is never answered by a daemon that is about to stop on its configuration): False when
+        Nomad refuses them (said in one line) or the daemon was told to stop meanwhile."""
+        refused: list[ConfigError] = []
+
+        async def read() -> None:
+            try:
+                self.shape = await startup_job_shape(client, self.settings)
+            except ConfigError as error:
+                refused.append(error)
+
+        await wait_any(read, self._stop.wait)
+        if refused:
+            self.configuration_error = str(refused[0])
+            logger.error("stopping: {}", refused[0])
+        return self.shape is not None and not self._stop.requested
+
     # -- the terms -------------------------------------------------------------------------------
 
     async def _terms_until_stopped(
         self, client: NomadClient, task_status: trio.TaskStatus[Daemon], opened: OpenTiers
     ) -> None:
-        """The daemon's tiers are open: start their children, read the runner jobs' template and
-        have Nomad check their jobs, then run one term after another while this daemon is active,
-        until the stop."""
+        """The daemon's tiers are open: start their children, then run one term after another while
+        this daemon is active, until the stop."""
         await self._tiers.start_children(self.tree.daemon, self._parts, opened)
-        try:
-            self.shape = await startup_job_shape(client, self.settings)
-        except ConfigError as error:
-            self.configuration_error = str(error)
-            logger.error("stopping: {}", error)
-            task_status.started(self)
-            self.stop()
-            await self._stop.wait()
-            return
         if self.settings.ha.enabled:
             logger.info("HA: the standby until this daemon holds the lock {}", self.settings.ha.lock_path)
             task_status.started(self)
