@@ -8,13 +8,13 @@ from supervisor.core.evidence import Moment
 from supervisor.core.orders import Release, SetEnvironment
 from supervisor.core.pool import RunnerPool
 from supervisor.core.runners import CreateRunner, DestroyRunner, MarkUsed
-from supervisor.nomad import Allocation, JobListStub
+from supervisor.nomad import Allocation, JobListStub, NodeListStub
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ())
 AT = Moment(0.0)
 
 
-def running(pool: RunnerPool, runner_id: str, index: int) -> None:
+def running(pool: RunnerPool, runner_id: str, index: int, node: str = "node-1") -> None:
     pool.registered(runner_id, 5)
     alloc = Allocation(
         id=f"alloc-{runner_id}",
@@ -23,7 +23,7 @@ def running(pool: RunnerPool, runner_id: str, index: int) -> None:
         desired_status="run",
         create_index=index,
         modify_index=index,
-        node_id="node-1",
+        node_id=node,
     )
     pool.apply_allocation(alloc, AT)
 
@@ -82,3 +82,21 @@ def test_an_adopted_runner_keeps_the_force_pull_its_job_was_made_with() -> None:
     runner, actions = pool.claim(10, 60, now=1.0)
     assert runner.id == pulled
     assert actions[0] == MarkUsed(pulled, ENVIRONMENT, 60, force_pull=True)
+
+
+def test_a_claims_replacement_pulls_until_every_node_holds_a_runner_that_pulled_since_the_put() -> None:
+    pool = RunnerPool()
+    nodes = [
+        NodeListStub(id=n, status="ready", scheduling_eligibility="eligible") for n in ("node-1", "node-2")
+    ]
+    pool.replace_nodes(nodes, 2)
+    fill = [a for a in pool.handle(SetEnvironment(ENVIRONMENT), AT) if isinstance(a, CreateRunner)]
+    for i, action in enumerate(fill):
+        running(pool, action.runner_id, 10 + i)  # both on node-1: node-2 may keep an older image
+    _, actions = pool.claim(10, 60, now=1.0)
+    (replacement,) = [a for a in actions if isinstance(a, CreateRunner)]
+    assert replacement.force_pull is True, "it may land on node-2, which pulled nothing since the put"
+    running(pool, replacement.runner_id, 20, node="node-2")
+    _, actions = pool.claim(10, 60, now=2.0)
+    (replacement,) = [a for a in actions if isinstance(a, CreateRunner)]
+    assert replacement.force_pull is False, "every node holds a runner that pulled: as Poseidon"

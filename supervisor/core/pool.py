@@ -294,7 +294,9 @@ class RunnerPool(ListingReconcile, PoolView):
         runner.last_activity = now
         spec = runner.environment or self.environments[environment_id]
         actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout, runner.force_pull)]
-        return runner, actions + self.fill(environment_id, force_pull=False)
+        return runner, actions + self.fill(
+            environment_id, force_pull=not self.pulled_everywhere(environment_id)
+        )
 
     def _pick(self, idle: dict[str, None], now: float) -> str:
         """The oldest idle runner whose node new runners do not avoid, if there is one: an exec

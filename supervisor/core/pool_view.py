@@ -170,6 +170,13 @@ class PoolView:
     def _runners_of(self, environment_id: int) -> list[Runner]:
         return list(self._of_environment.get(environment_id, {}).values())
 
+    def pulled_everywhere(self, environment_id: int) -> bool:
+        """Whether every node Nomad may place a runner on holds one of the environment's runners that
+        pulled its image since it was last put: only then may a claim's replacement skip the pull,
+        as Poseidon's does, without starting an image a node kept from before a roll-out."""
+        pulled = {r.node_id for r in self._runners_of(environment_id) if r.force_pull and not r.retired}
+        return all(node.id in pulled for node in self.nodes.nodes.values() if node.placeable)
+
     def avoided_nodes(self, now: float) -> tuple[str, ...]:
         """The nodes new runners avoid at ``now`` (``NodeTracker.avoided``)."""
         return self.nodes.avoided(now)
