@@ -2,32 +2,42 @@
 
     python scripts/bench_exec.py [--executions 500] [--concurrency 50] [--runners 10]
 
-Starts ``supervisor simulate``, ``supervisor run`` (pointed at it) and the bare API stack (the
-daemon's HTTP server and starlette) as separate processes, claims ``--runners`` runners, then runs
-``--executions`` executions of a trivial command, ``--concurrency`` at a time, three ways in one run:
+Starts ``supervisor simulate``, three ``supervisor run`` (pointed at it, each in a namespace of its
+own: the defaults, where an execution runs on a terminal with its stderr read apart by a second exec;
+a terminal with stderr merged, ``interactive_stderr = false``; no terminal, ``tty = false``) and the
+bare API stack (the daemon's HTTP server and starlette) as separate processes, claims ``--runners``
+runners of each daemon, then runs ``--executions`` executions of a trivial command, ``--concurrency``
+at a time, these ways in one run:
 
 - directly: the simulated cluster's exec WebSocket on the runners' allocations, up to ``exited``
   (the baseline);
-- directly, one at a time, with the command line the daemon sends for the same command (its
-  ``NOMAD_*`` variables unset, its PID noted so that it can be stopped, the note removed at exit):
-  what the runner's shell does beyond the command, which the daemon asks of it and no proxy saves;
-- through our API: ``POST /runners/{id}/execute``, the WebSocket, up to the ``exit`` message;
+- directly, one at a time, with the command lines the daemon sends for the same command (its
+  ``NOMAD_*`` variables unset, its PID noted so that it can be stopped, the note removed at exit, in
+  bash under ``/sbin/setuser user``; by default on a terminal, its stderr to a fifo that the second
+  exec's command line reads): what the runner's shells do beyond the command, which the daemon asks
+  of them and no proxy saves;
+- through our API: ``POST /runners/{id}/execute``, the WebSocket, up to the ``exit`` message, for
+  each of the three daemons;
 - through the bare stack: the same two requests to http server + starlette configured as the daemon
   configures them, answering at once with no Nomad behind: what the API stack costs by itself;
 - through the daemon's own exec client (``NomadClient.open_exec``, trio-websocket) from this process,
-  up to ``exited``: with the bare stack, the two parts every execution through the daemon needs;
+  up to ``exited``: with the bare stack, the two parts every execution through the daemon needs; by
+  default a terminal's exec (with its ``tty_size``) and, at the same time, a second exec without one,
+  as the daemon opens them; one exec on a terminal, and one without, for the other two daemons;
 - through our API with every client agent firewalled off (the simulator's control), so that exec
   takes the fallback path through the servers instead of going straight to the agent.
 
-Then all three again one at a time, where nothing waits for a CPU. Prints throughput, p50/p99
-latency, each process's CPU time per execution, the added latency, and the daemon's CPU budget that
-the throughput of the direct path would leave it once the client and the simulator have had their
-share (every process shares this machine's cores), for information. Targets, against baselines
-measured in the same run: the daemon's CPU per execution at most 1.4x that of its two parts by
-themselves, the bare stack plus the bare exec client (what a proxy of executions cannot do without);
-the latency it adds one at a time at most 2.5x, at p50, the bare stack's round trip plus what its
-command line costs the runner's shell over the bare command (``scripts/exec_hops.py`` times the
-hops); its p99 one at a time at most 3x its own p50.
+Then again one at a time, where nothing waits for a CPU. Prints throughput, p50/p99 latency, each
+process's CPU time per execution, the added latency, what keeping stderr apart costs an execution
+(against stderr merged on the terminal, and against no terminal: the daemon's and the simulated
+runner's CPU, and the latency), and the daemon's CPU budget that the throughput of the direct path
+would leave it once the client and the simulator have had their share (every process shares this
+machine's cores), for information. Targets, for the default daemon against baselines measured in the
+same run: its CPU per execution at most 1.4x that of its parts by themselves, the bare stack plus the
+bare exec client's two sessions (what a proxy of executions cannot do without); the latency it adds
+one at a time at most 2.5x, at p50, the bare stack's round trip plus what its command lines cost the
+runner's shells over the bare command (``scripts/exec_hops.py`` times the hops); its p99 one at a
+time at most 3x its own p50.
 """
 
 from __future__ import annotations
@@ -50,7 +60,12 @@ import trio
 from load_client import HttpPool, websocket_messages
 from targets import target
 
-from supervisor.core.commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
+from supervisor.core.commands import (
+    NOMAD_VARIABLES_COMMAND,
+    execution_command,
+    nomad_variable_names,
+    stderr_reader_command,
+)
 from supervisor.core.config import ExecutionSettings
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.nomad.exec import exec_url
@@ -61,6 +76,12 @@ LATENCY_TARGET: Final = 2.5
 FLOOR_MARKER = "serving the bare stack on "
 # CPU seconds per execution, by (path, process).
 CPU: dict[tuple[str, str], float] = {}
+# The daemons: how each runs an execution, by name (its namespace and its settings' variables).
+MODES: Final = {
+    "apart": ("default", {}),
+    "merged": ("bench-merged", {"SUPERVISOR_EXECUTION_INTERACTIVE_STDERR": "false"}),
+    "no tty": ("bench-notty", {"SUPERVISOR_EXECUTION_TTY": "false"}),
+}
 ENVIRONMENT = {
     "image": "python:3.12-slim",
     "prewarmingPoolSize": 5,
@@ -145,47 +166,74 @@ def _terminal(message: str) -> bool:
 
 
 def direct_execution(
-    client: NomadClient, allocations: list[str], *, nomad_variables: tuple[str, ...] | None = None
+    client: NomadClient,
+    allocations: list[str],
+    *,
+    nomad_variables: tuple[str, ...] | None = None,
+    mode: str = "no tty",
 ) -> Callable[[], Awaitable[None]]:
     """One execution through the simulated cluster's exec WebSocket, up to ``exited``: of the bare
-    command, or (given the task's ``NOMAD_*`` names) of the command line the daemon sends for it."""
+    command, or (given the task's ``NOMAD_*`` names) of the command lines the daemon sends for it in
+    ``mode`` (by default, two execs at once: the command's on a terminal, and its stderr's reader)."""
     counter = 0
+    settings = ExecutionSettings(tty=mode != "no tty", interactive_stderr=mode == "apart")
+
+    async def run(command: list[str], tty: bool, alloc_id: str) -> None:
+        url = exec_url(client, alloc_id, task="default-task", command=command, tty=tty)
+        messages = await websocket_messages(url, lambda message: "exited" in orjson.loads(message))
+        assert orjson.loads(messages[-1]) == {"exited": True, "result": {}}, messages
 
     async def execute() -> None:
         nonlocal counter
         counter += 1
         alloc_id = allocations[counter % len(allocations)]
-        command = ["/bin/sh", "-c", COMMAND]
-        if nomad_variables is not None:
-            command = execution_command(
-                COMMAND,
-                {},
-                execution_id=f"bench-{counter}",
-                privileged=False,
-                nomad_variables=nomad_variables,
-                unprivileged_wrapper=ExecutionSettings().unprivileged_wrapper,
-            )
-        url = exec_url(client, alloc_id, task="default-task", command=command, tty=False)
-        messages = await websocket_messages(url, lambda message: "exited" in orjson.loads(message))
-        assert orjson.loads(messages[-1]) == {"exited": True, "result": {}}, messages
+        if nomad_variables is None:
+            await run(["/bin/sh", "-c", COMMAND], False, alloc_id)
+            return
+        apart = settings.tty and settings.interactive_stderr
+        command = execution_command(
+            COMMAND,
+            {},
+            execution_id=f"bench-{counter}",
+            privileged=False,
+            nomad_variables=nomad_variables,
+            unprivileged_wrapper=settings.unprivileged_wrapper,
+            shell=settings.shell,
+            stderr_apart=apart,
+        )
+        async with trio.open_nursery() as nursery:
+            if apart:
+                nursery.start_soon(run, stderr_reader_command(f"bench-{counter}"), False, alloc_id)
+            await run(command, settings.tty, alloc_id)
 
     return execute
 
 
-def client_execution(client: NomadClient, allocations: list[str]) -> Callable[[], Awaitable[None]]:
+def client_execution(
+    client: NomadClient, allocations: list[str], mode: str = "no tty"
+) -> Callable[[], Awaitable[None]]:
     """One execution through the daemon's own exec client (trio-websocket), up to ``exited``: what
-    the daemon's side of an exec session costs by itself."""
+    the daemon's side of its exec sessions costs by itself in ``mode`` (apart: one on a terminal,
+    sized, and a second one without, at the same time)."""
     counter = 0
+
+    async def run(alloc_id: str, tty: bool) -> None:
+        async with client.open_exec(
+            alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND], tty=tty
+        ) as session:
+            if tty:
+                await session.resize(height=24, width=80)
+            exited, _, _ = await session.wait_exit()
+        assert exited.exit_code == 0, exited
 
     async def execute() -> None:
         nonlocal counter
         counter += 1
         alloc_id = allocations[counter % len(allocations)]
-        async with client.open_exec(
-            alloc_id, task="default-task", command=["/bin/sh", "-c", COMMAND]
-        ) as session:
-            exited, _, _ = await session.wait_exit()
-        assert exited.exit_code == 0, exited
+        async with trio.open_nursery() as nursery:
+            if mode == "apart":
+                nursery.start_soon(run, alloc_id, False)
+            await run(alloc_id, mode != "no tty")
 
     return execute
 
@@ -207,52 +255,63 @@ async def phase(
 
 
 async def measure(
-    api: str, nomad: str, floor: str, args: argparse.Namespace, pids: dict[str, int]
+    apis: dict[str, str], nomad: str, floor: str, args: argparse.Namespace, pids: dict[str, int]
 ) -> dict[str, tuple[float, list[float]]]:
     client_pid = {"this client": os.getpid()}
     results: dict[str, tuple[float, list[float]]] = {}
-    api_pool, floor_pool = HttpPool(api), HttpPool(floor)
+    pools = {mode: HttpPool(api) for mode, api in apis.items()}
+    floor_pool = HttpPool(floor)
     async with (
-        http_client(api + "/api/v1", args.concurrency) as http,
+        http_client(apis["apart"] + "/api/v1", args.concurrency) as http,
         NomadClient(NomadSettings(addresses=(nomad,))) as client,
     ):
-        runners = await claim_runners(http, args.runners)
-        allocations = [(await client.job_allocations(r)).value[0].id for r in runners]
+        runners = {"apart": await claim_runners(http, args.runners)}
+        for mode in ("merged", "no tty"):
+            async with http_client(apis[mode] + "/api/v1", args.concurrency) as other:
+                runners[mode] = await claim_runners(other, args.runners)
+        allocations = [(await client.job_allocations(r)).value[0].id for r in runners["apart"]]
         direct = direct_execution(client, allocations)
         async with client.open_exec(
             allocations[0], task="default-task", command=NOMAD_VARIABLES_COMMAND
         ) as env:
             _, listed, _ = await env.wait_exit()
-        as_the_daemon = direct_execution(client, allocations, nomad_variables=nomad_variable_names(listed))
-        through_api = api_execution(api_pool, "/api/v1", runners)
-        bare_stack = api_execution(floor_pool, "", runners)
-        exec_client = client_execution(client, allocations)
-        for work in (direct, as_the_daemon, through_api, bare_stack, exec_client):  # warm every path up
+        names = nomad_variable_names(listed)
+        as_the_daemon = {
+            m: direct_execution(client, allocations, nomad_variables=names, mode=m) for m in MODES
+        }
+        through = {m: api_execution(pools[m], "/api/v1", runners[m]) for m in MODES}
+        bare_stack = api_execution(floor_pool, "", runners["apart"])
+        exec_client = {m: client_execution(client, allocations, m) for m in MODES}
+        warm = [direct, *as_the_daemon.values(), *through.values(), bare_stack, *exec_client.values()]
+        for work in warm:  # warm every path up
             await timed(work, args.concurrency, args.concurrency)
-        daemon_pids = {"daemon": pids["daemon"], "simulator": pids["simulator"], **client_pid}
-        results["direct"] = await phase("direct", direct, args.executions, args.concurrency, daemon_pids)
-        results["api"] = await phase("api", through_api, args.executions, args.concurrency, daemon_pids)
+        n, c = args.executions, args.concurrency
+        everyone = {f"daemon {m}": pids[f"daemon {m}"] for m in MODES}
+        daemon_pids = {**everyone, "simulator": pids["simulator"], **client_pid}
+        results["direct"] = await phase("direct", direct, n, c, daemon_pids)
+        for mode in MODES:
+            results[f"api {mode}"] = await phase(f"api {mode}", through[mode], n, c, daemon_pids)
         floor_pids = {"http server + starlette": pids["floor"], **client_pid}
-        results["floor"] = await phase("floor", bare_stack, args.executions, args.concurrency, floor_pids)
-        results["client"] = await phase("client", exec_client, args.executions, args.concurrency, daemon_pids)
+        results["floor"] = await phase("floor", bare_stack, n, c, floor_pids)
+        for mode in MODES:
+            results[f"client {mode}"] = await phase(f"client {mode}", exec_client[mode], n, c, daemon_pids)
         # One at a time: the latency the daemon adds when nothing waits for a CPU.
         unloaded = max(50, args.executions // 5)
         results["direct 1"] = await timed(direct, unloaded, 1)
-        results["command line 1"] = await timed(as_the_daemon, unloaded, 1)
-        results["api 1"] = await timed(through_api, unloaded, 1)
+        for mode in MODES:
+            results[f"command line {mode} 1"] = await timed(as_the_daemon[mode], unloaded, 1)
+            results[f"api {mode} 1"] = await timed(through[mode], unloaded, 1)
+            results[f"client {mode} 1"] = await timed(exec_client[mode], unloaded, 1)
         results["floor 1"] = await timed(bare_stack, unloaded, 1)
-        results["client 1"] = await timed(exec_client, unloaded, 1)
         # The fallback path: every agent firewalled off, exec through the servers.
         state = (await http.get(f"{nomad}/sim/v1/state")).json()
         for node in state["nodes"]:
             await http.post(f"{nomad}/sim/v1/nodes/{node['name']}/http", json={"reachable": False})
-        await timed(through_api, args.concurrency, args.concurrency)  # each agent is tried once
-        results["fallback"] = await phase(
-            "fallback", through_api, args.executions, args.concurrency, daemon_pids
-        )
-        results["fallback 1"] = await timed(through_api, unloaded, 1)
-    await api_pool.aclose()
-    await floor_pool.aclose()
+        await timed(through["apart"], args.concurrency, args.concurrency)  # each agent is tried once
+        results["fallback"] = await phase("fallback", through["apart"], n, c, daemon_pids)
+        results["fallback 1"] = await timed(through["apart"], unloaded, 1)
+    for pool in [*pools.values(), floor_pool]:
+        await pool.aclose()
     return results
 
 
@@ -330,20 +389,24 @@ def main(argv: list[str] | None = None) -> int:
             logs / "simulate.log",
         )
         processes.append(simulate)
-        daemon, api = start(
-            [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"],
-            {**env, "NOMAD_ADDR": exports},
-            "serving the API on ",
-            logs / "daemon.log",
-        )
-        processes.append(daemon)
+        apis: dict[str, str] = {}
+        pids: dict[str, int] = {"simulator": simulate.pid}
+        for mode, (namespace, variables) in MODES.items():
+            daemon, apis[mode] = start(
+                [sys.executable, "-m", "supervisor", "run", "--listen", "127.0.0.1:0"],
+                {**env, **variables, "NOMAD_ADDR": exports, "NOMAD_NAMESPACE": namespace},
+                "serving the API on ",
+                logs / f"daemon-{mode.replace(' ', '-')}.log",
+            )
+            processes.append(daemon)
+            pids[f"daemon {mode}"] = daemon.pid
         floor_server, floor = start(
             [sys.executable, __file__, "--serve-floor", "127.0.0.1:0"], env, FLOOR_MARKER, logs / "floor.log"
         )
         processes.append(floor_server)
         print(f"logs in {logs}")
-        pids = {"daemon": daemon.pid, "simulator": simulate.pid, "floor": floor_server.pid}
-        results = trio.run(measure, api, exports.split(",")[0], floor, args, pids)
+        pids["floor"] = floor_server.pid
+        results = trio.run(measure, apis, exports.split(",")[0], floor, args, pids)
     finally:
         for process in processes:
             process.terminate()
@@ -355,6 +418,41 @@ def main(argv: list[str] | None = None) -> int:
     return report(results, args)
 
 
+_MODE_LABELS: Final = {
+    "apart": "terminal, stderr apart",
+    "merged": "terminal, stderr merged",
+    "no tty": "no terminal",
+}
+
+
+_PATH_LABELS: Final = (("api", "API"), ("client", "exec client alone"), ("command line", "daemon's argv"))
+
+
+def _label(name: str) -> str:
+    """A row's label: its path, and the daemon's mode."""
+    fixed = {
+        "direct": "simulator exec directly (baseline)",
+        "floor": "http server + starlette, no Nomad",
+        "direct 1": "one at a time: directly",
+        "floor 1": "one at a time: bare stack",
+        "fallback": "API, agents firewalled",
+        "fallback 1": "one at a time: agents firewalled",
+    }
+    if name in fixed:
+        return fixed[name]
+    alone = name.endswith(" 1")
+    base = name.removesuffix(" 1")
+    for mode, label in _MODE_LABELS.items():
+        for path, what in (
+            ("api", "API"),
+            ("client", "exec client alone"),
+            ("command line", "daemon's argv"),
+        ):
+            if base == f"{path} {mode}":
+                return f"{'one at a time: ' if alone else ''}{what}, {label}"
+    return name
+
+
 def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespace) -> int:
     rows: dict[str, dict[str, float]] = {}
     for name, (elapsed, latencies) in results.items():
@@ -363,98 +461,98 @@ def report(results: dict[str, tuple[float, list[float]]], args: argparse.Namespa
             "p50": percentile(latencies, 0.5) * 1000,
             "p99": percentile(latencies, 0.99) * 1000,
         }
-    labels = {
-        "direct": "simulator exec directly (baseline)",
-        "api": "through the daemon's API",
-        "floor": "http server + starlette, no Nomad",
-        "client": "the daemon's exec client alone",
-        "direct 1": "one at a time: directly",
-        "command line 1": "one at a time: the daemon's argv",
-        "api 1": "one at a time: through the API",
-        "floor 1": "one at a time: bare stack",
-        "client 1": "one at a time: exec client alone",
-        "fallback": "through the API, agents firewalled",
-        "fallback 1": "one at a time: agents firewalled",
-    }
     shape = f"{args.concurrency} at a time, on {args.runners} runners"
     print(f"{args.executions} executions of {COMMAND!r}, {shape}")
-    print(f"{'path':<36}{'executions/s':>14}{'p50':>10}{'p99':>10}")
+    print(f"{'path':<52}{'executions/s':>14}{'p50':>10}{'p99':>10}")
     for name, row in rows.items():
-        print(f"{labels[name]:<36}{row['throughput']:>14.1f}{row['p50']:>8.1f}ms{row['p99']:>8.1f}ms")
+        print(f"{_label(name):<52}{row['throughput']:>14.1f}{row['p50']:>8.1f}ms{row['p99']:>8.1f}ms")
     print("CPU per execution:")
-    for path in ("direct", "api", "fallback", "floor", "client"):
-        spent = ", ".join(f"{who} {CPU[(p, who)] * 1000:.2f} ms" for p, who in CPU if p == path)
-        print(f"  {labels[path]}: {spent}")
+    paths = ["direct", *(f"api {m}" for m in MODES), "fallback", "floor", *(f"client {m}" for m in MODES)]
+    for path in paths:
+        own = path.removeprefix("api ") if path.startswith("api ") else "apart" if path == "fallback" else ""
+        spent = ", ".join(
+            f"{who} {CPU[(p, who)] * 1000:.2f} ms"
+            for p, who in CPU
+            if p == path and (not who.startswith("daemon") or who == f"daemon {own}")
+        )
+        print(f"  {_label(path)}: {spent}")
 
-    added_p50 = rows["api"]["p50"] - rows["direct"]["p50"]
-    added_p99 = rows["api"]["p99"] - rows["direct"]["p99"]
-    ratio = rows["api"]["throughput"] / rows["direct"]["throughput"]
+    api, api1 = rows["api apart"], rows["api apart 1"]
+    added_p50 = api["p50"] - rows["direct"]["p50"]
+    added_p99 = api["p99"] - rows["direct"]["p99"]
+    ratio = api["throughput"] / rows["direct"]["throughput"]
     floor_ratio = rows["floor"]["throughput"] / rows["direct"]["throughput"]
     print(
         f"added latency: p50 {added_p50:+.1f} ms, p99 {added_p99:+.1f} ms; throughput ratio {ratio:.2f} "
         f"(the bare stack, with nothing behind it, reaches {floor_ratio:.2f})"
     )
-    unloaded_p50 = rows["api 1"]["p50"] - rows["direct 1"]["p50"]
-    unloaded_p99 = rows["api 1"]["p99"] - rows["direct 1"]["p99"]
-    # The API path makes the direct path's exec plus a POST and a WebSocket round through the stack.
+    unloaded_p50 = api1["p50"] - rows["direct 1"]["p50"]
+    unloaded_p99 = api1["p99"] - rows["direct 1"]["p99"]
     print(
         f"added latency one at a time: p50 {unloaded_p50:+.1f} ms, p99 {unloaded_p99:+.1f} ms; "
         f"a POST and a WebSocket round through the bare stack take {rows['floor 1']['p50']:.1f} ms at p50"
     )
-    # The daemon's own exec session costs what this process's exec client costs over the lean one.
-    client_extra = rows["client 1"]["p50"] - rows["direct 1"]["p50"]
-    print(
-        f"the added p50 its two parts alone would give: the bare stack's round trip plus its exec client's "
-        f"{client_extra:+.1f} ms over the lean one, {rows['floor 1']['p50'] + client_extra:.1f} ms, "
-        f"{(rows['floor 1']['p50'] + client_extra) / rows['floor 1']['p50']:.2f}x the round trip"
-    )
-
     print(
         "straight to the agent versus through the servers (agents firewalled): "
-        f"p50 {rows['api 1']['p50']:.1f} ms against {rows['fallback 1']['p50']:.1f} ms one at a time, "
-        f"{rows['api']['throughput']:.0f} against {rows['fallback']['throughput']:.0f} executions/s "
-        "under load"
+        f"p50 {api1['p50']:.1f} ms against {rows['fallback 1']['p50']:.1f} ms one at a time, "
+        f"{api['throughput']:.0f} against {rows['fallback']['throughput']:.0f} executions/s under load"
     )
+
+    # What keeping stderr apart costs an execution: a second exec session, a fifo in the runner.
+    for other in ("merged", "no tty"):
+        daemon = CPU[("api apart", "daemon apart")] - CPU[(f"api {other}", f"daemon {other}")]
+        runner = CPU[("api apart", "simulator")] - CPU[(f"api {other}", "simulator")]
+        latency = api1["p50"] - rows[f"api {other} 1"]["p50"]
+        shells = rows["command line apart 1"]["p50"] - rows[f"command line {other} 1"]["p50"]
+        print(
+            f"stderr apart against {_MODE_LABELS[other]}: the daemon's CPU {daemon * 1000:+.2f} ms, the "
+            f"simulated runner's {runner * 1000:+.2f} ms per execution; p50 one at a time {latency:+.1f} ms "
+            f"through the API, {shells:+.1f} ms of the command lines alone; "
+            f"{api['throughput']:.0f} against {rows[f'api {other}']['throughput']:.0f} executions/s "
+            "under load"
+        )
 
     # All processes share this machine's cores, so throughput follows the CPU an execution costs.
     direct_total = sum(seconds for (path, _), seconds in CPU.items() if path == "direct")
-    others = sum(seconds for (path, who), seconds in CPU.items() if path == "api" and who != "daemon")
+    others = CPU[("api apart", "simulator")] + CPU[("api apart", "this client")]
     budget = direct_total / 0.8 - others
+    daemon_cpu, stack_cpu = CPU[("api apart", "daemon apart")], CPU[("floor", "http server + starlette")]
     print(
         f"CPU budget of the daemon for 80% of direct throughput: {budget * 1000:.2f} ms per execution "
         f"(direct path {direct_total * 1000:.2f} ms / 0.8, less {others * 1000:.2f} ms of client and "
-        f"simulator); the daemon spent {CPU[('api', 'daemon')] * 1000:.2f} ms, of which the bare "
-        f"http server + starlette stack costs {CPU[('floor', 'http server + starlette')] * 1000:.2f} ms"
+        f"simulator); the daemon spent {daemon_cpu * 1000:.2f} ms, of which the bare "
+        f"http server + starlette stack costs {stack_cpu * 1000:.2f} ms"
     )
-    daemon_cpu, stack_cpu = CPU[("api", "daemon")], CPU[("floor", "http server + starlette")]
-    client_cpu = CPU[("client", "this client")]
+    client_cpu = CPU[("client apart", "this client")]
     parts = stack_cpu + client_cpu
     print(
-        f"the daemon's two parts by themselves: the bare stack {stack_cpu * 1000:.2f} ms and its exec "
-        f"client (trio-websocket, run from this process) {client_cpu * 1000:.2f} ms, {parts * 1000:.2f} ms "
-        f"together; the daemon {daemon_cpu * 1000:.2f} ms, {daemon_cpu / parts:.2f}x their sum"
+        f"the daemon's parts by themselves: the bare stack {stack_cpu * 1000:.2f} ms and its exec "
+        f"client's two sessions (trio-websocket, run from this process) {client_cpu * 1000:.2f} ms, "
+        f"{parts * 1000:.2f} ms together; the daemon {daemon_cpu * 1000:.2f} ms, {daemon_cpu / parts:.2f}x "
+        "their sum"
     )
     cpu_ratio = daemon_cpu / parts
-    command_extra = rows["command line 1"]["p50"] - rows["direct 1"]["p50"]
+    command_extra = rows["command line apart 1"]["p50"] - rows["direct 1"]["p50"]
     floor = rows["floor 1"]["p50"] + max(0.0, command_extra)
     print(
-        f"the daemon's command line costs the runner's shell {command_extra:+.1f} ms over the bare command "
-        f"at p50; the added p50 is {unloaded_p50 / rows['floor 1']['p50']:.2f}x the bare stack's round trip "
-        f"alone, {unloaded_p50 / floor:.2f}x the round trip plus that"
+        f"the daemon's command lines (two execs, a terminal, the fifo, bash under setuser) cost the "
+        f"runner {command_extra:+.1f} ms over the bare command at p50; the added p50 is "
+        f"{unloaded_p50 / rows['floor 1']['p50']:.2f}x the bare stack's round trip alone, "
+        f"{unloaded_p50 / floor:.2f}x the round trip plus that"
     )
     added_ratio = unloaded_p50 / floor
-    tail_ratio = rows["api 1"]["p99"] / rows["api 1"]["p50"]
+    tail_ratio = api1["p99"] / api1["p50"]
     met = [
         target(
             "daemon CPU per execution",
             cpu_ratio <= CPU_TARGET,
-            f"{cpu_ratio:.2f}x the bare stack plus the bare exec client",
+            f"{cpu_ratio:.2f}x the bare stack plus the bare exec client's two sessions",
             f"<= {CPU_TARGET:g}x",
         ),
         target(
             "added p50 one at a time",
             added_ratio <= LATENCY_TARGET,
-            f"{added_ratio:.2f}x the bare stack's round trip plus the command line's extra",
+            f"{added_ratio:.2f}x the bare stack's round trip plus the command lines' extra",
             f"<= {LATENCY_TARGET:g}x",
         ),
         target("p99 one at a time", tail_ratio <= 3, f"{tail_ratio:.2f}x its own p50", "<= 3x"),

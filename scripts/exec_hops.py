@@ -48,6 +48,7 @@ from load_client import HttpPool, websocket_messages
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, RejectConnection, Request, TextMessage
 
+from supervisor.core.config import ExecutionSettings
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.nomad.exec import exec_url
 
@@ -193,10 +194,19 @@ async def stamped_execution(pool: HttpPool, runner: str) -> list[float]:
 
 
 def daemon_argv() -> list[str]:
-    """The argv the daemon gives Nomad for ``COMMAND``: with its PID note and the note's removal."""
+    """The argv the daemon gives Nomad for ``COMMAND``: with its PID note and the note's removal, in
+    its shell under its wrapper (its stderr on the exec's own stream: the second exec that reads it
+    apart from a terminal, and what that costs, ``bench_exec.py`` measures)."""
     owner, name = resolve(DAEMON_ARGV)
+    settings = ExecutionSettings()
     argv: list[str] = getattr(owner, name)(
-        COMMAND, {}, execution_id="exec-hops", privileged=False, nomad_variables=()
+        COMMAND,
+        {},
+        execution_id="exec-hops",
+        privileged=False,
+        nomad_variables=(),
+        unprivileged_wrapper=settings.unprivileged_wrapper,
+        shell=settings.shell,
     )
     return argv
 

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 from supervisor.nomad import Allocation, AllocListStub, EventStream, Indexed, Job, JobListStub, NodeListStub
 from supervisor.nomad.agents import AgentLocator, NoAgents
-from supervisor.nomad.api import ExecChannel
+from supervisor.nomad.api import TerminalChannel
 from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
 
 
@@ -77,7 +77,7 @@ class NomadDouble:
 
     @asynccontextmanager
     async def open_exec(
-        self, alloc_id: str, *, task: str, command: Sequence[str]
-    ) -> AsyncIterator[ExecChannel]:
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[TerminalChannel]:
         _unexpected("open_exec")
         yield

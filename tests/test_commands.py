@@ -13,6 +13,7 @@ from supervisor.core.commands import (
     execution_command,
     nomad_variable_names,
     noted_command,
+    stderr_reader_command,
     stop_command,
     stop_every_noted_command,
     unprivileged_command,
@@ -136,11 +137,15 @@ def test_every_noted_command_a_previous_run_left_is_stopped_and_nothing_else(tmp
         )
         for i in range(2)
     ]
+    # The reader of an execution's stderr whose command never came: it waits in the fifo's open.
+    commands.append(subprocess.Popen(stderr_reader_command("left-r"), cwd=tmp_path, env=environ))
     bystander = subprocess.Popen(["sleep", "60"])
     try:
         deadline = time.monotonic() + 10
         # A shell creates the file before it writes the PID into it.
-        while sum(p.read_text().strip() != "" for p in tmp_path.glob("child-*.pid")) < 2:
+        while sum(p.read_text().strip() != "" for p in tmp_path.glob("child-*.pid")) < 2 or not list(
+            tmp_path.glob("*.fifo")
+        ):
             assert time.monotonic() < deadline, "the commands did not start"
             time.sleep(0.01)
         children = [int(p.read_text()) for p in tmp_path.glob("child-*.pid")]
@@ -151,7 +156,7 @@ def test_every_noted_command_a_previous_run_left_is_stopped_and_nothing_else(tmp
         while any(_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not any(_alive(c) for c in children), "their background children are stopped too"
-        assert not list(tmp_path.glob(".supervisor-*.pid"))
+        assert not list(tmp_path.glob(".supervisor-*")), "no note, no fifo left"
         assert bystander.poll() is None, "a command nobody noted is left alone"
         done = subprocess.run(stop_every_noted_command(grace=0.5), env=environ, check=False, timeout=10)
         assert done.returncode == 0, "nothing noted: nothing to do"
@@ -159,3 +164,76 @@ def test_every_noted_command_a_previous_run_left_is_stopped_and_nothing_else(tmp
         for process in [*commands, bystander]:
             process.kill()
             process.wait()
+
+
+def test_an_execution_runs_in_bash_under_the_wrapper_or_as_the_tasks_user(tmp_path: Path) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "USER": "root"}
+    command = '[[ 1 == 1 ]] && echo "bash=${BASH_VERSION:+yes} user=$USER"'
+    for privileged, user in [(False, "wrapped"), (True, "root")]:
+        argv = execution_command(
+            command,
+            {},
+            execution_id="b1",
+            privileged=privileged,
+            nomad_variables=(),
+            unprivileged_wrapper="env USER=wrapped",
+        )
+        run = subprocess.run(argv, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=10)
+        assert (run.returncode, run.stdout) == (0, f"bash=yes user={user}\n"), run.stderr
+    dash = execution_command(
+        "[[ 1 == 1 ]]", {}, execution_id="b2", privileged=True, nomad_variables=(), shell="/bin/sh"
+    )
+    assert subprocess.run(dash, env=environ, capture_output=True).returncode != 0, (
+        "the shell is the setting's"
+    )
+
+
+@pytest.mark.parametrize("reader_first", [True, False])
+def test_stderr_apart_goes_through_the_fifo_whichever_side_comes_first(
+    tmp_path: Path, reader_first: bool
+) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    argv = execution_command(
+        "echo out; echo err >&2; echo more >/dev/stderr; exit 4",
+        {},
+        execution_id="f1",
+        privileged=False,
+        nomad_variables=(),
+        unprivileged_wrapper="env",
+        stderr_apart=True,
+    )
+    first, second = (
+        (stderr_reader_command("f1"), argv) if reader_first else (argv, stderr_reader_command("f1"))
+    )
+    started = subprocess.Popen(first, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.2)
+    assert started.poll() is None, "the first side waits for the other in the fifo's open"
+    other = subprocess.run(second, env=environ, capture_output=True, timeout=10)
+    out, _ = started.communicate(timeout=10)
+    command, reader = (other.returncode, other.stdout), (started.returncode, out)
+    if not reader_first:
+        command, reader = reader, command
+    assert command == (4, b"out\n"), "stdout alone, the command's exit"
+    assert reader == (0, b"err\nmore\n"), "stderr, also reopened by name, on the reader's stdout"
+    assert not list(tmp_path.glob(".supervisor-*")), "no fifo or note left"
+
+
+@pytest.mark.parametrize("waiting", ["reader", "command"])
+def test_a_stop_ends_a_side_waiting_for_the_other_and_removes_the_fifo(tmp_path: Path, waiting: str) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    argv = (
+        stderr_reader_command("f2")
+        if waiting == "reader"
+        else execution_command(
+            "echo never", {}, execution_id="f2", privileged=True, nomad_variables=(), stderr_apart=True
+        )
+    )
+    alone = subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while not list(tmp_path.glob("*.fifo")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    subprocess.run(stop_command("f2", grace=0.5), env=environ, check=True, timeout=10)
+    out, _ = alone.communicate(timeout=5)
+    assert alone.returncode != 0, "stopped in the fifo's open"
+    assert out == b"", "nothing ran"
+    assert not list(tmp_path.glob(".supervisor-*")), "no fifo or note left"

@@ -10,7 +10,11 @@ from typing import Any
 import trio
 import trio.testing
 
-from supervisor.base.errors import ExecConnectionLost, ExecRejected, NomadUnavailableError
+from supervisor.base.errors import (
+    ExecConnectionLost,
+    ExecRejected,
+    NomadUnavailableError,
+)
 from supervisor.core.commands import NOMAD_VARIABLES_COMMAND
 from supervisor.core.config import ExecutionSettings
 from supervisor.core.evidence import Finding
@@ -112,7 +116,9 @@ class _Unreachable(_NoAllocations):
         self.commands: list[list[str]] = []
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[Any]:
         self.commands.append(list(command))
         raise ExecConnectionLost("no server answers")
         yield  # pragma: no cover
@@ -122,7 +128,9 @@ class _Refusing(_Unreachable):
     """A Nomad client that refuses every exec with a close frame."""
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[Any]:
         self.commands.append(list(command))
         raise ExecRejected(1011, "Permission denied")
         yield  # pragma: no cover
@@ -136,7 +144,9 @@ class _BackAfter(_Unreachable):
         self.failures = failures
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[Any]:
         self.commands.append(list(command))
         if len(self.commands) <= self.failures:
             raise NomadUnavailableError("connection refused: the server restarts")
@@ -208,9 +218,11 @@ class _SlowToClose(_NoAllocations):
         self.closing = trio.Event()
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[Any]:
         yield _ExitedSession()
-        if command is not NOMAD_VARIABLES_COMMAND:
+        if tty:  # the command's session (the reader of its stderr has none)
             self.closing.set()
             await trio.sleep_forever()
 
@@ -222,6 +234,10 @@ class _ExitedSession:
     def __init__(self) -> None:
         self.exited = False
         self.path = "server"
+        self.sizes: list[tuple[int, int]] = []
+
+    async def resize(self, *, height: int, width: int) -> None:
+        self.sizes.append((height, width))
 
     def __aiter__(self) -> _ExitedSession:
         return self
@@ -282,9 +298,11 @@ class _FailingClose(_SlowToClose):
     """Exec sessions that exit at once with 0, then fail as they close (a bug below us)."""
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[Any]:
         yield _ExitedSession()
-        if command is not NOMAD_VARIABLES_COMMAND:
+        if tty:
             raise RuntimeError("closing went wrong")
 
 
@@ -305,7 +323,9 @@ class _Listing(_SlowToClose):
         self.listings = 0
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[Any]:
         self.listings += command is NOMAD_VARIABLES_COMMAND
         yield _ExitedSession()
 
@@ -334,7 +354,9 @@ class _Stalling(_NoAllocations):
         self.stdin = bytearray()
 
     @asynccontextmanager
-    async def open_exec(self, alloc_id: str, *, task: str, command: Sequence[str]) -> AsyncIterator[Any]:
+    async def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AsyncIterator[Any]:
         self.commands.append(list(command))
         running = command is not NOMAD_VARIABLES_COMMAND and "kill -TERM" not in command[-1]
         yield _Endless(self, talks="yes" in command[-1]) if running else _ExitedSession()
@@ -349,6 +371,9 @@ class _Endless(_NoAllocations):
     def __init__(self, nomad: _Stalling, *, talks: bool) -> None:
         self.nomad = nomad
         self.talks = talks
+
+    async def resize(self, *, height: int, width: int) -> None:
+        await trio.lowlevel.checkpoint()
 
     def __aiter__(self) -> _Endless:
         return self

@@ -19,7 +19,9 @@ the daemon's send to it the same way: the send that makes no progress for the ru
 timeout ends the execution too.
 
 Real clock and real TCP, as the tests under ``tests/daemon`` (whose harness this file builds the same
-way): the simulated cluster's exec runs real processes, over real sockets whose buffers fill.
+way): the simulated cluster's exec runs real processes, over real sockets whose buffers fill. Without
+a terminal (``execution.tty = false``): what these tests are about is a stdin pipe that fills; a
+terminal never blocks a write of its input, it drops what its line buffer cannot hold.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import trio
 import trio_websocket
 
 from supervisor.api.app import _ClientSocket
-from supervisor.core.config import ServerSettings, Settings
+from supervisor.core.config import ExecutionSettings, ServerSettings, Settings
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.nomad.exec import ExecSession
 from supervisor.simulator import SimConfig, SimulatedCluster
@@ -60,7 +62,9 @@ async def harness(nursery: trio.Nursery) -> AsyncIterator[Harness]:
     """The daemon on 127.0.0.1 port 0 against a simulated cluster, as ``tests/daemon``'s harness."""
     sim_config = SimConfig(seed=11, nodes=2, alloc_start_delay=0.01, task_kill_delay=0.01, eval_delay=0.001)
     cluster = await nursery.start(SimulatedCluster(sim_config).run)
-    settings = Settings(server=ServerSettings(port=0, max_message=MAX_MESSAGE))
+    settings = Settings(
+        server=ServerSettings(port=0, max_message=MAX_MESSAGE), execution=ExecutionSettings(tty=False)
+    )
     daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)})
     await nursery.start(daemon.run)
     async with (

@@ -14,12 +14,16 @@ from typing import Final
 from ..base.errors import InvalidRequest
 
 __all__ = [
+    "FIFO_FAILED_EXIT",
     "MAX_COMMAND_BYTES",
     "NOMAD_VARIABLES_COMMAND",
     "execution_command",
+    "fifo_file",
     "nomad_variable_names",
     "noted_command",
     "pid_file",
+    "stderr_note",
+    "stderr_reader_command",
     "stop_command",
     "stop_every_noted_command",
     "unprivileged_command",
@@ -36,6 +40,8 @@ MAX_COMMAND_BYTES: Final = 100_000
 _PROCESS_TREE: Final = (
     "tree() { for c in $(cat /proc/$1/task/*/children 2>/dev/null); do tree $c; done; echo $1; }; "
 )
+# The outer shell's exit when no fifo can be made for an execution's stderr (nothing ran).
+FIFO_FAILED_EXIT: Final = 125
 # Prints the task's environment, names and values; only the NOMAD_* names are kept from it
 # (nomad_variable_names). Run once per allocation: they never change.
 NOMAD_VARIABLES_COMMAND: Final = ["/bin/sh", "-c", "env"]
@@ -123,26 +129,71 @@ def execution_command(
     privileged: bool,
     nomad_variables: Sequence[str],
     unprivileged_wrapper: str = "",
+    shell: str = "/bin/bash",
+    stderr_apart: bool = False,
 ) -> list[str]:
-    """argv running ``command`` with ``CODEOCEAN=true`` and the client's variables, without Nomad's.
+    """argv running ``command`` as ``<shell> -c <command>`` with ``CODEOCEAN=true`` and the client's
+    variables, without Nomad's, as Poseidon runs it; under ``unprivileged_wrapper`` unless
+    ``privileged`` (or no wrapper is configured), as the task's user then.
 
     Nomad gives every task ``NOMAD_*`` variables (addresses, tokens, IDs); ``nomad_variables`` names
-    them and they are unset first, with a shell builtin (no process to start). The shell notes its
-    PID, so that stopping that PID's process tree stops the command, and removes the note when it
-    exits. It runs the command itself (``eval``), or, with an unprivileged wrapper, as its child.
+    them and they are unset first, with a shell builtin (no process to start). The outer shell notes
+    its PID, so that stopping that PID's process tree stops the command, and removes the note when
+    it exits. With ``stderr_apart`` the command's stderr goes to the execution's fifo, which
+    ``stderr_reader_command`` reads in a second exec: the outer shell opens it, so the wrapper's
+    user needs no right to it, and the open waits for the reader (nothing is written before).
     """
     validate_environment(environment)
     unset = [name for name in nomad_variables if _ENV_NAME.fullmatch(name)]
     assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in {"CODEOCEAN": "true", **environment}.items())
-    if privileged or not unprivileged_wrapper:
-        run = f"eval {shlex.quote(command)}"
-    else:
-        run = _under(unprivileged_wrapper, command)
+    run = f"{shlex.quote(shell)} -c {shlex.quote(command)}"
+    if unprivileged_wrapper and not privileged:
+        run = f"{unprivileged_wrapper} {run}"
+    if stderr_apart:
+        run = _make_fifo(execution_id) + f'{run} 2>"{fifo_file(execution_id)}"'
     script = (
         (f"unset {' '.join(unset)}; " if unset else "")
         + _note_pid(execution_id)
         + f"export {assignments}; "
         + run
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def fifo_file(execution_id: str) -> str:
+    """The fifo an execution's stderr goes through when kept apart from its terminal; it is removed
+    as soon as both ends opened it (a stop removes what an interrupted execution left)."""
+    return f"${{TMPDIR:-/tmp}}/.supervisor-{execution_id}.fifo"
+
+
+def stderr_note(execution_id: str) -> str:
+    """The note of the command reading an execution's stderr: stop_command stops it with the execution."""
+    return f"{execution_id}-stderr"
+
+
+def _make_fifo(execution_id: str) -> str:
+    """Script text making the execution's fifo unless the other side made it first (both try: no
+    order between the two execs, no polling); writable by the wrapper's user (a reopen of
+    /dev/stderr)."""
+    fifo = f'"{fifo_file(execution_id)}"'
+    return (
+        f"{{ [ -p {fifo} ] || mkfifo -m 622 {fifo} 2>/dev/null || [ -p {fifo} ]; }} || "
+        f"{{ echo 'cannot make a fifo for stderr' >&2; exit {FIFO_FAILED_EXIT}; }}; "
+    )
+
+
+def stderr_reader_command(execution_id: str) -> list[str]:
+    """argv, for an exec without a TTY, printing the execution's stderr on its stdout: it opens the
+    fifo (which waits for the command's side), removes its name, and copies until every writer closed
+    it. Its PID is noted until then, so that a stop of the execution stops it too (a reader whose
+    command never started would wait for ever); once both sides opened, it ends with the command's
+    process tree, and its shell becomes ``cat``."""
+    fifo = f'"{fifo_file(execution_id)}"'
+    note = f'"{pid_file(stderr_note(execution_id))}"'
+    script = (
+        f"echo $$ > {note}; "
+        + _make_fifo(execution_id)
+        + f"exec 3<{fifo}; rm -f {fifo} {note}; exec cat <&3"
     )
     return ["/bin/sh", "-c", script]
 
@@ -155,7 +206,7 @@ def stop_every_noted_command(grace: float) -> list[str]:
         'S=; A=; for N in "${TMPDIR:-/tmp}"/.supervisor-*.pid; do '
         'P=$(cat "$N" 2>/dev/null) || continue; rm -f "$N"; T=$(tree $P); '
         'kill -TERM $T 2>/dev/null; S="$S $P"; A="$A $T"; done; '
-        '[ -n "$S" ] || exit 0; i=0; '
+        'rm -f "${TMPDIR:-/tmp}"/.supervisor-*.fifo; [ -n "$S" ] || exit 0; i=0; '
         f"while [ $i -lt {tries} ]; do L=; for P in $S; do kill -0 $P 2>/dev/null && L=1; done; "
         '[ -n "$L" ] || break; sleep 0.1; i=$((i+1)); done; '
         "kill -KILL $A 2>/dev/null; true"
@@ -163,16 +214,20 @@ def stop_every_noted_command(grace: float) -> list[str]:
     return ["/bin/sh", "-c", script]
 
 
-def stop_command(execution_id: str, grace: float) -> list[str]:
-    """argv that stops an execution and everything it started: TERM to its process tree (read from
-    /proc before anything dies, since orphans are re-parented), up to ``grace`` seconds, then KILL."""
+def stop_command(note_id: str, grace: float) -> list[str]:
+    """argv that stops a noted command and everything it started: TERM to its process tree (read
+    from /proc before anything dies, since orphans are re-parented), up to ``grace`` seconds, then
+    KILL. For an execution, the reader of its stderr too, and its fifo is removed."""
     tries = max(1, round(grace * 10))
-    pid = f'"{pid_file(execution_id)}"'
+    notes = f'"{pid_file(note_id)}" "{pid_file(stderr_note(note_id))}"'
     script = (
-        f"P=$(cat {pid} 2>/dev/null) || exit 0; rm -f {pid}; "
+        f'S=; for N in {notes}; do P=$(cat "$N" 2>/dev/null) || continue; '
+        'rm -f "$N"; S="$S $P"; done; '
+        f'rm -f "{fifo_file(note_id)}"; [ -n "$S" ] || exit 0; '
         + _PROCESS_TREE
-        + "T=$(tree $P); kill -TERM $T 2>/dev/null; i=0; "
-        f"while kill -0 $P 2>/dev/null && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; "
+        + 'T=; for P in $S; do T="$T $(tree $P)"; done; kill -TERM $T 2>/dev/null; i=0; '
+        f"while [ $i -lt {tries} ]; do L=; for P in $S; do kill -0 $P 2>/dev/null && L=1; done; "
+        '[ -n "$L" ] || break; sleep 0.1; i=$((i+1)); done; '
         "kill -KILL $T 2>/dev/null; true"
     )
     return ["/bin/sh", "-c", script]

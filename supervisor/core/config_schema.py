@@ -231,7 +231,12 @@ class ExecutionSettings:
     )
     workspace: str = setting("/workspace", "the workspace inside a runner: a boundary", absolute_path())
     unprivileged_wrapper: str = setting(
-        "", 'e.g. "/sbin/setuser user": prefixes commands unless privilegedExecution'
+        "/sbin/setuser user", 'prefixes commands unless privilegedExecution ("": none)'
+    )
+    shell: str = setting("/bin/bash", "an execution's command runs as <shell> -c <command>", absolute_path())
+    tty: bool = setting(True, "executions run on a terminal (exec with tty=true), as Poseidon's")
+    interactive_stderr: bool = setting(
+        True, "on a terminal, stderr apart (a second exec reads it); false: in stdout"
     )
     task: str = setting("default-task", "the runner job's task that commands run in", NOT_EMPTY)
 

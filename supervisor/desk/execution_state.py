@@ -137,9 +137,12 @@ async def forward_output(
     session: ExecChannel,
     attempt: Attempt,
     confirm: Callable[[ExecExited], Awaitable[dict[str, Any] | None]],
+    *,
+    before_exit: Callable[[], Awaitable[None]] | None = None,
 ) -> ExecExited:
     """Send the session's output to the client as it comes (UTF-8 decoded across frames), then
-    its exit message, before the session is torn down; the exit."""
+    its exit message, before the session is torn down (and after ``before_exit``: the rest of the
+    command's output that another session reads); the exit."""
     decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
     async for frame in session:
         attempt.output = True
@@ -149,6 +152,8 @@ async def forward_output(
                     await send({"type": name, "data": rest})
             # Sent before the exec session is torn down, which waits for Nomad to drop it.
             attempt.exited = frame
+            if before_exit is not None:
+                await before_exit()
             attempt.terminal = await confirm(frame) or exit_message(frame)
             await send(attempt.terminal)
             attempt.exit_sent = True  # not before: a send cancelled before it began sent nothing

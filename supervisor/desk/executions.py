@@ -65,6 +65,7 @@ from .execution_state import (
     forward_output,
     send_to_client,
 )
+from .execution_stderr import StderrReader
 
 __all__ = [
     "CLOSE_STALLED",
@@ -89,6 +90,10 @@ MESSAGE_AGENT_AWAY: Final = (
     "the runner's Nomad agent cannot be reached (it may be restarting): nothing ran; take another runner"
 )
 MESSAGE_SHUTTING_DOWN: Final = "the supervisor is shutting down"
+# The size of an execution's terminal, sent as Nomad's first tty_size frame. Poseidon sends none, and
+# Docker leaves the terminal at 0x0, which programs read as this size.
+TERMINAL_HEIGHT: Final = 24
+TERMINAL_WIDTH: Final = 80
 # A command killed by SIGKILL exits 128 + 9: what a container's OOM kill or stop also gives.
 _SIGKILL_EXIT: Final = 137
 # How long the allocation's state is asked for before such an exit is reported as it is.
@@ -390,8 +395,11 @@ class ExecutionService:
         running: RunningExecution,
         request: ExecutionRequest,
     ) -> None:
-        """One exec session for the execution; ``attempt`` records what ended it."""
-        alloc_id = running.lease.alloc_id
+        """The exec sessions of one try of the execution: its command's, and on a terminal with
+        ``interactive_stderr`` the one reading its stderr (``execution_stderr.py``), on the same
+        lease; ``attempt`` records what ended them."""
+        settings, alloc_id = self._settings, running.lease.alloc_id
+        apart = settings.tty and settings.interactive_stderr
         try:
             argv = execution_command(
                 request.command,
@@ -399,42 +407,71 @@ class ExecutionService:
                 execution_id=running.execution_id,
                 privileged=request.privileged,
                 nomad_variables=await self._nomad_variables(running.runner_id, alloc_id),
-                unprivileged_wrapper=self._settings.unprivileged_wrapper,
+                unprivileged_wrapper=settings.unprivileged_wrapper,
+                shell=settings.shell,
+                stderr_apart=apart,
             )
-            async with (
-                self._client.open_exec(alloc_id, task=self._settings.task, command=argv) as session,
-                trio.open_nursery() as nursery,
-            ):
-                self.paths[session.path] = self.paths.get(session.path, 0) + 1
-
-                async def forward_stdin() -> None:
-                    while (text := await socket.receive_text()) is not None:
-                        data = text.encode()
-                        for start in range(0, len(data), _STDIN_CHUNK):
-                            with running.within_stall_limit() as waited:
-                                await session.send_stdin(data[start : start + _STDIN_CHUNK])
-                            if waited.cancelled_caught:
-                                running.stall("the command took none of its stdin")  # ends the attempt
-                                return
-                    nursery.cancel_scope.cancel("the client closed its WebSocket")
-
-                async def watch_client() -> None:
-                    # A write of stdin to a command that does not read it waits on Nomad for ever,
-                    # not in receive_text(): the client's leaving must end the session all the same.
-                    await socket.wait_closed()
-                    nursery.cancel_scope.cancel("the client closed its WebSocket")
-
-                nursery.start_soon(forward_stdin)
-                nursery.start_soon(watch_client)
-                confirm = partial(self._killed_with_allocation, alloc_id)
-                send = partial(running.send, socket)
-                attempt.exited = await forward_output(send, session, attempt, confirm)
-                nursery.cancel_scope.cancel("the command exited")
+            async with trio.open_nursery() as sessions:
+                reader = None
+                if apart:
+                    reader = StderrReader(running.execution_id, alloc_id, settings.task)
+                    sessions.start_soon(reader.run, self._client, partial(running.send, socket))
+                try:
+                    await self._session(attempt, socket, running, argv, reader)
+                except ExecAgentUnreachable as unreachable:
+                    if reader is None or attempt.output:
+                        raise
+                    raise await reader.settled_for(unreachable) from None
+                sessions.cancel_scope.cancel("the command exited and its stderr is read")
         except* SupervisorError as group:
             failures = leaves(group)
             for other in failures[1:]:  # an exec session raises one at a time; say so if not
                 logger.warning("execution {} also failed: {}", running.execution_id, other)
             attempt.failure = cast(SupervisorError, failures[0])
+
+    async def _session(
+        self,
+        attempt: Attempt,
+        socket: ClientSocket,
+        running: RunningExecution,
+        argv: list[str],
+        reader: StderrReader | None,
+    ) -> None:
+        """The command's exec session: the client's stdin in, its output out, then its exit (once
+        its stderr is read, when a reader reads it)."""
+        settings, alloc_id = self._settings, running.lease.alloc_id
+        async with (
+            self._client.open_exec(alloc_id, task=settings.task, command=argv, tty=settings.tty) as session,
+            trio.open_nursery() as nursery,
+        ):
+            self.paths[session.path] = self.paths.get(session.path, 0) + 1
+            if settings.tty:
+                await session.resize(height=TERMINAL_HEIGHT, width=TERMINAL_WIDTH)
+
+            async def forward_stdin() -> None:
+                while (text := await socket.receive_text()) is not None:
+                    data = text.encode()
+                    for start in range(0, len(data), _STDIN_CHUNK):
+                        with running.within_stall_limit() as waited:
+                            await session.send_stdin(data[start : start + _STDIN_CHUNK])
+                        if waited.cancelled_caught:
+                            running.stall("the command took none of its stdin")  # ends the attempt
+                            return
+                nursery.cancel_scope.cancel("the client closed its WebSocket")
+
+            async def watch_client() -> None:
+                # A write of stdin to a command that does not read it waits on Nomad for ever,
+                # not in receive_text(): the client's leaving must end the session all the same.
+                await socket.wait_closed()
+                nursery.cancel_scope.cancel("the client closed its WebSocket")
+
+            nursery.start_soon(forward_stdin)
+            nursery.start_soon(watch_client)
+            confirm = partial(self._killed_with_allocation, alloc_id)
+            send = partial(running.send, socket)
+            drained = reader.drained if reader is not None else None
+            attempt.exited = await forward_output(send, session, attempt, confirm, before_exit=drained)
+            nursery.cancel_scope.cancel("the command exited")
 
     async def _killed_with_allocation(self, alloc_id: str, exited: ExecExited) -> dict[str, Any] | None:
         """For a command killed by SIGKILL (exit 137), the error of its allocation's death if the

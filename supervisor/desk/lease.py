@@ -5,7 +5,9 @@ The runner desk hands out a lease once the runner may take new work: the runner 
 it works in, how long an exec waits for an agent that a server cannot reach, and how the work
 reports what it found of the runner (evidence for the pool, through its one entry). While a lease is
 held (``with lease:``), the runner does not expire; giving it back lets its inactivity timeout count
-again. A lease never calls up into the desk: what it reports goes down to the pool and the effects.
+again. An execution may open more than one exec session on its lease (its command's, and the reader
+of its stderr kept apart from its terminal): they all work in the one runner. A lease never calls up
+into the desk: what it reports goes down to the pool and the effects.
 An execution's end when its runner goes is the execution service's (``runner_gone``), which the
 effects tell.
 """

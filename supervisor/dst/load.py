@@ -2,6 +2,10 @@
 commands whose whole output it knows beforehand (stdout, stderr, stdin echoed, sleeps, exit codes,
 time limits), and gives the runner back, or leaves it to its inactivity timeout. What each sees goes
 to the checks as it happens.
+
+The executions run as the daemon's settings run them: by default on a terminal, so what a client
+expects is what the terminal makes of the command's output (its stdin echoed first, ``\r\n`` line
+ends, stderr apart through no terminal, or merged into stdout without ``interactive_stderr``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import trio
 import trio_websocket
 from attrs import define
 
+from ..core.config import ExecutionSettings
 from ..nomad.transport import network_transport
 from .checks import Checks, Execution
 from .world import DaemonSlot, World
@@ -39,6 +44,17 @@ class Command:
     exit: int | None = 0  # None: a timeout is expected
     stdin: str = ""
     time_limit: int = 30
+
+    def as_run(self, settings: ExecutionSettings) -> Command:
+        """What a client sees of it when it runs with ``settings``: on a terminal, the echo of its
+        stdin, then its output with ``\r\n`` line ends; its stderr apart as written, or merged."""
+        if not settings.tty:
+            return self
+        stdout = (self.stdin + self.stdout).replace("\n", "\r\n")
+        stderr = self.stderr
+        if not settings.interactive_stderr:  # no command here writes both
+            stdout, stderr = stdout + stderr.replace("\n", "\r\n"), ""
+        return Command(self.text, stdout, stderr, self.exit, self.stdin, self.time_limit)
 
 
 def _commands(rng: random.Random, token: str, content: str) -> Command:
@@ -130,7 +146,7 @@ class Student:
         copied = await http.patch(f"{self._base()}/runners/{runner}/files", json=copy)
         if copied.status_code != 204:
             return self.checks.answered(runner, "copy", copied.status_code, copied.text)
-        command = _commands(self.rng, self._token(), content)
+        command = _commands(self.rng, self._token(), content).as_run(self.world.slots[0].settings.execution)
         body: dict[str, Any] = {"command": command.text, "timeLimit": command.time_limit}
         prepared = await http.post(f"{self._base()}/runners/{runner}/execute", json=body)
         if prepared.status_code != 200:

@@ -26,7 +26,7 @@ from .models import (
     NodeListStub,
 )
 
-__all__ = ["ExecChannel", "ExecOpener", "ExecutionClient", "JobWriter", "NomadApi"]
+__all__ = ["ExecChannel", "ExecOpener", "ExecutionClient", "JobWriter", "NomadApi", "TerminalChannel"]
 
 
 class ExecChannel(Protocol):
@@ -49,6 +49,13 @@ class ExecChannel(Protocol):
         """Read to the end; the exit with stdout and stderr, each cut at ``max_output_bytes``."""
 
 
+class TerminalChannel(ExecChannel, Protocol):
+    """A session that may run its command on a terminal."""
+
+    async def resize(self, *, height: int, width: int) -> None:
+        """Tell a session on a terminal its size."""
+
+
 class ExecOpener(Protocol):
     """Runs commands in an allocation's task."""
 
@@ -60,6 +67,11 @@ class ExecOpener(Protocol):
 
 class ExecutionClient(ExecOpener, Protocol):
     """Runs commands, and reads their allocation to tell a command's own death from its container's."""
+
+    def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AbstractAsyncContextManager[TerminalChannel]:
+        """A session running ``command``, on a terminal with ``tty``."""
 
     async def get_allocation(self, alloc_id: str) -> Indexed[Allocation]:
         """The full allocation."""
@@ -81,6 +93,11 @@ class NomadApi(JobWriter, ExecOpener, Protocol):
 
     # Exec sessions by the path they took ("agent", "server", "fallback").
     exec_paths: Counter[str]
+
+    def open_exec(
+        self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False
+    ) -> AbstractAsyncContextManager[TerminalChannel]:
+        """A session running ``command``, on a terminal with ``tty``."""
 
     def located(self, locator: AgentLocator) -> NomadApi:
         """This client, told by ``locator`` where each allocation's agent runs."""

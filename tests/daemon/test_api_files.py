@@ -85,7 +85,7 @@ async def test_copy_then_run_it(harness: Harness) -> None:
         patch = {"delete": ["./*"], "copy": [{"path": "message.txt", "content": b64(text + "\n")}]}
         assert (await harness.http.patch(f"/runners/{runner}/files", json=patch)).status_code == 204
         messages = await harness.execute(runner, command="cat message.txt; ls")
-        assert output(messages) == f"{text}\nmessage.txt\n"
+        assert output(messages) == f"{text}\r\nmessage.txt\r\n"  # on the execution's terminal
 
 
 @pytest.mark.parametrize(

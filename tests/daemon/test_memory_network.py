@@ -78,7 +78,7 @@ async def test_a_claim_and_an_execution_end_to_end_without_a_socket(
                     messages.append(json.loads(await ws.get_message()))
         assert messages == [
             {"type": "start"},
-            {"type": "stdout", "data": "over memory\n"},
+            {"type": "stdout", "data": "over memory\r\n"},  # on its terminal
             {"type": "exit", "data": 0},
         ]
         assert (await http.delete(f"/runners/{runner}")).status_code == 204

@@ -120,7 +120,7 @@ async def test_a_graceful_stop_lets_running_executions_finish(harness: Harness) 
 
     messages = await harness.run_until_end(runner, "echo started; sleep 1; echo finished", stop_the_daemon)
     assert messages[-1] == {"type": "exit", "data": 0}
-    assert "finished\n" in [m.get("data") for m in messages]
+    assert "finished\r\n" in [m.get("data") for m in messages]  # on the execution's terminal
     with pytest.raises(httpx.TransportError):
         await harness.http.get("/version")  # it stopped accepting
 

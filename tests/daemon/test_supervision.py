@@ -44,7 +44,7 @@ async def test_a_crashed_child_is_restarted_and_running_executions_never_notice(
 
     messages = await harness.run_until_end(runner, COMMAND, crash)
     assert messages[-1] == {"type": "exit", "data": 0}
-    assert output(messages) == "started\nfinished\n", "the output is whole"
+    assert output(messages) == "started\r\nfinished\r\n", "the output is whole"
     assert harness.daemon.failure is None
     again = await harness.execute(runner, command="echo ok")
     assert again[-1] == {"type": "exit", "data": 0}, "the daemon serves on"
@@ -67,4 +67,4 @@ async def test_a_child_that_keeps_crashing_stops_the_daemon_gracefully(
     assert harness.daemon.failure == "inactivity expiry kept failing"
     assert harness.daemon.restarts.total == 3, "two restarts, then one too many"
     assert messages[-1] == {"type": "exit", "data": 0}, "the stop let the running execution finish"
-    assert output(messages) == "started\nfinished\n"
+    assert output(messages) == "started\r\nfinished\r\n"

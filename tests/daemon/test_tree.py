@@ -132,7 +132,7 @@ async def test_a_crash_of_any_child_leaves_a_running_execution_whole(harness: Ha
 
     messages = await harness.run_until_end(runner, COMMAND, crash)
     assert messages[-1] == {"type": "exit", "data": 0}, name
-    assert output(messages) == "started\nfinished\n", "the output is whole"
+    assert output(messages) == "started\r\nfinished\r\n", "the output is whole"
     assert harness.daemon.failure is None
     child = next(c for t in tree for c in t.children if c.name == name)
     if child.restart.value != "temporary":
@@ -174,7 +174,7 @@ async def test_a_crash_of_the_ha_hold_steps_down_and_lets_the_running_execution_
     messages = await harness.run_until_end(runner, COMMAND, crash)
     assert acting_at_release[:1] == [False], "the lock goes once the term's informer and effects are gone"
     assert messages[-1] == {"type": "exit", "data": 0}
-    assert output(messages) == "started\nfinished\n", "the output is whole"
+    assert output(messages) == "started\r\nfinished\r\n", "the output is whole"
     await harness.wait_for(
         lambda: harness.daemon.service is not first and harness.service.informer.is_synced()
     )

@@ -61,8 +61,9 @@ class ExecRoute:
             command = None
         if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
             command_error = "command is not present"
+        tty = False
         try:
-            go_parse_bool(request.arg("tty", "false"))
+            tty = go_parse_bool(request.arg("tty", "false"))
         except ValueError as exc:
             command_error = f"tty value is not a boolean: {exc}"
         if command_error and config.checks_exec_before_upgrade:
@@ -78,7 +79,7 @@ class ExecRoute:
                 return
             alloc = self.cluster.state.allocs[params["alloc_id"]]
             assert isinstance(command, list)
-            await self.cluster.execs.run(websocket, alloc, task, command, forwarded_by)
+            await self.cluster.execs.run(websocket, alloc, task, command, forwarded_by, tty=tty)
 
         alloc = self.cluster.state.allocs.get(params["alloc_id"])
         forwarded_by = self.forwarded_by

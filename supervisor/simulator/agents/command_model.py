@@ -7,9 +7,16 @@ their shape, and runs the clients' commands of a small shell language:
 
     echo WORDS [>&2]   cat [FILE]   sleep SECONDS   seq N   exit N   true   false
 
+    test -t FD
+
 joined by ``;`` and ``&&``. Anything else exits 127 with a message on stderr, as a shell does. An
 execution's shell is noted under its ID as the real one notes its PID; a stop command kills what is
 noted (TERM: exit status -15), the allocation stopping kills everything (KILL: -9).
+
+A command started with ``tty`` runs on a model of a terminal: what is typed is echoed, ``\n`` is
+written as ``\r\n``, stderr is merged into the output, ^D ends the input, ``test -t`` is true. An
+execution whose stderr goes to its fifo and the command reading that fifo meet there, whichever
+comes first, as the real fifo's two opens do; the name is gone once both met.
 
 The model costs microseconds per command, and its outcome depends only on its input and trio's
 (seeded) scheduling. It does not model a pipe's capacity: output is buffered without limit.
@@ -36,12 +43,15 @@ __all__ = ["ModelContainers", "Workspace"]
 
 _NOTE: Final = re.compile(
     r"""^(?:unset [^;]*; )?echo \$\$ > "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid"; """
-    r"""trap '[^']*' EXIT; """
+    r"""(?:trap '[^']*' EXIT; )?"""
 )
-_STOP_ONE: Final = re.compile(r"""^P=\$\(cat "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid" """)
+_STOP_ONE: Final = re.compile(r"""^S=; for N in "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid" """)
 _STOP_ALL: Final = 'for N in "${TMPDIR:-/tmp}"/.supervisor-*.pid'
 _PRELUDE_END: Final = "done; }; "
-_EXECUTION: Final = re.compile(r"^export (?P<assignments>.*?); eval (?P<command>.*)$", re.DOTALL)
+_EXECUTION: Final = re.compile(
+    r"^export (?P<assignments>.*?); (?:\{ mkfifo [^}]*\} \|\| \{[^}]*\}; )?(?P<run>.*)$", re.DOTALL
+)
+_READER: Final = re.compile(r"""exec 3<"(?P<fifo>[^"]+)"; rm -f "[^"]+" "[^"]+"; exec cat <&3$""")
 _DELETE: Final = re.compile(
     r"if enter follow(?P<parents>(?: \S+)*); then rm -rf -- (?P<name>\S+) \|\| exit 72; fi"
 )
@@ -64,6 +74,8 @@ class Workspace:
     files: dict[str, bytes | None] = field(factory=dict)
     # Commands noted by ID, as the daemon's scripts note their shell's PID.
     noted: dict[str, _Command] = field(factory=dict)
+    # The fifos whose two sides have not both opened them yet, by name.
+    fifos: dict[str, _Fifo] = field(factory=dict)
 
     def put(self, path: str, content: bytes | None) -> None:
         """Write a file (or make a directory), with its parents."""
@@ -82,19 +94,45 @@ class Workspace:
 
 
 @define(eq=False)
+class _Fifo:
+    """A named pipe: its two opens wait for each other."""
+
+    writer: trio.Event = field(factory=trio.Event)
+    reader: trio.Event = field(factory=trio.Event)
+    pipe: tuple[trio.abc.SendStream, trio.abc.ReceiveStream] = field(
+        factory=trio.testing.memory_stream_one_way_pair
+    )
+
+
+@define(eq=False)
 class _Command:
     """A running command: the RunningCommand the exec session sees."""
 
     stdin: trio.abc.SendStream
     stdout: trio.abc.ReceiveStream
-    stderr: trio.abc.ReceiveStream
+    stderr: trio.abc.ReceiveStream | None
     _input: trio.abc.ReceiveStream
     _output: trio.abc.SendStream
     _errors: trio.abc.SendStream
+    # On a terminal: its input as typed (echoed, then passed to _input).
+    _typed: trio.abc.ReceiveStream | None = None
+    _to_input: trio.abc.SendStream | None = None
     returncode: int | None = None
     _signal: int = 0
     _scope: trio.CancelScope = field(factory=trio.CancelScope)
     _done: trio.Event = field(factory=trio.Event)
+    # One writer at a time on the output (a terminal's echo and the command's own).
+    _writing: trio.Lock = field(factory=trio.Lock)
+    # Where stderr goes instead, once redirected to a fifo.
+    _stderr_to: trio.abc.SendStream | None = None
+    window: tuple[int, int] = (0, 0)
+
+    @property
+    def tty(self) -> bool:
+        return self._typed is not None
+
+    def resize(self, *, height: int, width: int) -> None:
+        self.window = (height, width)
 
     async def wait(self) -> int:
         await self._done.wait()
@@ -108,15 +146,34 @@ class _Command:
 
     async def reap(self) -> None:
         for stream in (self.stdin, self.stdout, self.stderr):
-            await stream.aclose()
+            if stream is not None:
+                await stream.aclose()
         await self.wait()
 
 
-def _new_command() -> _Command:
+def _new_command(tty: bool) -> _Command:
     stdin, reading = trio.testing.memory_stream_one_way_pair()
     writing, stdout = trio.testing.memory_stream_one_way_pair()
     errors, stderr = trio.testing.memory_stream_one_way_pair()
-    return _Command(stdin, stdout, stderr, reading, writing, errors)
+    if not tty:
+        return _Command(stdin, stdout, stderr, reading, writing, errors)
+    to_input, program_input = trio.testing.memory_stream_one_way_pair()
+    return _Command(stdin, stdout, None, program_input, writing, errors, reading, to_input)
+
+
+async def _terminal_input(running: _Command) -> None:
+    """A terminal's line discipline, as far as the model goes: what is typed is echoed and passed
+    on; ^D ends the input (not echoed)."""
+    assert running._typed is not None
+    assert running._to_input is not None
+    while chunk := await running._typed.receive_some():
+        data, eof, _ = bytes(chunk).partition(b"\x04")
+        async with running._writing:
+            await running._output.send_all(data.replace(b"\n", b"\r\n"))
+        await running._to_input.send_all(data)
+        if eof:
+            break
+    await running._to_input.aclose()
 
 
 class ModelContainers:
@@ -131,11 +188,11 @@ class ModelContainers:
         return self.workspaces.setdefault(alloc_id, Workspace())
 
     async def start(
-        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery
+        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery, tty: bool = False
     ) -> _Command:
-        """Start the command as a task of ``nursery``."""
+        """Start the command as a task of ``nursery`` (on a model of a terminal with ``tty``)."""
         await trio.lowlevel.checkpoint()
-        running = _new_command()
+        running = _new_command(tty)
         nursery.start_soon(self._run, running, alloc, task, list(command))
         return running
 
@@ -162,14 +219,19 @@ class ModelContainers:
                     note = noted["id"]
                     workspace.noted[note] = running
                     script = script[noted.end() :]
-                running.returncode = await self._script(running, workspace, alloc, task, script)
+                async with trio.open_nursery() as terminal:
+                    if running.tty:
+                        terminal.start_soon(_terminal_input, running)
+                    running.returncode = await self._script(running, workspace, alloc, task, script)
+                    terminal.cancel_scope.cancel()
         finally:
             if running.returncode is None:
                 running.returncode = running._signal or _KILL
             if note and workspace.noted.get(note) is running:
                 del workspace.noted[note]
-            for stream in (running._output, running._errors, running._input):
-                await trio.aclose_forcefully(stream)
+            for stream in (running._output, running._errors, running._input, running._stderr_to):
+                if stream is not None:
+                    await trio.aclose_forcefully(stream)
             running._done.set()
 
     async def _script(
@@ -179,17 +241,22 @@ class ModelContainers:
             variables = nomad_variables(self.state, alloc, task, alloc_dir=f"/alloc/{alloc.id}")
             await _write(running, "".join(f"{k}={v}\n" for k, v in variables.items()).encode())
             return 0
+        if reader := _READER.search(script):
+            return await _read_fifo(running, workspace, reader["fifo"])
         if executed := _EXECUTION.match(script):
-            return await _shell(running, workspace, shlex.split(executed["command"])[0])
+            return await _execution(running, workspace, executed["run"])
         if stopped := _STOP_ONE.match(script):
-            target = workspace.noted.pop(stopped["id"], None)
-            if target is not None:
-                target.kill(_TERM)
-                await target.wait()
+            for note in (stopped["id"], f"{stopped['id']}-stderr"):
+                target = workspace.noted.pop(note, None)
+                if target is not None:
+                    target.kill(_TERM)
+                    await target.wait()
+            workspace.fifos.pop(_fifo_name(stopped["id"]), None)
             return 0
         if _STOP_ALL in script:
             targets = list(workspace.noted.values())
             workspace.noted.clear()
+            workspace.fifos.clear()
             for target in targets:
                 target.kill(_TERM)
                 await target.wait()
@@ -199,8 +266,47 @@ class ModelContainers:
         return await _unknown(running, script[:80])
 
 
+def _fifo_name(execution_id: str) -> str:
+    return f"${{TMPDIR:-/tmp}}/.supervisor-{execution_id}.fifo"
+
+
+async def _execution(running: _Command, workspace: Workspace, run: str) -> int:
+    """An execution's ``[WRAPPER...] SHELL -c COMMAND [2>FIFO]``: the command, its stderr to the fifo
+    once a reader opened it."""
+    words = shlex.split(run)
+    fifo = words.pop()[2:] if words[-1].startswith("2>") else ""
+    command = words[words.index("-c") + 1]
+    if fifo:
+        meeting = workspace.fifos.setdefault(fifo, _Fifo())
+        meeting.writer.set()
+        await meeting.reader.wait()
+        running._stderr_to = meeting.pipe[0]
+    return await _shell(running, workspace, command)
+
+
+async def _read_fifo(running: _Command, workspace: Workspace, fifo: str) -> int:
+    """The reader of an execution's stderr: it meets the command at the fifo, then copies."""
+    meeting = workspace.fifos.setdefault(fifo, _Fifo())
+    meeting.reader.set()
+    await meeting.writer.wait()
+    if workspace.fifos.get(fifo) is meeting:
+        del workspace.fifos[fifo]
+    for note in [note for note, noted in workspace.noted.items() if noted is running]:
+        del workspace.noted[note]  # its name gone with the fifo's: it ends with the command
+    while chunk := await meeting.pipe[1].receive_some():
+        await _write(running, chunk)
+    return 0
+
+
 async def _write(running: _Command, data: bytes | bytearray, *, errors: bool = False) -> None:
-    if data:
+    if not data:
+        return
+    if errors and running._stderr_to is not None:
+        await running._stderr_to.send_all(data)
+    elif running.tty:
+        async with running._writing:
+            await running._output.send_all(bytes(data).replace(b"\n", b"\r\n"))
+    else:
         await (running._errors if errors else running._output).send_all(data)
 
 
@@ -330,5 +436,8 @@ async def _simple(running: _Command, workspace: Workspace, words: Sequence[str])
         return -code if code else _EXIT_ZERO
     if name in ("true", "false"):
         return 0 if name == "true" else 1
+    if name == "test" and args[:1] == ["-t"] and len(args) == 2:
+        fd = args[1]
+        return 0 if running.tty and (fd in ("0", "1") or (fd == "2" and running._stderr_to is None)) else 1
     await _write(running, f"sh: 1: {name}: not found\n".encode(), errors=True)
     return _UNKNOWN_EXIT

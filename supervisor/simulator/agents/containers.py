@@ -5,6 +5,8 @@ container.
 directory: a development driver, not an isolation boundary. The process gets nothing of the host's
 environment but PATH, plus HOME and TMPDIR in the allocation's directory and the ``NOMAD_*``
 variables Nomad gives every task, and a session of its own, so that killing it kills what it started.
+It imitates CodeOcean's images (``image_tools.py``: ``/sbin/setuser``, the host's bash and GNU
+tools); with ``tty`` it runs on a real pseudo-terminal (``terminal.py``).
 
 A deterministic simulation gives the cluster a model instead (``command_model.ModelContainers``):
 the same shape, on trio's clock, without a process.
@@ -25,6 +27,8 @@ import trio
 from ..state.images import image_variables
 from ..state.objects import SimAlloc
 from ..state.store import ClusterState
+from .image_tools import ImageTools
+from .terminal import open_terminal_process
 
 __all__ = ["Containers", "ProcessContainers", "RunningCommand"]
 
@@ -64,15 +68,19 @@ class RunningCommand(Protocol):
         """Close the pipes of a killed or exited command and wait for it."""
         ...
 
+    def resize(self, *, height: int, width: int) -> None:
+        """The new window size of the command's terminal (nothing without one)."""
+
 
 class Containers(Protocol):
     """The tasks' containers, as exec sees them."""
 
     async def start(
-        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery
+        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery, tty: bool = False
     ) -> RunningCommand:
         """Start ``command`` in the task (a command that runs as tasks runs them in ``nursery``, the
-        cluster's); OSError when it cannot be started."""
+        cluster's), on a terminal with ``tty`` (then ``stderr`` is None: the terminal's output is
+        ``stdout``); OSError when it cannot be started."""
         ...
 
     def reset(self, alloc: SimAlloc) -> None:
@@ -111,6 +119,9 @@ class _Process:
                 await pipe.aclose()
         await self._process.wait()
 
+    def resize(self, *, height: int, width: int) -> None:
+        """No terminal: nothing to resize."""
+
 
 class ProcessContainers:
     """Each command a local process in ``root/<alloc id>/<task>``."""
@@ -118,6 +129,7 @@ class ProcessContainers:
     def __init__(self, state: ClusterState, root: Path) -> None:
         self.state = state
         self.root = root
+        self.tools = ImageTools(root / ".image-tools")
 
     def workspace(self, alloc: SimAlloc, task: str) -> Path:
         """The directory the allocation's task runs in (created on first use)."""
@@ -138,9 +150,15 @@ class ProcessContainers:
         }
 
     async def start(
-        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery
+        self, alloc: SimAlloc, task: str, command: list[str], *, nursery: trio.Nursery, tty: bool = False
     ) -> RunningCommand:
-        """A local process in the task's directory, in a session of its own."""
+        """A local process in the task's directory, in a session of its own (on a terminal with
+        ``tty``), with the image's tool paths mapped to their imitations."""
+        command = self.tools.mapped(command)
+        if tty:
+            return await open_terminal_process(
+                command, cwd=self.workspace(alloc, task), env=self.environment(alloc, task)
+            )
         process = await trio.lowlevel.open_process(
             command,
             cwd=self.workspace(alloc, task),

@@ -4,7 +4,10 @@
 The command is killed when its allocation stops. Frames follow Nomad's (nomad-api.md §5): base64
 output chunks of at most 4 KiB, stream closes, ``exited`` with ``"result": {}`` for exit 0, then the
 TCP connection is dropped without a close frame. A session cut by a server restart or an agent going
-away gets no ``exited``.
+away gets no ``exited``. With ``tty=true`` the command runs on a terminal: its output, stderr
+included, comes as ``stdout`` frames (then both streams' closes, as Docker's driver sends them), up
+to its exit (what the terminal still holds then is read for a moment, then the terminal is hung up);
+``tty_size`` frames set the terminal's size.
 
 As with Nomad's shared executor, a session that ends before its command (the client went away, the
 server or agent proxying it restarted) does not kill the command: its stdin is never closed and its
@@ -29,6 +32,8 @@ from .containers import Containers, RunningCommand
 __all__ = ["ExecSessions"]
 
 _CHUNK: Final = 4096
+# How long the terminal's output is still read once its command exited.
+_TTY_DRAIN: Final = 1.0
 
 
 @define(eq=False)
@@ -113,7 +118,14 @@ class ExecSessions:
     # -- one session ----------------------------------------------------------------------------
 
     async def run(
-        self, websocket: ServerWebSocket, alloc: SimAlloc, task: str, command: list[str], server: str
+        self,
+        websocket: ServerWebSocket,
+        alloc: SimAlloc,
+        task: str,
+        command: list[str],
+        server: str,
+        *,
+        tty: bool = False,
     ) -> None:
         """Run ``command`` in the allocation's task for one exec WebSocket, with Nomad's frames;
         ``server`` names the server that forwards the session, "" for one held by the agent."""
@@ -121,7 +133,7 @@ class ExecSessions:
         self._sessions[session] = None
         try:
             with session.scope:
-                await self._run(websocket, session, alloc, task, command)
+                await self._run(websocket, session, alloc, task, command, tty)
         finally:
             running = session.process is not None and session.process.returncode is None
             if running and not session.killed and self.nursery is not None:
@@ -146,11 +158,17 @@ class ExecSessions:
                 await _reap(session.process)
 
     async def _run(
-        self, websocket: ServerWebSocket, session: _Session, alloc: SimAlloc, task: str, command: list[str]
+        self,
+        websocket: ServerWebSocket,
+        session: _Session,
+        alloc: SimAlloc,
+        task: str,
+        command: list[str],
+        tty: bool,
     ) -> None:
         try:
             assert self.nursery is not None, "the cluster is not running"
-            process = await self.containers.start(alloc, task, command, nursery=self.nursery)
+            process = await self.containers.start(alloc, task, command, nursery=self.nursery, tty=tty)
         except OSError as exc:
             await websocket.close(1011, f"failed to exec into task: {exc.strerror or exc}")
             return
@@ -159,10 +177,13 @@ class ExecSessions:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._forward_stdin, websocket, session)
-                async with trio.open_nursery() as outputs:
-                    outputs.start_soon(self._pump, websocket, process.stdout, "stdout")
-                    outputs.start_soon(self._pump, websocket, process.stderr, "stderr")
-                code = await process.wait()
+                if tty:
+                    code = await self._terminal_output(websocket, process)
+                else:
+                    async with trio.open_nursery() as outputs:
+                        outputs.start_soon(self._pump, websocket, process.stdout, "stdout")
+                        outputs.start_soon(self._pump, websocket, process.stderr, "stderr")
+                    code = await process.wait()
                 nursery.cancel_scope.cancel("the command exited")
         except* (trio.BrokenResourceError, trio.ClosedResourceError):
             client_gone = True  # run() kills the command
@@ -172,13 +193,35 @@ class ExecSessions:
         result = {"exit_code": exit_code} if exit_code else {}
         await websocket.send_text(orjson.dumps({"exited": True, "result": result}).decode())
 
+    async def _terminal_output(self, websocket: ServerWebSocket, process: RunningCommand) -> int:
+        """Send the terminal's output as ``stdout`` until its command exited and the terminal is
+        read (for at most _TTY_DRAIN more); the exit status."""
+        async with trio.open_nursery() as outputs:
+            read = trio.Event()
+
+            async def pump() -> None:
+                await self._pump(websocket, process.stdout, "stdout", close=False)
+                read.set()
+
+            outputs.start_soon(pump)
+            code = await process.wait()
+            with trio.move_on_after(_TTY_DRAIN):
+                await read.wait()
+            outputs.cancel_scope.cancel("the terminal's command exited")
+        for name in ("stdout", "stderr"):
+            await websocket.send_text(orjson.dumps({name: {"close": True}}).decode())
+        return code
+
     @staticmethod
-    async def _pump(websocket: ServerWebSocket, pipe: trio.abc.ReceiveStream | None, name: str) -> None:
+    async def _pump(
+        websocket: ServerWebSocket, pipe: trio.abc.ReceiveStream | None, name: str, *, close: bool = True
+    ) -> None:
         assert pipe is not None
         while data := await pipe.receive_some(_CHUNK):
             frame = {name: {"data": base64.b64encode(data).decode("ascii")}}
             await websocket.send_text(orjson.dumps(frame).decode())
-        await websocket.send_text(orjson.dumps({name: {"close": True}}).decode())
+        if close:
+            await websocket.send_text(orjson.dumps({name: {"close": True}}).decode())
 
     @staticmethod
     async def _forward_stdin(websocket: ServerWebSocket, session: _Session) -> None:
@@ -191,14 +234,21 @@ class ExecSessions:
             except orjson.JSONDecodeError:
                 logger.debug("exec: ignored a frame that is not JSON")
                 continue
-            body = frame.get("stdin") if isinstance(frame, dict) else None
+            if not isinstance(frame, dict):
+                continue
+            size = frame.get("tty_size")
+            if isinstance(size, dict):
+                height, width = size.get("height", 0), size.get("width", 0)
+                if type(height) is int and type(width) is int:
+                    session.process.resize(height=height, width=width)
+            body = frame.get("stdin")
             if not isinstance(body, dict):
-                continue  # tty_size, heartbeats and unknown frames
+                continue  # heartbeats and unknown frames
             try:
                 if data := body.get("data"):
                     await stdin.send_all(base64.b64decode(data))
-                if body.get("close"):
-                    await stdin.aclose()
+                if body.get("close") and session.process.stderr is not None:
+                    await stdin.aclose()  # a terminal's input is not closed: Docker leaves it open
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
         # The client went away: the session ends; the command runs on (the client has to stop it).
