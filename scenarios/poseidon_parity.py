@@ -40,6 +40,14 @@ def runner_spec(scenario: Scenario, runner_id: str) -> dict[str, Any]:
     return scenario.cluster.state.jobs[("default", runner_id)].spec
 
 
+def docker_config(scenario: Scenario, runner_id: str) -> dict[str, Any]:
+    return dict(runner_spec(scenario, runner_id)["TaskGroups"][0]["Tasks"][0]["Config"])
+
+
+def force_pull(scenario: Scenario, runner_id: str) -> bool:
+    return bool(docker_config(scenario, runner_id).get("force_pull"))
+
+
 def live_runner_jobs(scenario: Scenario, environment_id: int) -> set[str]:
     prefix = f"{environment_id}-"
     return {j for (_, j), job in scenario.cluster.state.jobs.items() if j.startswith(prefix) and not job.stop}
@@ -111,12 +119,7 @@ async def check_runner_job(scenario: Scenario, pool_size: int) -> None:
         differing[0] if differing else f"{len(options)} runner jobs as Poseidon's",
         POSEIDON_OPTIONS,
     )
-    pulls = sorted(
-        {
-            bool(runner_spec(scenario, r)["TaskGroups"][0]["Tasks"][0]["Config"].get("force_pull"))
-            for r in fill
-        }
-    )
+    pulls = sorted({force_pull(scenario, r) for r in fill})
     scenario.check("fill_runners_force_pull", pulls == [True], pulls, [True])
 
 
@@ -284,9 +287,12 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
 
         took = await scenario.wait_for(rolled_out, within=WITHIN)
         scenario.check("identical_put_replaced_every_idle_runner_s", took is not None, took, WITHIN)
+        scenario.event("idle runners rolled out", runners=idle_of(scenario, ENVIRONMENT_ID))
         new = f"{repository}@{new_digest}"
         images = await image_of(scenario)
         idle = [r for r in pool.runners if r != held]
+        pulls = sorted({force_pull(scenario, r) for r in idle})
+        scenario.check("rolled_out_runners_force_pull", pulls == [True], pulls, [True])
         wrong = {r: images.get(r) for r in idle if images.get(r) != new}
         scenario.check(
             "new_runners_run_the_new_digest", not wrong and len(idle) == pool_size, wrong or len(idle), new
@@ -303,6 +309,7 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
         running = held in pool.runners and not ends(messages) and images.get(held) == old
         scenario.check("held_runner_kept_under_its_execution", running, running, True)
         await ws.send_message("go\n")
+        scenario.event("held runner's execution let go")
         try:
             while True:
                 messages.append(json.loads(await ws.get_message()))
@@ -320,6 +327,7 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
         {"image": old, "end": EXIT_0},
     )
     (await scenario.http.delete(f"/runners/{held}")).raise_for_status()
+    scenario.event("held runner given back", end=ends(messages))
     gone = await scenario.wait_for(
         lambda: held not in pool.runners and held not in live_runner_jobs(scenario, ENVIRONMENT_ID),
         within=WITHIN,
@@ -348,11 +356,10 @@ async def main(args: argparse.Namespace) -> bool:
         await check_runner_job(scenario, size)
         await check_network(scenario)
         held, replacement = await claim_with_replacement(scenario)
+        scenario.event("runner held", runner=held)
         pulls = None
         if replacement is not None:
-            pulls = runner_spec(scenario, replacement)["TaskGroups"][0]["Tasks"][0]["Config"].get(
-                "force_pull"
-            )
+            pulls = docker_config(scenario, replacement).get("force_pull")
         scenario.check("claim_replacement_force_pull_false", pulls is False, pulls, False)
         worker, _ = await claim_with_replacement(scenario)
         await check_execution(scenario, worker)
