@@ -238,6 +238,14 @@ async def image_of(scenario: Scenario) -> dict[str, str]:
     }
 
 
+def stale_runner(scenario: Scenario, runner_id: str, image: str | None) -> dict[str, Any]:
+    """What explains a runner on an old image: its force_pull and its node."""
+    state = scenario.cluster.state
+    nodes = {a.node_id for a in state.allocs.values() if a.job_id == runner_id and not a.terminal}
+    names = sorted(state.nodes[n].name if n in state.nodes else n for n in nodes)
+    return {"image": image, "force_pull": force_pull(scenario, runner_id), "nodes": names}
+
+
 async def push_image(scenario: Scenario, digest: str) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=scenario.cluster.addresses[0], timeout=30) as sim:
         response = await sim.post("/sim/v1/images", json={"image": IMAGE, "digest": digest})
@@ -336,11 +344,11 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
     await scenario.wait_for(lambda: idle_of(scenario, ENVIRONMENT_ID) == pool_size, within=WITHIN)
     images = await image_of(scenario)
     runners = live_runner_jobs(scenario, ENVIRONMENT_ID)
-    wrong = {r: images.get(r) for r in runners if images.get(r) != new}
+    stale = {r: stale_runner(scenario, r, images.get(r)) for r in runners if images.get(r) != new}
     scenario.check(
         "every_runner_runs_the_new_digest_after",
-        not wrong and len(runners) == pool_size,
-        wrong or len(runners),
+        not stale and len(runners) == pool_size,
+        stale or len(runners),
         new,
     )
     scenario.event("rolled out", runners=len(runners))
