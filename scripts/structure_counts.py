@@ -31,6 +31,7 @@ WALKS: Final = {
         "desk/executions.py:ExecutionService._execution",
         "desk/executions.py:ExecutionService._bridge",
         "desk/executions.py:ExecutionService._attempt",
+        "desk/executions.py:ExecutionService._session",
         "nomad/client.py:NomadClient.open_exec",
         "nomad/exec.py:open_exec",
         "base/network.py:TcpNetwork.connect",

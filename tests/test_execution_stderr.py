@@ -145,3 +145,15 @@ async def test_when_neither_session_reached_the_agent_nothing_ran_and_both_are_t
     assert sent == [{"type": "start"}, {"type": "exit", "data": 0}]
     assert sorted(kind for kind, _ in nomad.opened) == ["command", "command", "reader", "reader"]
     assert nomad.stops == 0, "nothing ran the first time: nothing to stop"
+
+
+async def test_a_command_session_that_cannot_reach_the_agent_while_the_reader_can_is_not_retried(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The reader may be waiting in the runner: a second try would meet it there (two readers)."""
+    away = ExecAgentUnreachable(1011, "failed to connect to client: no path to node")
+    nomad = _Split(command=[[(0.0, away)]], reader=[[]])
+    sent = await _run_split(nomad)
+    assert sent[-1] == {"type": "error", "data": MESSAGE_CONNECTION_LOST}
+    assert [kind for kind, _ in nomad.opened].count("command") == 1, "not tried again"
+    assert nomad.stops == 1, "the reader stopped"

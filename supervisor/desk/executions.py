@@ -418,8 +418,10 @@ class ExecutionService:
                     sessions.start_soon(reader.run, self._client, partial(running.send, socket))
                 try:
                     await self._session(attempt, socket, running, argv, reader)
-                except ExecAgentUnreachable as unreachable:
-                    if reader is None or attempt.output:
+                except BaseException as error:  # from the session's nursery: in a group
+                    found = [e for e in leaves(error) if not isinstance(e, trio.Cancelled)]
+                    unreachable = found[0] if len(found) == 1 else None
+                    if not isinstance(unreachable, ExecAgentUnreachable) or reader is None or attempt.output:
                         raise
                     raise await reader.settled_for(unreachable) from None
                 sessions.cancel_scope.cancel("the command exited and its stderr is read")
