@@ -121,6 +121,9 @@ async def check_runner_job(scenario: Scenario, pool_size: int) -> None:
     )
     pulls = sorted({force_pull(scenario, r) for r in fill})
     scenario.check("fill_runners_force_pull", pulls == [True], pulls, [True])
+    template = f"template-{ENVIRONMENT_ID}"
+    pull = force_pull(scenario, template) if ("default", template) in scenario.cluster.state.jobs else None
+    scenario.check("environment_registration_force_pull", pull is True, pull, True)
 
 
 async def claim_with_replacement(scenario: Scenario) -> tuple[str, str | None]:
