@@ -57,6 +57,12 @@ def output(messages: list[dict[str, Any]], stream: str) -> str:
     return "".join(str(m["data"]) for m in messages if m["type"] == stream)
 
 
+def word_after(text: str, marker: str) -> str:
+    """The word that follows ``marker`` in ``text`` ("" if none does)."""
+    words = text.split(marker, 1)[1].split() if marker in text else []
+    return words[0] if words else ""
+
+
 def ends(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [m for m in messages if m["type"] in ("exit", "timeout", "error")]
 
@@ -236,7 +242,7 @@ async def image_of(scenario: Scenario) -> dict[str, str]:
     allocs = scenario.cluster.state.allocs
     return {
         allocs[alloc_id].job_id: images.get("default-task", "")
-        for alloc_id, images in state["images"]["allocations"].items()
+        for alloc_id, images in state.get("images", {}).get("allocations", {}).items()
         if alloc_id in allocs
     }
 
@@ -249,11 +255,12 @@ def stale_runner(scenario: Scenario, runner_id: str, image: str | None) -> dict[
     return {"image": image, "force_pull": force_pull(scenario, runner_id), "nodes": names}
 
 
-async def push_image(scenario: Scenario, digest: str) -> dict[str, Any]:
+async def push_image(scenario: Scenario, digest: str) -> str:
+    """Move the image's tag to ``digest``; the digest it pointed to before."""
     async with httpx.AsyncClient(base_url=scenario.cluster.addresses[0], timeout=30) as sim:
         response = await sim.post("/sim/v1/images", json={"image": IMAGE, "digest": digest})
-        response.raise_for_status()
-        return dict(response.json())
+    scenario.check("image_tag_moved", response.status_code == 200, response.status_code, 200)
+    return str(response.json().get("previous")) if response.status_code == 200 else ""
 
 
 async def read_until(
@@ -279,14 +286,9 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
     messages: list[dict[str, Any]] = []
     async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
         await read_until(ws, messages, "\n")
-        before = (
-            output(messages, "stdout").split("img=", 1)[-1].split()[0]
-            if "img=" in output(messages, "stdout")
-            else ""
-        )
+        before = word_after(output(messages, "stdout"), "img=")
         old_idle = {r for r in pool.runners if r != held}
-        pushed = await push_image(scenario, new_digest)
-        old = f"{repository}@{pushed['previous']}"
+        old = f"{repository}@{await push_image(scenario, new_digest)}"
         scenario.check("held_runner_ran_the_old_digest", before == old, before, old)
         status = await put_environment(
             scenario, ENVIRONMENT_ID, {**ENVIRONMENT, "prewarmingPoolSize": pool_size}
@@ -326,11 +328,7 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
                 messages.append(json.loads(await ws.get_message()))
         except trio_websocket.ConnectionClosed:
             pass
-    after = (
-        output(messages, "stdout").split("end=", 1)[-1].split()[0]
-        if "end=" in output(messages, "stdout")
-        else ""
-    )
+    after = word_after(output(messages, "stdout"), "end=")
     scenario.check(
         "held_execution_ran_to_its_end_on_the_old_digest",
         after == old and ends(messages) == EXIT_0,
