@@ -342,7 +342,15 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
         within=WITHIN,
     )
     scenario.check("held_runner_gone_once_given_back_s", gone is not None, gone, WITHIN)
-    await scenario.wait_for(lambda: idle_of(scenario, ENVIRONMENT_ID) == pool_size, within=WITHIN)
+
+    def settled() -> bool:
+        runners = {r for r in pool.runners if pool.runners[r].environment_id == ENVIRONMENT_ID}
+        return (
+            idle_of(scenario, ENVIRONMENT_ID) == pool_size
+            and live_runner_jobs(scenario, ENVIRONMENT_ID) == runners
+        )
+
+    await scenario.wait_for(settled, within=WITHIN)
     images = await image_of(scenario)
     runners = live_runner_jobs(scenario, ENVIRONMENT_ID)
     stale = {r: stale_runner(scenario, r, images.get(r)) for r in runners if images.get(r) != new}
