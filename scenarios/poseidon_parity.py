@@ -21,6 +21,7 @@ import argparse
 import base64
 import hashlib
 import json
+import time
 from typing import Any, Final
 
 import httpx
@@ -206,7 +207,7 @@ async def check_execution(scenario: Scenario, runner: str) -> None:
         seen,
         "not USER=user",
     )
-    scenario.event("executions checked", runner=runner)
+    scenario.event("executions checked")
 
 
 async def check_files(scenario: Scenario, runner: str) -> None:
@@ -232,7 +233,7 @@ async def check_files(scenario: Scenario, runner: str) -> None:
         length,
         len(content),
     )
-    scenario.event("files checked", runner=runner)
+    scenario.event("files checked")
 
 
 async def image_of(scenario: Scenario) -> dict[str, str]:
@@ -284,6 +285,7 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
     )
     response.raise_for_status()
     messages: list[dict[str, Any]] = []
+    start = round(time.monotonic() - scenario.started, 3)
     async with trio_websocket.open_websocket_url(response.json()["websocketUrl"]) as ws:
         await read_until(ws, messages, "\n")
         before = word_after(output(messages, "stdout"), "img=")
@@ -293,7 +295,7 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
         status = await put_environment(
             scenario, ENVIRONMENT_ID, {**ENVIRONMENT, "prewarmingPoolSize": pool_size}
         )
-        scenario.event("image pushed and environment put again", status=status, digest=new_digest)
+        scenario.event("image pushed, environment put again", status=status)
 
         def rolled_out() -> bool:
             return not old_idle & set(pool.runners) and idle_of(scenario, ENVIRONMENT_ID) == pool_size
@@ -336,7 +338,12 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
         {"image": old, "end": EXIT_0},
     )
     (await scenario.http.delete(f"/runners/{held}")).raise_for_status()
-    scenario.event("held runner given back", end=ends(messages))
+    end = ends(messages)
+    outcome = str(end[-1]["type"]) if end else "closed"
+    scenario.lives.append(
+        {"start": start, "end": round(time.monotonic() - scenario.started, 3), "outcome": outcome}
+    )
+    scenario.event("held runner given back", end=end)
     gone = await scenario.wait_for(
         lambda: held not in pool.runners and held not in live_runner_jobs(scenario, ENVIRONMENT_ID),
         within=WITHIN,
@@ -373,7 +380,7 @@ async def main(args: argparse.Namespace) -> bool:
         await check_runner_job(scenario, size)
         await check_network(scenario)
         held, replacement = await claim_with_replacement(scenario)
-        scenario.event("runner held", runner=held)
+        scenario.event("runner held")
         pulls = None
         if replacement is not None:
             pulls = docker_config(scenario, replacement).get("force_pull")
