@@ -11,8 +11,10 @@ network of ``[nomad.network]`` (``bridge``) and no docker ``network_mode``: neve
 bridge. An execution runs under ``/sbin/setuser user``, in bash, on a terminal, with stderr apart; a
 privileged one runs as the task's user. An identical PUT after the image's tag moved to a new digest
 replaces every idle runner with one that runs the new digest, while a held runner finishes its
-execution on the old one and is replaced once given back. ``path=/`` lists the container's root for
-a privileged request, and a download carries ``Content-Length``. No runner job leaks.
+execution on the old one and is gone once given back; then every runner of the pool runs the new
+digest (a claim's replacement, which does not pull, runs the old one on a node that no runner of the
+roll-out reached). ``path=/`` lists the container's root for a privileged request, and a download
+carries ``Content-Length``. No runner job leaks.
 """
 
 from __future__ import annotations
@@ -27,7 +29,16 @@ from typing import Any, Final
 import httpx
 import trio
 import trio_websocket
-from harness import ENVIRONMENT, ENVIRONMENT_ID, EXIT_0, Scenario, open_scenario, parse_arguments, run
+from harness import (
+    ENVIRONMENT,
+    ENVIRONMENT_ID,
+    EXIT_0,
+    Scenario,
+    open_scenario,
+    parse_arguments,
+    run,
+    terminal_messages,
+)
 
 from supervisor.simulator import SimConfig
 
@@ -62,10 +73,6 @@ def word_after(text: str, marker: str) -> str:
     """The word that follows ``marker`` in ``text`` ("" if none does)."""
     words = text.split(marker, 1)[1].split() if marker in text else []
     return words[0] if words else ""
-
-
-def ends(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [m for m in messages if m["type"] in ("exit", "timeout", "error")]
 
 
 def template_options(spec: dict[str, Any]) -> dict[str, Any]:
@@ -179,23 +186,31 @@ async def check_execution(scenario: Scenario, runner: str) -> None:
     user = await execute(scenario, runner, 'echo "USER=$USER"')
     seen = output(user, "stdout").strip()
     scenario.check(
-        "execution_runs_as_setuser_user", seen == "USER=user" and ends(user) == EXIT_0, seen, "USER=user"
+        "execution_runs_as_setuser_user",
+        seen == "USER=user" and terminal_messages(user) == EXIT_0,
+        seen,
+        "USER=user",
     )
     bash = await execute(scenario, runner, '[[ 1 == 1 ]] && echo "bash=$BASH_VERSION"')
     seen = output(bash, "stdout").strip()
     scenario.check(
         "execution_runs_in_bash",
-        seen.startswith("bash=") and len(seen) > len("bash=") and ends(bash) == EXIT_0,
-        seen or ends(bash),
+        seen.startswith("bash=") and len(seen) > len("bash=") and terminal_messages(bash) == EXIT_0,
+        seen or terminal_messages(bash),
         "bash=<version>",
     )
     tty = await execute(scenario, runner, "test -t 0 && test -t 1")
-    scenario.check("execution_on_a_terminal", ends(tty) == EXIT_0, ends(tty), EXIT_0)
+    scenario.check(
+        "execution_on_a_terminal", terminal_messages(tty) == EXIT_0, terminal_messages(tty), EXIT_0
+    )
     apart = await execute(scenario, runner, "echo out; echo err >&2")
     stdout, stderr = output(apart, "stdout"), output(apart, "stderr")
     scenario.check(
         "stderr_apart_from_stdout",
-        "err" not in stdout and "out" in stdout and stderr.strip() == "err" and ends(apart) == EXIT_0,
+        "err" not in stdout
+        and "out" in stdout
+        and stderr.strip() == "err"
+        and terminal_messages(apart) == EXIT_0,
         {"stdout": stdout, "stderr": stderr},
         {"stdout": "out", "stderr": "err"},
     )
@@ -203,7 +218,7 @@ async def check_execution(scenario: Scenario, runner: str) -> None:
     seen = output(privileged, "stdout").strip()
     scenario.check(
         "privileged_execution_as_the_tasks_user",
-        seen.startswith("USER=") and seen != "USER=user" and ends(privileged) == EXIT_0,
+        seen.startswith("USER=") and seen != "USER=user" and terminal_messages(privileged) == EXIT_0,
         seen,
         "not USER=user",
     )
@@ -225,12 +240,15 @@ async def check_files(scenario: Scenario, runner: str) -> None:
     content = bytes(range(256)) * 5 + b"parity"
     patch = {"copy": [{"path": "parity.bin", "content": base64.b64encode(content).decode()}]}
     (await scenario.http.patch(files, json=patch)).raise_for_status()
-    download = await scenario.http.get(f"{files}/raw", params={"path": "parity.bin"})
-    length = download.headers.get("content-length")
+    lengths = {}
+    for path in ("parity.bin", "/workspace/parity.bin"):  # CodeOcean downloads absolute paths
+        download = await scenario.http.get(f"{files}/raw", params={"path": path})
+        whole = download.status_code == 200 and download.content == content
+        lengths[path] = download.headers.get("content-length") if whole else download.status_code
     scenario.check(
         "download_has_content_length",
-        download.status_code == 200 and length == str(len(content)) and download.content == content,
-        length,
+        all(length == str(len(content)) for length in lengths.values()),
+        lengths,
         len(content),
     )
     scenario.event("files checked")
@@ -269,7 +287,7 @@ async def read_until(
 ) -> None:
     """Read the execution's messages until its stdout holds ``text`` (or it ended)."""
     with trio.move_on_after(WITHIN):
-        while text not in output(messages, "stdout") and not ends(messages):
+        while text not in output(messages, "stdout") and not terminal_messages(messages):
             messages.append(json.loads(await ws.get_message()))
 
 
@@ -321,7 +339,7 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
         scenario.check(
             "claimed_new_runners_see_the_new_digest", bool(seen) and all(s == new for s in seen), seen, new
         )
-        running = held in pool.runners and not ends(messages) and images.get(held) == old
+        running = held in pool.runners and not terminal_messages(messages) and images.get(held) == old
         scenario.check("held_runner_kept_under_its_execution", running, running, True)
         await ws.send_message("go\n")
         scenario.event("held runner's execution let go")
@@ -333,12 +351,12 @@ async def check_rollout(scenario: Scenario, held: str, pool_size: int) -> None:
     after = word_after(output(messages, "stdout"), "end=")
     scenario.check(
         "held_execution_ran_to_its_end_on_the_old_digest",
-        after == old and ends(messages) == EXIT_0,
-        {"image": after, "end": ends(messages)},
+        after == old and terminal_messages(messages) == EXIT_0,
+        {"image": after, "end": terminal_messages(messages)},
         {"image": old, "end": EXIT_0},
     )
     (await scenario.http.delete(f"/runners/{held}")).raise_for_status()
-    end = ends(messages)
+    end = terminal_messages(messages)
     outcome = str(end[-1]["type"]) if end else "closed"
     scenario.lives.append(
         {"start": start, "end": round(time.monotonic() - scenario.started, 3), "outcome": outcome}
