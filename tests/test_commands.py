@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.core.commands import (
+    FIFO_FAILED_EXIT,
     execution_command,
     nomad_variable_names,
     noted_command,
@@ -237,3 +238,25 @@ def test_a_stop_ends_a_side_waiting_for_the_other_and_removes_the_fifo(tmp_path:
     assert alone.returncode != 0, "stopped in the fifo's open"
     assert out == b"", "nothing ran"
     assert not list(tmp_path.glob(".supervisor-*")), "no fifo or note left"
+
+
+def test_where_no_fifo_can_be_made_the_execution_runs_nothing_and_says_so(tmp_path: Path) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path / "missing")}
+    argv = execution_command(
+        "touch ran", {}, execution_id="f3", privileged=True, nomad_variables=(), stderr_apart=True
+    )
+    run = subprocess.run(argv, cwd=tmp_path, env=environ, capture_output=True, timeout=10)
+    assert run.returncode == FIFO_FAILED_EXIT
+    assert run.stderr.endswith(b"cannot make a fifo for stderr\n"), "after the PID note's own complaint"
+    assert not (tmp_path / "ran").exists()
+    reader = subprocess.run(stderr_reader_command("f3"), env=environ, capture_output=True, timeout=10)
+    assert reader.returncode == FIFO_FAILED_EXIT, "the reader neither waits for ever"
+
+
+def test_a_reader_that_cannot_make_its_fifo_leaves_no_note(tmp_path: Path) -> None:
+    """A note left behind would name a PID that another process may get: the sweep must not find it."""
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    (tmp_path / ".supervisor-f4.fifo").write_text("a file, not a fifo")
+    reader = subprocess.run(stderr_reader_command("f4"), env=environ, capture_output=True, timeout=10)
+    assert reader.returncode == FIFO_FAILED_EXIT
+    assert not list(tmp_path.glob("*.pid"))

@@ -171,14 +171,15 @@ def stderr_note(execution_id: str) -> str:
     return f"{execution_id}-stderr"
 
 
-def _make_fifo(execution_id: str) -> str:
+def _make_fifo(execution_id: str, *, note: str = "") -> str:
     """Script text making the execution's fifo unless the other side made it first (both try: no
     order between the two execs, no polling); writable by the wrapper's user (a reopen of
     /dev/stderr)."""
     fifo = f'"{fifo_file(execution_id)}"'
     return (
         f"{{ [ -p {fifo} ] || mkfifo -m 622 {fifo} 2>/dev/null || [ -p {fifo} ]; }} || "
-        f"{{ echo 'cannot make a fifo for stderr' >&2; exit {FIFO_FAILED_EXIT}; }}; "
+        f"{{ echo 'cannot make a fifo for stderr' >&2; {f'rm -f {note}; ' if note else ''}"
+        f"exit {FIFO_FAILED_EXIT}; }}; "
     )
 
 
@@ -192,7 +193,7 @@ def stderr_reader_command(execution_id: str) -> list[str]:
     note = f'"{pid_file(stderr_note(execution_id))}"'
     script = (
         f"echo $$ > {note}; "
-        + _make_fifo(execution_id)
+        + _make_fifo(execution_id, note=note)
         + f"exec 3<{fifo}; rm -f {fifo} {note}; exec cat <&3"
     )
     return ["/bin/sh", "-c", script]
