@@ -5,7 +5,8 @@
 Starts ``supervisor simulate`` and registers ``--runners`` runner jobs (``--quick``: 1,000) in 20
 environments as the daemon writes them (template jobs as its PUT does, runner jobs as its factory
 does), then ``supervisor run`` at its default settings, which adopts them at startup (its factory
-would take almost 2 minutes to fill 10,000); then PUTs each environment again, unchanged (204).
+would take almost 2 minutes to fill 10,000). No environment is PUT again: any PUT rolls its runners
+out, as Poseidon's does.
 
 1. Baseline, before the daemon starts so that nothing else loads the simulator: Poseidon's
    recovery (``NomadRunnerManager.Load``), one request at a time as it makes them: per environment
@@ -195,8 +196,8 @@ async def per_runner_pattern(nomad: str, envs: list[ExecutionEnvironment], simul
 
 
 async def wait_ready(api: str, envs: list[ExecutionEnvironment], log: DaemonLog) -> float:
-    """Wait for the stream to be up and every pool full; then PUT every environment again through
-    the API, unchanged. Returns the seconds the daemon took to adopt everything."""
+    """Wait for the stream to be up and every pool full. Returns the seconds the daemon took to
+    adopt everything."""
     began = time.perf_counter()
     await log.wait_for("event stream up from index")
     async with httpx.AsyncClient(base_url=api, timeout=30) as http:
@@ -205,13 +206,7 @@ async def wait_ready(api: str, envs: list[ExecutionEnvironment], log: DaemonLog)
                 if await pools_full(http, envs):
                     break
                 await trio.sleep(0.1)
-        adopted = time.perf_counter() - began
-        for environment in envs:
-            response = await http.put(f"/execution-environments/{environment.id}", json=environment.to_api())
-            assert response.status_code == 204, (response.status_code, response.text)
-        if not await pools_full(http, envs):
-            raise SystemExit("the pools are no longer full after an unchanged PUT")
-    return adopted
+    return time.perf_counter() - began
 
 
 async def pools_full(http: httpx.AsyncClient, envs: list[ExecutionEnvironment]) -> bool:
