@@ -124,6 +124,8 @@ class RunnerPool(ListingReconcile, PoolView):
     # Runners whose allocation ran for the first time since the last change was handled.
     _started: list[str] = field(factory=list)
     _replacements: ReplacementBudget = field(factory=ReplacementBudget)
+    # The nodes given a runner that pulled its environment's image since the environment was put.
+    _pulled: dict[int, set[str]] = field(factory=dict)
     # Where new runners' IDs come from: the daemon's source, which a simulation seeds.
     entropy: Entropy = field(factory=Entropy, kw_only=True)
     # The readers' face of this pool.
@@ -232,6 +234,8 @@ class RunnerPool(ListingReconcile, PoolView):
         previous = self.environments.get(environment.id)
         self.environments[environment.id] = environment
         actions: list[Action] = []
+        if previous != environment or roll_out:
+            self._pulled.pop(environment.id, None)
         if previous is not None and (previous != environment or roll_out):
             why = "changed" if previous != environment else "was put again (rolled out)"
             for runner in self._runners_of(environment.id):
@@ -250,6 +254,7 @@ class RunnerPool(ListingReconcile, PoolView):
         for runner in self._runners_of(environment_id):
             actions += self._remove(runner, REASON_ENVIRONMENT)
         self._idle.pop(environment_id, None)
+        self._pulled.pop(environment_id, None)
         self._replacements.forget(environment_id)
         return actions
 
@@ -533,6 +538,8 @@ class RunnerPool(ListingReconcile, PoolView):
         runner.alloc_create_index = alloc.create_index
         runner.alloc_modify_index = alloc.modify_index
         runner.node_id = sys.intern(alloc.node_id)
+        if runner.force_pull and runner.node_id and not runner.retired:
+            self._pulled.setdefault(runner.environment_id, set()).add(runner.node_id)
         if alloc.allocated_resources is not None:
             runner.ports = tuple(alloc.ports)
 

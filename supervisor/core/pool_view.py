@@ -29,6 +29,7 @@ class PoolView:
     _by_alloc: dict[str, str]
     _of_environment: dict[int, dict[str, Runner]]
     _used: dict[str, Runner]
+    _pulled: dict[int, set[str]]
 
     @classmethod
     def sharing(cls, pool: PoolView) -> PoolView:
@@ -38,6 +39,7 @@ class PoolView:
         view.tombstones, view.found_gone = pool.tombstones, pool.found_gone
         view._idle, view._by_alloc = pool._idle, pool._by_alloc
         view._of_environment, view._used = pool._of_environment, pool._used
+        view._pulled = pool._pulled
         return view
 
     def runner(self, runner_id: str) -> Runner | None:
@@ -171,10 +173,10 @@ class PoolView:
         return list(self._of_environment.get(environment_id, {}).values())
 
     def pulled_everywhere(self, environment_id: int) -> bool:
-        """Whether every node Nomad may place a runner on holds one of the environment's runners that
-        pulled its image since it was last put: only then may a claim's replacement skip the pull,
+        """Whether every node Nomad may place a runner on was given one of the environment's runners
+        that pulled its image since it was last put: only then may a claim's replacement skip the pull,
         as Poseidon's does, without starting an image a node kept from before a roll-out."""
-        pulled = {r.node_id for r in self._runners_of(environment_id) if r.force_pull and not r.retired}
+        pulled = self._pulled.get(environment_id, set())
         return all(node.id in pulled for node in self.nodes.nodes.values() if node.placeable)
 
     def avoided_nodes(self, now: float) -> tuple[str, ...]:
