@@ -103,7 +103,10 @@ async def _execution_on_a_terminal(containers: Containers, *, apart: bool) -> tu
         assert running.stdin is not None
         assert running.stdout is not None
         output = b""
-        while b"out\r\n" not in output:
+        # Typed only once the command wrote all it writes before it reads: the terminal echoes at
+        # once, so typed earlier, the echo could come before the merged "err" (a loaded machine saw it).
+        written = b"out\r\n" if apart else b"out\r\nerr\r\n"
+        while written not in output:
             output += await running.stdout.receive_some()
         await running.stdin.send_all(b"typed\n\x04")
         while chunk := await running.stdout.receive_some():

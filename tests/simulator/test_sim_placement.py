@@ -41,6 +41,9 @@ async def test_a_batch_job_ranks_two_nodes_not_every_node(
     empty = sorted(cluster.state.nodes)[0]
     await client.drain_node(empty, deadline=-1)
     await settle(cluster, lambda: not cluster.state.live_allocs_by_node.get(empty))
+    # The drained runners' replacements placed elsewhere first: one still pending when the node is
+    # eligible again could land there (a loaded machine saw it) and the node would not be empty.
+    await settle(cluster, lambda: sum(runners_per_node(cluster, "old-").values()) == 4 * RUNNERS)
     await client.drain_node(empty, deadline=None, mark_eligible=True)
 
     level = min(runners_per_node(cluster, "old-").values())
