@@ -32,7 +32,24 @@ class HttpServerSettings:
     """How the API server treats its connections."""
 
     # An idle keep-alive connection (no request begun) is closed after this many seconds.
-    keep_alive_timeout: float = 75.0
+    keep_alive_timeout: float = 60.0
+    # A request line and headers not all read by then close the connection (seconds).
+    header_timeout: float = 15.0
+    # A body that sends nothing this long, or slower than body_min_rate (bytes a second) on average
+    # once this long has passed, is answered 408 and its connection closed.
+    body_timeout: float = 15.0
+    body_min_rate: int = 1024
+    # A keep-alive connection closes after this many requests.
+    max_requests_per_connection: int = 1000
+    # Client connections open at once; past it, or past the descriptors left over fd_reserve, a new
+    # connection is answered 503 and closed.
+    max_connections: int = 10_000
+    fd_reserve: int = 256
+    # A write that moves nothing for this long cuts its connection (seconds).
+    write_timeout: float = 30.0
+    # A WebSocket silent this long is pinged (0: never); a ping unanswered by the timeout closes it.
+    websocket_ping_interval: float = 20.0
+    websocket_ping_timeout: float = 20.0
     # A WebSocket message larger than this (bytes) closes its connection with 1009. The messages
     # the app has not taken yet are held up to as much again (one always): meanwhile the peer's close
     # is seen; past it the connection is read no more until the app takes one.

@@ -39,6 +39,7 @@ from .config_schema import (
     ServerSettings,
     Settings,
     SupervisionSettings,
+    TlsSettings,
     WatcherSettings,
 )
 from .environments import ExecutionEnvironment, environment_from_dict
@@ -60,6 +61,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "SupervisionSettings",
+    "TlsSettings",
     "WatcherSettings",
     "config_path",
     "load_settings",

@@ -6,6 +6,7 @@ and a value outside its rule cannot be made.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Final
@@ -48,6 +49,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "SupervisionSettings",
+    "TlsSettings",
     "WatcherSettings",
 ]
 
@@ -74,6 +76,19 @@ _VARIABLE_PATH: Final = Rule(
         and v.split("/")[0] != "nomad"  # Nomad's own, but for its jobs' variables
     ),
 )
+
+
+def _network_or_any(value: object) -> bool:
+    if value == "*":
+        return True
+    try:
+        ipaddress.ip_network(str(value), strict=False)
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
+_PROXY_ADDRESS: Final = Rule('an IP address, a network (CIDR) or "*"', _network_or_any)
 # A token: none, or one long enough to be secret.
 SECRET_TOKEN: Final = Rule(
     f"empty, or {MIN_SECRET_LENGTH} characters or more",
@@ -99,6 +114,67 @@ class ServerSettings:
         1024 * 1024, "one WebSocket message from a client; larger closes it (1009)", _COUNT, unit="bytes"
     )
     max_files: int = setting(10_000, "delete and copy entries in one PATCH of a runner's files", _COUNT)
+    forwarded_allow_ips: tuple[str, ...] = setting(
+        ("127.0.0.1", "::1"),
+        'proxies whose X-Forwarded-Proto or Forwarded proto=https is believed (wss:// URLs); "*": any',
+        _PROXY_ADDRESS,
+        each=True,
+    )
+    header_timeout: float = setting(
+        15.0,
+        "a request line and headers not all read by then: the connection closes",
+        POSITIVE,
+        unit=_SECONDS,
+    )
+    body_timeout: float = setting(
+        15.0,
+        "a request body that sends nothing for this long, or is slower than body_min_rate once this long "
+        "has passed: 408, the connection closes",
+        POSITIVE,
+        unit=_SECONDS,
+    )
+    body_min_rate: int = setting(
+        1024,
+        "the slowest request body taken, on average once body_timeout has passed",
+        at_least(0),
+        unit="bytes/s",
+    )
+    idle_timeout: float = setting(
+        60.0, "a keep-alive connection with no request begun is closed after this", POSITIVE, unit=_SECONDS
+    )
+    max_requests_per_connection: int = setting(
+        1000, "a keep-alive connection closes after this many requests", _COUNT
+    )
+    max_connections: int = setting(
+        10_000,
+        "client connections open at once; past it, or past the descriptors left over fd_reserve, a new "
+        "one is answered 503 and closed",
+        _COUNT,
+    )
+    fd_reserve: int = setting(
+        256, "file descriptors never taken by client connections (Nomad, files, the log)", at_least(16)
+    )
+    write_timeout: float = setting(
+        30.0,
+        "a response or WebSocket write that moves nothing for this long cuts its connection",
+        POSITIVE,
+        unit=_SECONDS,
+    )
+    websocket_ping_interval: float = setting(
+        20.0, "a WebSocket silent this long is pinged; 0: never", at_least(0), unit=_SECONDS
+    )
+    websocket_ping_timeout: float = setting(
+        20.0, "a ping not answered by then closes the WebSocket (1011)", POSITIVE, unit=_SECONDS
+    )
+
+
+@frozen
+class TlsSettings:
+    """``[server.tls]``: the API over TLS, as Poseidon serves it; both files or neither."""
+
+    cert_file: str = setting("", "PEM certificate chain; empty (with key_file): plain HTTP")
+    key_file: str = setting("", "PEM private key; re-read with the certificate on SIGHUP")
+    min_version: str = setting("1.3", "the oldest TLS version served (Poseidon: 1.3)", one_of("1.2", "1.3"))
 
 
 @frozen
@@ -315,6 +391,7 @@ class Settings:
     """Every section, as loaded by ``load_settings``; the defaults are the product's."""
 
     server: ServerSettings = field(factory=ServerSettings)
+    server_tls: TlsSettings = field(factory=TlsSettings, metadata={"section": "server.tls"})
     nomad: NomadSection = field(factory=NomadSection)
     nomad_network: NetworkSettings = field(factory=NetworkSettings, metadata={"section": "nomad.network"})
     admission: AdmissionSettings = field(factory=AdmissionSettings)

@@ -16,20 +16,26 @@ from ..api.http_server import AsgiServer, HttpServerSettings
 from ..base.network import Network
 from ..core.config import Settings
 
-__all__ = ["KEEP_ALIVE_TIMEOUT", "ApiEndpoint", "ApiServing", "api_server_settings"]
+__all__ = ["ApiEndpoint", "ApiServing", "api_server_settings"]
 
 _LISTEN_BACKLOG: Final = 2048
-# Longer than clients keep an idle connection (httpx 5 s): at equal timeouts a client could send on
-# a connection the server was closing, and a POST cannot be sent again (a node_down scenario's
-# execute: "Server disconnected without sending a response").
-KEEP_ALIVE_TIMEOUT: Final = 75.0
 
 
 def api_server_settings(settings: Settings) -> HttpServerSettings:
     """The API server's settings, from the daemon's."""
+    server = settings.server
     return HttpServerSettings(
-        keep_alive_timeout=KEEP_ALIVE_TIMEOUT,
-        max_message=settings.server.max_message,
+        keep_alive_timeout=server.idle_timeout,
+        header_timeout=server.header_timeout,
+        body_timeout=server.body_timeout,
+        body_min_rate=server.body_min_rate,
+        max_requests_per_connection=server.max_requests_per_connection,
+        max_connections=server.max_connections,
+        fd_reserve=server.fd_reserve,
+        write_timeout=server.write_timeout,
+        websocket_ping_interval=server.websocket_ping_interval,
+        websocket_ping_timeout=server.websocket_ping_timeout,
+        max_message=server.max_message,
         access_log=settings.log.access,
     )
 
