@@ -64,6 +64,7 @@ from .operations import (
     RUNNER_ID,
 )
 from .request_bodies import ENVIRONMENT, EXECUTION, FILE_PATCH, RUNNER_CLAIM, read_body
+from .standby import READY_PATH, unready
 
 __all__ = ["create_app"]
 
@@ -178,8 +179,8 @@ class _ClientSocket:
 
 class _Routes:
     def __init__(self, service: RunnerService, settings: Settings, metrics: DaemonMetrics) -> None:
-        # The service only for the health details; everything else asks the desk, and an execution
-        # the desk admitted runs in the execution service.
+        # The service only for the health details and readiness; everything else asks the desk, and
+        # an execution the desk admitted runs in the execution service.
         self.service = service
         self.desk = service.desk
         self.executions = service.executions
@@ -203,6 +204,14 @@ class _Routes:
                 {"message": message, "errorCode": "PREWARMING_POOL_DEPLETING"}, status_code=503
             )
         return Response(status_code=204)
+
+    async def health_ready(self, request: Request) -> Response:
+        """For a load balancer: 204 while this daemon serves claims, whatever its pools and faults."""
+        why = unready(synced=self.service.informer.is_synced(), stopping=self.executions.stopping)
+        if why is None:
+            return Response(status_code=204)
+        code, message = why
+        return JSONResponse({"message": message, "errorCode": code}, status_code=503)
 
     async def health_details(self, request: Request) -> Response:
         details = await health_details(self.service, self.settings, simulated=self.metrics.simulated())
@@ -461,6 +470,7 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
         routes=[
             Route(f"{PREFIX}/health", routes.health, methods=["GET"], name="health"),
             Route(f"{PREFIX}/health/details", routes.health_details, methods=["GET"], name="healthDetails"),
+            Route(READY_PATH, routes.health_ready, methods=["GET"], name="healthReady"),
             Route("/metrics", serve_metrics(metrics), methods=["GET"], name="metrics"),
             Route(f"{PREFIX}/version", routes.version, methods=["GET"], name="version"),
             Route(f"{PREFIX}/openapi.json", routes.openapi, methods=["GET"], name="openapi"),

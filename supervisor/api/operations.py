@@ -232,6 +232,24 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
             ),
         },
     ),
+    "healthReady": Operation(
+        summary="Whether a load balancer may send this daemon traffic: it acts and serves claims",
+        tag=_MISCELLANEOUS,
+        token=False,
+        description="For a load balancer's health check. Unlike the health route it ignores the pools "
+        "and the faults (a pool that refills, an environment Nomad refuses): only the daemon's role "
+        "and phase change it.",
+        answers={
+            "204": Answer(
+                description="This daemon acts (alone, or as the active one of an HA pair) and serves claims"
+            ),
+            "503": Answer(
+                description="The standby of an HA pair (STANDBY), starting until its first listing of Nomad "
+                "is reconciled (STARTING), or stopping from the moment its graceful stop began (STOPPING)",
+                model=SERVER_ERROR,
+            ),
+        },
+    ),
     "healthDetails": Operation(
         summary="Every check the health probe reads, with its figures",
         tag=_MISCELLANEOUS,

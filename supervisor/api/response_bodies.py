@@ -30,7 +30,7 @@ __all__ = [
     "ServerError",
 ]
 
-# Poseidon's error codes, and our standby's (HA).
+# Poseidon's error codes, our standby's (HA), and those of /health/ready.
 ERROR_CODES: Final = (
     "NOMAD_UNREACHABLE",
     "NOMAD_OVERLOAD",
@@ -38,6 +38,8 @@ ERROR_CODES: Final = (
     "PREWARMING_POOL_DEPLETING",
     "UNKNOWN",
     "STANDBY",
+    "STARTING",
+    "STOPPING",
 )
 # An environment as the API shows it: the body of its PUT, with its ID always.
 EXECUTION_ENVIRONMENT: Final = Model(EnvironmentBody, component="ExecutionEnvironment")

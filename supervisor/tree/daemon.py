@@ -103,7 +103,9 @@ class Daemon:
             lambda: self.service if self.switch.app is not None else None,
             simulated=lambda: self.cluster is not None,
         )
-        self.switch = RoleSwitch(retry_after=settings.ha.ttl / 3, metrics=self.metrics)
+        self.switch = RoleSwitch(
+            retry_after=settings.ha.ttl / 3, metrics=self.metrics, ha=settings.ha.enabled
+        )
         self.server = AsgiServer(self.switch, api_server_settings(settings))
         # Why the daemon stopped on its own (a child past the restart intensity), if it did.
         self.failure: str | None = None
