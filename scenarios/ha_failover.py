@@ -1,25 +1,37 @@
-"""Two daemons with ``[ha]`` against one cluster: the active killed, partitioned, stopped.
+"""Two daemons with ``[ha]`` against one cluster, behind a load balancer: a refill, then the active
+killed, partitioned, stopped.
 
     python scenarios/ha_failover.py [--runners N] [--seed S] [--report FILE] [--plot FILE.svg]
 
 Two ``supervisor run`` processes at their defaults but ``SUPERVISOR_HA_ENABLED=true`` (the setting
 under test), each reaching Nomad through a TCP proxy of its own (the partition: every connection cut,
-new ones refused), under CodeOcean-like load sent to whichever daemon a health-checked load balancer
-would pick (claim, copy, execute, release; on 410 claim again). Two runners stay claimed throughout.
+new ones refused), under CodeOcean-like load (claim, copy, execute, release; on 410 claim again)
+sent through a simulated load balancer configured as ``scripts/haproxy.cfg``: it checks each
+daemon's ``GET /api/v1/health/ready`` (every 1 s while up, 250 ms while going down, 500 ms while
+down; down after 2 failed checks, up after 1), sends each request to a daemon it has up, and sends
+a request again to another (3 times at most) when its connection was refused or a daemon answered
+it 503. Two runners stay claimed throughout.
 
+0. Refill: a burst of claims takes the active's whole pool and a new environment starts empty, so
+   that ``/health`` says 503 ``PREWARMING_POOL_DEPLETING``; ``/health/ready`` stays 204 throughout
+   and the balancer keeps the active up.
 1. SIGKILL the active. The standby is active within the lock's worst case, 2 x TTL + LockDelay
-   (Nomad's leader lets a lock lapse twice its TTL after the last renewal), + 2 s; the killed daemon's
-   claims are adopted and their next request works; claims resume; the killed daemon comes back as
-   the standby.
+   (Nomad's leader lets a lock lapse twice its TTL after the last renewal), + 2 s, and the balancer
+   has it up within its pick-up bound after that; the killed daemon's claims are adopted and their
+   next request works; claims resume; the killed daemon comes back as the standby.
 2. Partition the active from Nomad. It steps down before its TTL has run out since its last renewal,
    and the other takes over only after it stepped down (never two active at once, from their logs).
-3. SIGTERM the active: it releases the lock, and the other is active within 2 s.
+3. SIGTERM the active: it releases the lock, and the balancer has the other up within 2 s plus its
+   pick-up bound.
 
-Invariants besides: at the end Nomad's runner jobs are the active's pool, all idle and as many as
-its size (nothing leaked, nothing lost, not doubled); every load cycle that ran ended in exit 0. The
-load claims with an inactivity timeout of 10 s, as CodeOcean does, so that a claim whose answer was
-lost with a killed daemon ends by itself. The report gives the time without
-an active daemon for each case.
+Invariants besides: no request the balancer routed was answered by a standby, but by a deposed
+active in the moments before the balancer saw it (its mark-down bound after it stopped being
+ready); the balancer marked a daemon down only once it had stopped being ready, and only across a
+failover; a daemon that turned ready was up at the balancer within the pick-up bound. At the end
+Nomad's runner jobs are the active's pool, all idle and as many as its size (nothing leaked,
+nothing lost, not doubled); every load cycle that ran ended in exit 0. The load claims with an
+inactivity timeout of 10 s, as CodeOcean does, so that a claim whose answer was lost with a killed
+daemon ends by itself. The report gives the time without an active daemon for each case.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from pathlib import Path
 import httpx
 import trio
 import trio_websocket
+from balancer import MARK_DOWN_BOUND, PICK_UP_BOUND, Balancer, Readiness
 from harness import (
     ENVIRONMENT,
     ENVIRONMENT_ID,
@@ -57,6 +70,8 @@ TOOK, STEPPED_DOWN = "took the HA lock", "stepping down:"
 # A load cycle's claim, as CodeOcean's: with an inactivity timeout, so that a claim whose answer
 # was lost with its daemon (killed between the claim and its answer) ends by itself.
 LOAD_CLAIM = {"executionEnvironmentId": ENVIRONMENT_ID, "inactivityTimeout": 10}
+# The environment the refill creates beside the scenario's (and deletes once refilled).
+REFILLED_ID = ENVIRONMENT_ID + 1
 # A load cycle with no answer for this long is cut short, and says at which step.
 _CYCLE_PATIENCE = 15.0
 
@@ -114,17 +129,16 @@ async def _pump(source: trio.SocketStream, sink: trio.SocketStream, done: trio.C
 
 
 class Daemons:
-    """The two daemons, each behind its partition; which one is active, as a balancer sees it."""
+    """The two daemons, each behind its partition, and the balancer in front of them."""
 
-    def __init__(self, cluster: SimulatedCluster, logs: Path) -> None:
+    def __init__(self, cluster: SimulatedCluster, logs: Path, balancer: Balancer) -> None:
         self.cluster = cluster
         self.logs = logs
+        self.balancer = balancer
         self.processes: dict[str, trio.Process] = {}
         self.apis: dict[str, str] = {}
         self.partitions: dict[str, Partition] = {}
         self.starts = 0
-        # What each daemon's health answered when the balancer last found none to send to.
-        self.health: dict[str, str] = {}
 
     async def start(self, name: str, nursery: trio.Nursery) -> None:
         partition = self.partitions[name] = Partition(list(self.cluster.addresses))
@@ -133,20 +147,12 @@ class Daemons:
         log = self.logs / f"{name}-{self.starts}.log"
         process, api = await start_daemon(self.cluster, log, HA, addresses=partition.addresses)
         self.processes[name], self.apis[name] = process, api
+        self.balancer.add(name, api)
 
-    async def active(self, http: httpx.AsyncClient) -> str | None:
-        """The daemon whose health answers 204, as a health-checked load balancer picks."""
-        self.health = {}
-        for name, api in list(self.apis.items()):  # a daemon may be replaced meanwhile
-            try:
-                answer = await http.get(f"{api}/health", timeout=2)
-            except httpx.HTTPError as exc:
-                self.health[name] = type(exc).__name__
-                continue
-            if answer.status_code == 204:
-                return name
-            self.health[name] = f"{answer.status_code} {answer.text[:100]}"
-        return None
+    def forget(self, name: str) -> None:
+        """The daemon is gone for good: the balancer no longer knows its address."""
+        del self.apis[name]
+        self.balancer.remove(name)
 
     def log_times(self, marker: str) -> list[tuple[float, str]]:
         """(Unix time, daemon) of every log line with ``marker``, from every log so far."""
@@ -169,14 +175,15 @@ async def main(args: argparse.Namespace) -> bool:
 async def failover(config: SimConfig, logs: Path, args: argparse.Namespace) -> bool:
     async with trio.open_nursery() as nursery:
         cluster = await nursery.start(SimulatedCluster(config).run)
-        daemons = Daemons(cluster, logs)
-        await daemons.start("a", nursery)
         async with (
             httpx.AsyncClient(timeout=30) as http,
             NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
         ):
+            balancer = Balancer(http, nursery)
+            daemons = Daemons(cluster, logs, balancer)
+            await daemons.start("a", nursery)
             with trio.fail_after(30):
-                while await daemons.active(http) != "a":
+                while not balancer.is_up("a"):
                     await trio.sleep(0.1)
             claimed = await warm_up(http, daemons.apis["a"], args.runners)
             await daemons.start("b", nursery)
@@ -207,28 +214,33 @@ async def warm_up(http: httpx.AsyncClient, api: str, runners: int) -> list[str]:
 async def play(
     scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, claimed: list[str], args: argparse.Namespace
 ) -> bool:
-    http = scenario.http
+    http, balancer = scenario.http, daemons.balancer
     outcomes: list[str] = []
-    load = Load(daemons, http, outcomes)
+    load = Load(balancer, outcomes)
+    truth = Readiness(lambda: daemons.apis, http)
+    failovers: list[tuple[float, float]] = []  # (from, to): when a daemon may stop being ready
     async with trio.open_nursery() as loading:
+        loading.start_soon(truth.run)
         loading.start_soon(load.run)
         await trio.sleep(3)
-        await sigkill_case(scenario, daemons, nursery, claimed, load)
-        await partition_case(scenario, daemons, nursery, load)
-        await graceful_case(scenario, daemons, nursery, load)
+        await refill_case(scenario, daemons, truth, args.runners)
+        await sigkill_case(scenario, daemons, nursery, claimed, load, failovers)
+        await partition_case(scenario, daemons, nursery, load, failovers)
+        await graceful_case(scenario, daemons, load, failovers)
         loading.cancel_scope.cancel()
     failed = [o for o in outcomes if o != "exit 0"]
     value = failed[:3] or len(outcomes)
     scenario.check("load_cycles_exit_0", bool(outcomes) and not failed, value, "all exit 0")
+    balancer_checks(scenario, balancer, truth, failovers)
     await pool_checks(scenario, daemons, [*claimed, *load.held], args.runners)
     return scenario.report(args.report, args.plot)
 
 
 class Load:
-    """CodeOcean's cycle against the active daemon, over and over; the time of each success."""
+    """CodeOcean's cycle through the balancer, over and over; the time of each success."""
 
-    def __init__(self, daemons: Daemons, http: httpx.AsyncClient, outcomes: list[str]) -> None:
-        self.daemons, self.http, self.outcomes = daemons, http, outcomes
+    def __init__(self, balancer: Balancer, outcomes: list[str]) -> None:
+        self.balancer, self.outcomes = balancer, outcomes
         self.last_success = 0.0
         # Runners claimed and not yet given back (a cycle cut short leaves one).
         self.held: set[str] = set()
@@ -239,48 +251,39 @@ class Load:
 
     async def run(self) -> None:
         while True:
-            name = await self.daemons.active(self.http)
-            if name is None:
-                why = f"no daemon healthy: {self.daemons.health}"
-                if not self.refusals or self.refusals[-1][1] != why:
-                    self.refusals.append((time.monotonic(), why))
-                await trio.sleep(0.2)
-                continue
             with trio.move_on_after(_CYCLE_PATIENCE) as waited:
-                outcome = await self.cycle(self.daemons.apis[name])
+                outcome = await self.cycle()
             if waited.cancelled_caught:
                 outcome = None
-                hung = f"{self.step} at {name}: no answer in {_CYCLE_PATIENCE} s"
-                self.refusals.append((time.monotonic(), hung))
+                self.refusals.append((time.monotonic(), f"{self.step}: no answer in {_CYCLE_PATIENCE} s"))
             if outcome is not None:
                 self.outcomes.append(outcome)
                 self.last_success = time.monotonic() if outcome == "exit 0" else self.last_success
             await trio.sleep(0.2)
 
-    async def cycle(self, api: str) -> str | None:
+    async def cycle(self) -> str | None:
         """One claim, copy, execute, release; None if the daemon refused or vanished before anything
-        ran (the balancer picks again), else "exit 0" or what ended the execution."""
+        ran, else "exit 0" or what ended the execution."""
+        send = self.balancer.request
         try:
             self.step = "claim"
-            claim = await self.http.post(f"{api}/runners", json=LOAD_CLAIM)
+            claim = await send("POST", "/runners", json=LOAD_CLAIM)
             if claim.status_code != 200:
                 return self.refused("claim", claim)
             runner = claim.json()["runnerId"]
             self.held.add(runner)
             copy = {"delete": ["./*"], "copy": [{"path": "main.py", "content": "cHJpbnQoMSk="}]}
             self.step = "files"
-            if (
-                files := await self.http.patch(f"{api}/runners/{runner}/files", json=copy)
-            ).status_code != 204:
+            if (files := await send("PATCH", f"/runners/{runner}/files", json=copy)).status_code != 204:
                 return self.refused("files", files)
             self.step = "execute"
-            started = await self.http.post(f"{api}/runners/{runner}/execute", json={"command": "cat main.py"})
+            started = await send("POST", f"/runners/{runner}/execute", json={"command": "cat main.py"})
             if started.status_code != 200:
                 return self.refused("execute", started)
             self.step = "the execution's WebSocket"
             scenario_messages = await read_messages(started.json()["websocketUrl"])
             self.step = "release"
-            await self.http.delete(f"{api}/runners/{runner}")
+            await send("DELETE", f"/runners/{runner}")
             self.held.discard(runner)
         except (httpx.HTTPError, OSError) as exc:
             self.refusals.append((time.monotonic(), f"{type(exc).__name__}: {exc}"))
@@ -312,13 +315,11 @@ async def read_messages(url: str) -> list[dict[str, object]] | None:
     return messages
 
 
-async def wait_for_active(
-    daemons: Daemons, http: httpx.AsyncClient, name: str, within: float
-) -> float | None:
-    """Seconds until ``name`` answers health 204, or None."""
+async def wait_for_active(balancer: Balancer, name: str, within: float) -> float | None:
+    """Seconds until the balancer has ``name`` up, or None."""
     started = time.monotonic()
     with trio.move_on_after(within):
-        while await daemons.active(http) != name:
+        while not balancer.is_up(name):
             await trio.sleep(0.05)
         return round(time.monotonic() - started, 3)
     return None
@@ -335,14 +336,59 @@ async def claims_resume(load: Load, within: float) -> float | str:
     return f"none in {within:g}s; {len(refusals)} refused, the last: {refusals[-3:]}"
 
 
+async def refill_case(scenario: Scenario, daemons: Daemons, truth: Readiness, runners: int) -> None:
+    """A burst of claims empties the active's pool and a new environment starts empty: /health is
+    503 while /health/ready stays 204 and the balancer keeps the active up."""
+    balancer, send = daemons.balancer, daemons.balancer.request
+    truth.health_of, started = "a", time.monotonic()
+    scenario.event("refill: a burst of claims and a new environment")
+    claims: list[str | None] = [None] * runners
+
+    async def claim(n: int) -> None:
+        claims[n] = (await send("POST", "/runners", json=LOAD_CLAIM)).json().get("runnerId")
+
+    async with trio.open_nursery() as burst:
+        for n in range(runners):
+            burst.start_soon(claim, n)
+    fresh = {**ENVIRONMENT, "prewarmingPoolSize": runners}
+    (await send("PUT", f"/execution-environments/{REFILLED_ID}", json=fresh)).raise_for_status()
+    # At once, while the new pool is empty: both answers of the active at the same moment.
+    api = daemons.apis["a"]
+    health, ready = [
+        (await scenario.http.get(f"{api}/{path}")).status_code for path in ("health", "health/ready")
+    ]
+    truth.health_503 += health == 503
+    truth.unready += ready != 204
+    for runner in filter(None, claims):
+        await send("DELETE", f"/runners/{runner}")
+    with trio.move_on_after(60):
+        while (await scenario.http.get(f"{api}/health")).status_code != 204:
+            await trio.sleep(0.2)
+    refilled = round(time.monotonic() - started, 3)
+    (await send("DELETE", f"/execution-environments/{REFILLED_ID}")).raise_for_status()
+    truth.health_of = None
+    downs = [mark for mark in balancer.marks if mark[0] >= started and mark[2] == "down"]
+    value = {"health_503": truth.health_503, "ready_not_204": truth.unready, "marked_down": len(downs)}
+    ok = truth.health_503 > 0 and truth.unready == 0 and not downs
+    scenario.check("refill_health_503_ready_204", ok, value, "health 503 > 0, ready always 204, kept up")
+    scenario.event("refilled", seconds=refilled)
+
+
 async def sigkill_case(
-    scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, claimed: list[str], load: Load
+    scenario: Scenario,
+    daemons: Daemons,
+    nursery: trio.Nursery,
+    claimed: list[str],
+    load: Load,
+    failovers: list[tuple[float, float]],
 ) -> None:
+    killed = time.monotonic()
     daemons.processes["a"].send_signal(signal.SIGKILL)
     await daemons.processes["a"].wait()
+    failovers.append((killed, time.monotonic() + 1))
     scenario.event("SIGKILL a (active)")
-    limit = WORST_LAPSE + 2
-    took = await wait_for_active(daemons, scenario.http, "b", within=limit + 10)
+    limit = WORST_LAPSE + 2 + PICK_UP_BOUND
+    took = await wait_for_active(daemons.balancer, "b", within=limit + 10)
     scenario.check("sigkill_no_active_s", took is not None and took <= limit, took, limit)
     api = daemons.apis["b"]
     patch = {"copy": [{"path": "kept.txt", "content": ""}]}
@@ -353,17 +399,24 @@ async def sigkill_case(
     scenario.check("killed_daemons_claims_adopted", answers == [204, 204], answers, [204, 204])
     resumed = await claims_resume(load, within=30)
     scenario.check("sigkill_claims_resume_s", isinstance(resumed, float), resumed, 30)
-    del daemons.apis["a"]
+    daemons.forget("a")
     await daemons.start("a", nursery)
     scenario.event("a back, as the standby")
 
 
-async def partition_case(scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, load: Load) -> None:
-    partitioned = time.time()
+async def partition_case(
+    scenario: Scenario,
+    daemons: Daemons,
+    nursery: trio.Nursery,
+    load: Load,
+    failovers: list[tuple[float, float]],
+) -> None:
+    partitioned, cut = time.time(), time.monotonic()
     daemons.partitions["b"].partition()
+    failovers.append((cut, cut + TTL))
     scenario.event("b (active) partitioned from Nomad")
-    took = await wait_for_active(daemons, scenario.http, "a", within=WORST_LAPSE + 20)
-    limit = WORST_LAPSE + 2
+    took = await wait_for_active(daemons.balancer, "a", within=WORST_LAPSE + 20)
+    limit = WORST_LAPSE + 2 + PICK_UP_BOUND
     scenario.check("partition_no_active_s", took is not None and took <= limit, took, limit)
     downs = [t for t, who in daemons.log_times(STEPPED_DOWN) if who == "b" and t >= partitioned]
     takes = [t for t, who in daemons.log_times(TOOK) if who == "a" and t >= partitioned]
@@ -375,22 +428,66 @@ async def partition_case(scenario: Scenario, daemons: Daemons, nursery: trio.Nur
     scenario.check("partition_claims_resume_s", isinstance(resumed, float), resumed, 30)
     daemons.processes["b"].send_signal(signal.SIGKILL)
     await daemons.processes["b"].wait()
-    del daemons.apis["b"]
+    daemons.forget("b")
     await daemons.start("b", nursery)
     scenario.event("b restarted as the standby, unpartitioned")
 
 
-async def graceful_case(scenario: Scenario, daemons: Daemons, nursery: trio.Nursery, load: Load) -> None:
+async def graceful_case(
+    scenario: Scenario, daemons: Daemons, load: Load, failovers: list[tuple[float, float]]
+) -> None:
     await trio.sleep(2)
+    stopped = time.monotonic()
     daemons.processes["a"].send_signal(signal.SIGTERM)
+    failovers.append((stopped, stopped + 1))
     scenario.event("SIGTERM a (active)")
-    took = await wait_for_active(daemons, scenario.http, "b", within=30)
-    scenario.check("graceful_no_active_s", took is not None and took <= 2, took, 2)
+    limit = 2 + PICK_UP_BOUND
+    took = await wait_for_active(daemons.balancer, "b", within=30)
+    scenario.check("graceful_no_active_s", took is not None and took <= limit, took, limit)
     code = await daemons.processes["a"].wait()
     scenario.check("graceful_exit_0", code == 0, code, 0)
-    del daemons.apis["a"]
+    daemons.forget("a")
     resumed = await claims_resume(load, within=30)
     scenario.check("graceful_claims_resume_s", isinstance(resumed, float), resumed, 30)
+
+
+def balancer_checks(
+    scenario: Scenario, balancer: Balancer, truth: Readiness, failovers: list[tuple[float, float]]
+) -> None:
+    """What the balancer did, held to what the daemons' readiness said (read every 50 ms)."""
+    unexplained = []
+    for at, name, mark, said in balancer.marks:
+        if mark != "down":
+            continue
+        unready = truth.last_change(name, False, at)
+        in_failover = any(start <= at <= end + MARK_DOWN_BOUND for start, end in failovers)
+        if unready is None or at - unready > MARK_DOWN_BOUND or not in_failover:
+            unexplained.append(f"{name} at +{at - scenario.started:.1f}s ({said})")
+    downs = sum(mark == "down" for _, _, mark, _ in balancer.marks)
+    value = unexplained[:3] or downs
+    scenario.check("active_marked_down_only_across_failovers", not unexplained, value, "each in a failover")
+    strays = []
+    for at, name in balancer.standby_answers:
+        unready = truth.last_change(name, False, at)
+        if unready is None or at - unready > MARK_DOWN_BOUND:
+            strays.append(f"{name} at +{at - scenario.started:.1f}s")
+    value = strays[:3] or len(balancer.standby_answers)
+    limit = f"only a deposed active, within {MARK_DOWN_BOUND:g} s"
+    scenario.check("no_request_routed_to_a_standby", not strays, value, limit)
+    pick_ups = []
+    for at, name, mark, _ in balancer.marks:
+        ready = truth.last_change(name, True, at)
+        if mark == "up" and ready is not None:
+            pick_ups.append(round(max(0.0, at - ready), 3))
+    slowest = max(pick_ups, default=None)
+    ok = slowest is not None and slowest <= PICK_UP_BOUND
+    scenario.check("failover_picked_up_s", ok, slowest, PICK_UP_BOUND)
+    for at, name, mark, said in balancer.marks:
+        scenario.timeline.append(
+            {"t": round(at - scenario.started, 3), "event": f"balancer: {name} {mark}", "check": said}
+        )
+    scenario.timeline.sort(key=lambda entry: float(entry["t"]))
+    scenario.event("balancer", marks=len(balancer.marks), no_server=balancer.no_server)
 
 
 async def pool_counts(http: httpx.AsyncClient, api: str) -> tuple[int, int]:
