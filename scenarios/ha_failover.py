@@ -72,6 +72,8 @@ TOOK, STEPPED_DOWN = "took the HA lock", "stepping down:"
 LOAD_CLAIM = {"executionEnvironmentId": ENVIRONMENT_ID, "inactivityTimeout": 10}
 # The environment the refill creates beside the scenario's (and deletes once refilled).
 REFILLED_ID = ENVIRONMENT_ID + 1
+# A WebSocket's close code when its connection was lost without a close frame.
+_CONNECTION_LOST = 1006
 # A load cycle with no answer for this long is cut short, and says at which step.
 _CYCLE_PATIENCE = 15.0
 
@@ -231,6 +233,9 @@ async def play(
     failed = [o for o in outcomes if o != "exit 0"]
     value = failed[:3] or len(outcomes)
     scenario.check("load_cycles_exit_0", bool(outcomes) and not failed, value, "all exit 0")
+    stray = [f"+{a - scenario.started:.1f}s" for a, b in load.cut if not any(a <= k <= b for k in load.kills)]
+    value = stray[:3] or len(load.cut)
+    scenario.check("executions_lost_only_to_a_sigkill", not stray, value, "each across a SIGKILL")
     balancer_checks(scenario, balancer, truth, failovers)
     await pool_checks(scenario, daemons, [*claimed, *load.held], args.runners)
     return scenario.report(args.report, args.plot)
@@ -248,6 +253,10 @@ class Load:
         self.refusals: list[tuple[float, str]] = []
         # The step of the cycle under way.
         self.step = ""
+        # (from, to) of each execution whose WebSocket was lost without a terminal message, and
+        # when a daemon was killed (which explains such a loss).
+        self.cut: list[tuple[float, float]] = []
+        self.kills: list[float] = []
 
     async def run(self) -> None:
         while True:
@@ -281,17 +290,24 @@ class Load:
             if started.status_code != 200:
                 return self.refused("execute", started)
             self.step = "the execution's WebSocket"
-            scenario_messages = await read_messages(started.json()["websocketUrl"])
+            connected = time.monotonic()
+            got = await read_messages(started.json()["websocketUrl"])
+            if got is None:
+                self.refusals.append((time.monotonic(), "the execution's WebSocket was refused"))
+                return None
+            messages, code = got
+            ends = [m for m in messages if m["type"] in ("exit", "error", "timeout")]
+            if not ends and code == _CONNECTION_LOST:
+                # Its daemon was killed under it: no one was left to say how it ended. Its claim
+                # is adopted by the next active, and given back at the end.
+                self.cut.append((connected, time.monotonic()))
+                return None
             self.step = "release"
             await send("DELETE", f"/runners/{runner}")
             self.held.discard(runner)
         except (httpx.HTTPError, OSError) as exc:
             self.refusals.append((time.monotonic(), f"{type(exc).__name__}: {exc}"))
             return None
-        if scenario_messages is None:
-            self.refusals.append((time.monotonic(), "the execution's WebSocket was refused"))
-            return None
-        ends = [m for m in scenario_messages if m["type"] in ("exit", "error", "timeout")]
         return "exit 0" if ends == [{"type": "exit", "data": 0}] else str(ends)
 
     def refused(self, what: str, response: httpx.Response) -> str | None:
@@ -300,19 +316,21 @@ class Load:
         return None
 
 
-async def read_messages(url: str) -> list[dict[str, object]] | None:
-    """An execution's messages; None if it was refused at the upgrade (nothing ran)."""
+async def read_messages(url: str) -> tuple[list[dict[str, object]], int | None] | None:
+    """An execution's messages and its WebSocket's close code; None if it was refused at the
+    upgrade (nothing ran)."""
     messages: list[dict[str, object]] = []
+    code = None
     try:
         async with trio_websocket.open_websocket_url(url) as ws:
             try:
                 while True:
                     messages.append(json.loads(await ws.get_message()))
-            except trio_websocket.ConnectionClosed:
-                pass
+            except trio_websocket.ConnectionClosed as closed:
+                code = closed.reason.code
     except (trio_websocket.HandshakeError, OSError):
         return None  # refused at the upgrade: nothing ran
-    return messages
+    return messages, code
 
 
 async def wait_for_active(balancer: Balancer, name: str, within: float) -> float | None:
@@ -383,6 +401,7 @@ async def sigkill_case(
     failovers: list[tuple[float, float]],
 ) -> None:
     killed = time.monotonic()
+    load.kills.append(killed)
     daemons.processes["a"].send_signal(signal.SIGKILL)
     await daemons.processes["a"].wait()
     failovers.append((killed, time.monotonic() + 1))
@@ -426,6 +445,7 @@ async def partition_case(
     scenario.check("never_two_active_s", gap is not None and gap > 0, gap, "> 0")
     resumed = await claims_resume(load, within=30)
     scenario.check("partition_claims_resume_s", isinstance(resumed, float), resumed, 30)
+    load.kills.append(time.monotonic())
     daemons.processes["b"].send_signal(signal.SIGKILL)
     await daemons.processes["b"].wait()
     daemons.forget("b")
