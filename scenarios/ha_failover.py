@@ -327,7 +327,7 @@ async def read_messages(url: str) -> tuple[list[dict[str, object]], int | None] 
                 while True:
                     messages.append(json.loads(await ws.get_message()))
             except trio_websocket.ConnectionClosed as closed:
-                code = closed.reason.code
+                code = closed.reason.code if closed.reason is not None else None
     except (trio_websocket.HandshakeError, OSError):
         return None  # refused at the upgrade: nothing ran
     return messages, code
