@@ -17,8 +17,9 @@ NAME = "nomad-runner-supervisor"
 
 
 def unit_value(unit: str, key: str) -> str:
-    (value,) = re.findall(rf"^{key}=(.*)$", (UNITS / unit).read_text(), flags=re.MULTILINE)
-    return value
+    values: list[str] = re.findall(rf"^{key}=(.*)$", (UNITS / unit).read_text(), flags=re.MULTILINE)
+    assert len(values) == 1, f"{unit}: {key}= {len(values)} times"
+    return values[0]
 
 
 def shell_lines(document: str) -> list[str]:
