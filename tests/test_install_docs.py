@@ -81,3 +81,10 @@ def test_troubleshooting_has_a_section_for_every_check() -> None:
     headed = {name for heading in headings for name in re.findall(r"`([^`]+)`", heading)}
     assert "token" in names
     assert headed == names
+
+
+def test_the_check_script_verifies_the_units_and_installs_the_wheel() -> None:
+    steps = (ROOT / "scripts" / "check.py").read_text()
+    assert '("units", [python, "scripts/check_units.py"])' in steps
+    assert '("install", [python, "scripts/check_install.py"])' in steps
+    assert "nomad-runner-supervisor/venv" in (ROOT / "scripts" / "check_install.py").read_text()
