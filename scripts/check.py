@@ -1,6 +1,7 @@
-"""Every check the project has: lint, formatting, types, the quick scenarios, 30 seeds of the
-deterministic simulation, a short fuzzing pass of the API (over its own document and Poseidon's
-swagger.yaml), then the test suite.
+"""Every check the project has: lint, formatting, types, the systemd units as systemd reads them,
+the wheel installed outside the checkout running the README's walk-through, the quick scenarios, 30
+seeds of the deterministic simulation, a short fuzzing pass of the API (over its own document and
+Poseidon's swagger.yaml), then the test suite.
 
     python scripts/check.py [pytest arguments...]
 
@@ -46,6 +47,8 @@ def main() -> int:
             ("lint", [python, "-m", "ruff", "check", *SOURCES]),
             ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
             ("types", [python, "-m", "mypy"]),
+            ("units", [python, "scripts/check_units.py"]),
+            ("install", [python, "scripts/check_install.py"]),
             ("scenarios", [python, "scenarios/run_all.py", "--quick", "--jobs", "6"]),
             ("simulation", [python, "scenarios/dst.py", "--seeds", "1-30", "--jobs", "2", "--output", "dst"]),
             # 40 examples over Poseidon's swagger.yaml send a PATCH whose base64 content is past ASCII.

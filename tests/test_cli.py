@@ -370,15 +370,15 @@ def test_the_program_names_itself_as_it_was_started(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_systemd_unit_is_the_projects_and_the_docs_show_it() -> None:
-    unit = (ROOT / "scripts" / "nomad-runner-supervisor.service").read_text()
-    assert not (ROOT / "scripts" / "supervisor.service").exists()
+    unit = (ROOT / "scripts" / "systemd" / "nomad-runner-supervisor.service").read_text()
+    assert not list(ROOT.glob("scripts/**/supervisor.service"))
     assert "/etc/nomad-runner-supervisor/config.toml" in unit
     assert "EnvironmentFile=-/etc/nomad-runner-supervisor/environment" in unit
     assert "/etc/supervisor" not in unit, "Supervisord's folder"
     lines = set(unit.splitlines())
-    for document in ("docs/operations.md", "README.md"):
+    for document in ("docs/operations.md",):
         text = (ROOT / document).read_text()
-        assert "scripts/nomad-runner-supervisor.service" in text, document
+        assert "scripts/systemd/nomad-runner-supervisor.service" in text, document
         (block,) = re.findall(r"```ini\n(.*?)```", text, flags=re.DOTALL)
         assert set(block.splitlines()) <= lines, f"{document} shows the unit as it is"
 

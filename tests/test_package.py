@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
+import trio
 
 import supervisor
 import supervisor.base.errors
 import supervisor.nomad
+from supervisor.api.app import create_app
 from supervisor.cli import main
+from supervisor.core.config import ServerSettings, Settings
+from supervisor.desk.service import RunnerService
+
+from .nomad_double import NomadDouble
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,6 +77,47 @@ def test_cli_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"supervisor {supervisor.__version__}"
+
+
+def test_the_version_is_the_installed_packages_and_the_projects() -> None:
+    installed = importlib.metadata.version("nomad-runner-supervisor")
+    assert supervisor.__version__ == installed
+    assert installed == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+async def version_answer(nursery: trio.Nursery, settings: Settings) -> httpx.Response:
+    app = create_app(RunnerService(NomadDouble(), settings, execution_nursery=nursery), settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
+        return await http.get("/api/v1/version")
+
+
+async def test_the_api_reports_the_installed_version_unless_one_is_configured(nursery: trio.Nursery) -> None:
+    answer = await version_answer(nursery, Settings())
+    assert (answer.status_code, answer.json()) == (200, importlib.metadata.version("nomad-runner-supervisor"))
+    configured = await version_answer(nursery, Settings(server=ServerSettings(version="poseidon-1.2")))
+    assert configured.json() == "poseidon-1.2"
+
+
+def test_the_changelog_names_the_version_and_the_license_is_mit() -> None:
+    version = importlib.metadata.version("nomad-runner-supervisor")
+    headings = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), flags=re.MULTILINE)
+    assert headings[0] == version, "the newest section is the version the package reports"
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "MIT"
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.startswith("MIT License\n")
+    assert "the nomad-runner-supervisor authors" in license_text
+
+
+def test_the_wheel_holds_every_file_the_package_reads() -> None:
+    """The wheel takes the folders setuptools finds as packages (those with an ``__init__.py``)
+    and their modules only: a folder without one, or a file other than Python, would be missing
+    from an installed daemon while an editable install still found it."""
+    package = ROOT / "supervisor"
+    for folder in [package, *(p for p in package.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        assert (folder / "__init__.py").is_file(), f"{folder.relative_to(ROOT)}: no package, not in the wheel"
+    for file in package.rglob("*"):
+        if file.is_file() and "__pycache__" not in file.parts:
+            assert file.suffix == ".py", f"{file.relative_to(ROOT)} is package data the wheel lacks"
 
 
 def test_python_dash_m_runs_the_same_cli() -> None:

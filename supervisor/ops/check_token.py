@@ -96,6 +96,19 @@ def _what_to_do(settings: Settings, namespace: str) -> tuple[str, ...]:
     )
 
 
+def _no_token(settings: Settings, namespace: str, found: str) -> CheckResult:
+    """The token line when none is set and Nomad enforces ACLs: the daemon then acts as the
+    anonymous token, which seldom holds what it needs, so the policy and where a token goes come
+    with it."""
+    return CheckResult(
+        "token",
+        Status.WARN,
+        f"no token set (nomad.token, NOMAD_TOKEN): the daemon acts as Nomad's anonymous token{found}.",
+        fix="set NOMAD_TOKEN (or nomad.token) to the SecretID of a token that holds the policy below.",
+        lines=_what_to_do(settings, namespace),
+    )
+
+
 async def _get(client: NomadClient, path: str, *, namespaced: bool = False) -> Any:
     response = await client.request("GET", path, namespaced=namespaced)
     return orjson.loads(response.content)
@@ -230,13 +243,7 @@ async def check_token(client: NomadClient, settings: Settings, *, source: str) -
         why = f"/v1/acl/token/self: {text or exc}"
         head = CheckResult("token", Status.WARN, f"{given}; its policies cannot be read ({why}).")
         if not secret:
-            head = CheckResult(
-                "token",
-                Status.WARN,
-                "no token set (nomad.token, NOMAD_TOKEN): the daemon acts as Nomad's anonymous token.",
-                fix="set nomad.token or NOMAD_TOKEN to a token's SecretID.",
-                lines=_what_to_do(settings, namespace),
-            )
+            head = _no_token(settings, namespace, "")
         return [head, *await _probed(client, needs, settings, "the policies cannot be read")]
     except SupervisorError as exc:
         return [CheckResult("token", Status.FAIL, f"cannot be read: {exc}.")]
@@ -250,8 +257,9 @@ async def check_token(client: NomadClient, settings: Settings, *, source: str) -
             acl = Acl(parse_policy(rules) for rules in await _rules(client, token))
         except (SupervisorError, PolicyError) as exc:
             why = f"its policies cannot be read: {exc}"
+            head = CheckResult("token", Status.WARN, f"{described}; {why}.")
             return [
-                CheckResult("token", Status.WARN, f"{described}; {why}."),
+                _no_token(settings, namespace, f"; {why}") if not secret else head,
                 *await _probed(client, needs, settings, why),
             ]
     held = "management" if acl.management else ", ".join(token.get("Policies") or []) or "none"
@@ -260,4 +268,4 @@ async def check_token(client: NomadClient, settings: Settings, *, source: str) -
     head = CheckResult(
         "token", Status.OK, f"{described}.", lines=_what_to_do(settings, namespace) if failed else ()
     )
-    return [head, *judged]
+    return [head if secret else _no_token(settings, namespace, f" (policies: {held})"), *judged]
