@@ -16,6 +16,7 @@ import trio
 from loguru import logger
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..base.tls import is_tls
 from . import http_head
 from .http_exchange import ERROR_BODY, HttpExchange
 from .http_wire import HttpServerSettings, HttpWire
@@ -46,6 +47,7 @@ class Connection:
         self.stopping = stopping
         self.cut_scope = trio.CancelScope()
         self.client, self.server = http_head.addresses(stream)
+        self.tls = is_tls(stream)
         self._idle: trio.CancelScope | None = None
         self._cut = False
 
@@ -175,7 +177,9 @@ def _scope(kind: str, request: h11.Request, connection: Connection) -> Scope:
         "type": kind,
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": request.http_version.decode(),
-        "scheme": "http" if kind == "http" else "ws",
+        "scheme": ("https" if kind == "http" else "wss")
+        if connection.tls
+        else ("http" if kind == "http" else "ws"),
         "path": unquote(raw_path.decode("latin-1")),
         "raw_path": raw_path,
         "query_string": query,

@@ -1,6 +1,7 @@
 """The API server as a child of the tree: it listens on ``[server]``'s address, and again on the
-same port after a restart; its connections run in its tier's nursery, so that they outlive a crash
-of the server's own task, and an execution's WebSocket with them.
+same port after a restart, or serves the socket systemd passed (socket activation), the same one
+again after a restart; over TLS with ``[server.tls]``. Its connections run in its tier's nursery, so
+that they outlive a crash of the server's own task, and an execution's WebSocket with them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from attrs import define, field
 from loguru import logger
 
 from ..api.http_server import AsgiServer, HttpServerSettings
-from ..base.network import Network
+from ..base.network import Listening, Network
+from ..base.socket_activation import KeptListener, take_passed_listener
+from ..base.tls import ServerTls
 from ..core.config import Settings
 
 __all__ = ["ApiEndpoint", "ApiServing", "api_server_settings"]
@@ -42,12 +45,28 @@ def api_server_settings(settings: Settings) -> HttpServerSettings:
 
 @define(eq=False)
 class ApiEndpoint:
-    """Where the API listens: the port it was bound to (a restarted server binds it again), the
-    URLs it serves, and whether it has served yet."""
+    """Where the API listens: the port it was bound to (a restarted server binds it again), or the
+    socket systemd passed and its name; its TLS, if any; the URLs it serves, and whether it has
+    served yet."""
 
     port: int
     addresses: list[str] = field(factory=list)
     serving: trio.Event = field(factory=trio.Event)
+    tls: ServerTls | None = None
+    passed: tuple[trio.SocketListener, str] | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, *, activated: bool = False) -> ApiEndpoint:
+        """The endpoint ``settings`` configure, its certificate read; ``activated`` (the run
+        command), the socket systemd passed taken, if it passed one. ConfigError if either fails."""
+        tls = settings.server_tls
+        server_tls = None
+        if tls.cert_file:
+            server_tls = ServerTls(
+                tls.cert_file, tls.key_file, tls.min_version, settings.server.header_timeout
+            )
+        passed = take_passed_listener() if activated else None
+        return cls(settings.server.port, tls=server_tls, passed=passed)
 
 
 @final
@@ -72,12 +91,23 @@ class ApiServing:
         """Serve until the server is stopped and its last connection has ended; started with the
         URLs it serves."""
         endpoint = self._endpoint
-        listening = await self._network.listen(self._address, endpoint.port, backlog=_LISTEN_BACKLOG)
+        if endpoint.passed is not None:
+            listener, name = endpoint.passed
+            host, port = listener.socket.getsockname()[:2]
+            listening = Listening(KeptListener(listener), host, port)
+            how = f" (the socket {name} passed by systemd)"
+        else:
+            listening = await self._network.listen(self._address, endpoint.port, backlog=_LISTEN_BACKLOG)
+            how = ""
         endpoint.port = listening.port
+        if endpoint.tls is not None:
+            listening = Listening(endpoint.tls.wrap(listening.listener), listening.host, listening.port)
         serve = partial(self._server.serve, listening, connection_nursery=self._connections)
         async with trio.open_nursery() as serving:
             url = await serving.start(serve)
+            if endpoint.tls is not None:
+                url = "https" + url.removeprefix("http")
             endpoint.addresses = [url]
-            logger.info("serving the API on {}", url)
+            logger.info("serving the API on {}{}", url, how)
             endpoint.serving.set()
             task_status.started(endpoint.addresses)

@@ -85,6 +85,7 @@ class Daemon:
         network: Network | None = None,
         tree: Tree = TREE,
         entropy: Entropy | None = None,
+        endpoint: ApiEndpoint | None = None,
     ) -> None:
         self.settings = settings
         self.environ = dict(os.environ if environ is None else environ)
@@ -118,7 +119,7 @@ class Daemon:
             settings,
             self.network,
             self.server,
-            ApiEndpoint(settings.server.port),
+            endpoint or ApiEndpoint.of(settings),
             self.systemd,
             self._stop,
             self._terms,
