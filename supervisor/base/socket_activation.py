@@ -91,10 +91,12 @@ def take_passed_listener(
 @final
 class KeptListener(trio.abc.Listener[trio.abc.Stream]):
     """A passed socket's listener for one run of the server: its close ends this run's accepts but
-    keeps the socket, which systemd holds too, for the server's next run or the next process."""
+    keeps the socket, which systemd holds too, for the server's next run or the next process. With
+    ``after``, nothing is accepted until it is set: meanwhile connections wait in the backlog."""
 
-    def __init__(self, listener: trio.SocketListener) -> None:
+    def __init__(self, listener: trio.SocketListener, *, after: trio.Event | None = None) -> None:
         self.listener = listener
+        self._after = after
         self._closed = False
 
     async def accept(self) -> trio.abc.Stream:
@@ -102,6 +104,8 @@ class KeptListener(trio.abc.Listener[trio.abc.Stream]):
         if self._closed:
             await trio.lowlevel.checkpoint()
             raise trio.ClosedResourceError("the listener is closed")
+        if self._after is not None:
+            await self._after.wait()
         return await self.listener.accept()
 
     async def aclose(self) -> None:

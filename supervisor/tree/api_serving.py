@@ -54,6 +54,10 @@ class ApiEndpoint:
     serving: trio.Event = field(factory=trio.Event)
     tls: ServerTls | None = None
     passed: tuple[trio.SocketListener, str] | None = None
+    # Set once the first term serves. Without [ha], a passed socket is accepted from only then: the
+    # connections made while the daemon restarts wait in its backlog for an answer, not a 503.
+    term_started: trio.Event | None = None
+    hold: bool = False
 
     @classmethod
     def of(cls, settings: Settings, *, activated: bool = False) -> ApiEndpoint:
@@ -66,7 +70,8 @@ class ApiEndpoint:
                 tls.cert_file, tls.key_file, tls.min_version, settings.server.header_timeout
             )
         passed = take_passed_listener() if activated else None
-        return cls(settings.server.port, tls=server_tls, passed=passed)
+        hold = passed is not None and not settings.ha.enabled
+        return cls(settings.server.port, tls=server_tls, passed=passed, hold=hold)
 
 
 @final
@@ -94,7 +99,8 @@ class ApiServing:
         if endpoint.passed is not None:
             listener, name = endpoint.passed
             host, port = listener.socket.getsockname()[:2]
-            listening = Listening(KeptListener(listener), host, port)
+            kept = KeptListener(listener, after=endpoint.term_started if endpoint.hold else None)
+            listening = Listening(kept, host, port)
             how = f" (the socket {name} passed by systemd)"
         else:
             listening = await self._network.listen(self._address, endpoint.port, backlog=_LISTEN_BACKLOG)

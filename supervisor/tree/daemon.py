@@ -115,11 +115,13 @@ class Daemon:
         self.restarts = RestartIntensity(settings.supervision.intensity, settings.supervision.period)
         self._stop = GracefulStop(settings.server.graceful_timeout)
         self._terms = Terms()
+        endpoint = endpoint or ApiEndpoint.of(settings)
+        endpoint.term_started = self._terms.first_started
         self._parts = DaemonParts(
             settings,
             self.network,
             self.server,
-            endpoint or ApiEndpoint.of(settings),
+            endpoint,
             self.systemd,
             self._stop,
             self._terms,
