@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Final, final
 
 import trio
@@ -92,11 +92,13 @@ def take_passed_listener(
 class KeptListener(trio.abc.Listener[trio.abc.Stream]):
     """A passed socket's listener for one run of the server: its close ends this run's accepts but
     keeps the socket, which systemd holds too, for the server's next run or the next process. With
-    ``after``, nothing is accepted until it is set: meanwhile connections wait in the backlog."""
+    ``ready``, nothing is accepted until it has returned: meanwhile connections wait in the backlog."""
 
-    def __init__(self, listener: trio.SocketListener, *, after: trio.Event | None = None) -> None:
+    def __init__(
+        self, listener: trio.SocketListener, *, ready: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.listener = listener
-        self._after = after
+        self._ready = ready
         self._closed = False
 
     async def accept(self) -> trio.abc.Stream:
@@ -104,8 +106,9 @@ class KeptListener(trio.abc.Listener[trio.abc.Stream]):
         if self._closed:
             await trio.lowlevel.checkpoint()
             raise trio.ClosedResourceError("the listener is closed")
-        if self._after is not None:
-            await self._after.wait()
+        if self._ready is not None:
+            await self._ready()
+            self._ready = None
         return await self.listener.accept()
 
     async def aclose(self) -> None:

@@ -6,6 +6,7 @@ that they outlive a crash of the server's own task, and an execution's WebSocket
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Final, final
 
@@ -18,8 +19,9 @@ from ..base.network import Listening, Network
 from ..base.socket_activation import KeptListener, take_passed_listener
 from ..base.tls import ServerTls
 from ..core.config import Settings
+from .term import Terms
 
-__all__ = ["ApiEndpoint", "ApiServing", "api_server_settings"]
+__all__ = ["ApiEndpoint", "ApiServing", "api_server_settings", "first_term_synced"]
 
 _LISTEN_BACKLOG: Final = 2048
 
@@ -43,6 +45,15 @@ def api_server_settings(settings: Settings) -> HttpServerSettings:
     )
 
 
+async def first_term_synced(terms: Terms, within: float) -> None:
+    """Return once the first term serves and its first listing of Nomad is in, or ``within``
+    seconds after it serves (the admission gate answers from then on)."""
+    await terms.first_started.wait()
+    if terms.service is not None:
+        with trio.move_on_after(within):
+            await terms.service.wait_synced()
+
+
 @define(eq=False)
 class ApiEndpoint:
     """Where the API listens: the port it was bound to (a restarted server binds it again), or the
@@ -54,9 +65,10 @@ class ApiEndpoint:
     serving: trio.Event = field(factory=trio.Event)
     tls: ServerTls | None = None
     passed: tuple[trio.SocketListener, str] | None = None
-    # Set once the first term serves. Without [ha], a passed socket is accepted from only then: the
-    # connections made while the daemon restarts wait in its backlog for an answer, not a 503.
-    term_started: trio.Event | None = None
+    # Returns once the first term serves what it learnt from Nomad. Without [ha], a passed socket is
+    # accepted from only then: the connections made while the daemon restarts wait in its backlog
+    # for an answer from what Nomad holds, not a 503 or an environment not known yet.
+    ready: Callable[[], Awaitable[None]] | None = None
     hold: bool = False
 
     @classmethod
@@ -99,7 +111,7 @@ class ApiServing:
         if endpoint.passed is not None:
             listener, name = endpoint.passed
             host, port = listener.socket.getsockname()[:2]
-            kept = KeptListener(listener, after=endpoint.term_started if endpoint.hold else None)
+            kept = KeptListener(listener, ready=endpoint.ready if endpoint.hold else None)
             listening = Listening(kept, host, port)
             how = f" (the socket {name} passed by systemd)"
         else:

@@ -61,7 +61,7 @@ from ..nomad.api import NomadApi
 from ..nomad.locks import VariableLocks
 from ..ops.metrics import DaemonMetrics
 from ..ops.systemd import SystemdNotifier
-from .api_serving import ApiEndpoint, api_server_settings
+from .api_serving import ApiEndpoint, api_server_settings, first_term_synced
 from .election import AlwaysActive, Elector, LockElector
 from .graceful_stop import GracefulStop
 from .parts import DaemonParts, TermParts
@@ -116,7 +116,7 @@ class Daemon:
         self._stop = GracefulStop(settings.server.graceful_timeout)
         self._terms = Terms()
         endpoint = endpoint or ApiEndpoint.of(settings)
-        endpoint.term_started = self._terms.first_started
+        endpoint.ready = partial(first_term_synced, self._terms, settings.admission.wait_timeout)
         self._parts = DaemonParts(
             settings,
             self.network,
