@@ -9,6 +9,7 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -142,7 +143,9 @@ async def test_reload_serves_the_new_certificate_to_new_connections_only(certifi
         await after.aclose()
 
 
-async def test_a_bad_pair_on_reload_keeps_the_old_one(certificates: Certificates, log_records: list) -> None:
+async def test_a_bad_pair_on_reload_keeps_the_old_one(
+    certificates: Certificates, log_records: list[Any]
+) -> None:
     pair = certificates.issue("api", "kept.example")
     tls = ServerTls(pair.cert_file, pair.key_file, "1.3", 5.0)
     async with tls_server(tls) as (port, _):
