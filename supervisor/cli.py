@@ -314,8 +314,9 @@ def _run(args: argparse.Namespace) -> int:
     secrets = [settings.server.token, settings.nomad.token, nomad.token if nomad else ""]
     stream = configure_logging(settings.log, secrets)
     init_sentry(os.environ, secrets)
-    if nomad is None and not is_loopback(settings.server.address):
-        raise UsageError(_embedded_cluster_refusal(settings.server.address))
+    served = endpoint.passed_host or settings.server.address  # a socket systemd passed: its own
+    if nomad is None and not is_loopback(served):
+        raise UsageError(_embedded_cluster_refusal(served))
     path = config_path(args.config, os.environ)
     line = startup_line(settings, path, os.environ, nomad, _options_set(args))
     logger.info("{}", line, version=__version__)

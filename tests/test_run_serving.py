@@ -83,14 +83,28 @@ def test_run_with_a_certificate_that_does_not_load_exits_2_in_one_line(tmp_path:
     assert done.stderr.strip().splitlines() == [f"{line}: No such file or directory"]
 
 
-def start_activated(held: socket.socket) -> tuple[subprocess.Popen[str], list[str]]:
+def popen_activated(held: socket.socket) -> subprocess.Popen[str]:
     """``supervisor run`` started as systemd starts a socket-activated service."""
     fd = held.fileno()
     argv = [sys.executable, "-c", SHIM, str(fd), "--listen", "127.0.0.1:1"]
-    process = subprocess.Popen(
+    return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_environ(), pass_fds=(fd,)
     )
+
+
+def start_activated(held: socket.socket) -> tuple[subprocess.Popen[str], list[str]]:
+    """``supervisor run`` socket-activated, and its log lines until it serves."""
+    process = popen_activated(held)
     return process, read_until(process, "serving the API on")
+
+
+def test_a_passed_socket_off_loopback_needs_a_nomad_cluster() -> None:
+    """The embedded simulated cluster serves loopback only, whoever bound the socket."""
+    with socket.create_server(("0.0.0.0", 0)) as held:  # what the refusal is about
+        process = popen_activated(held)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert "serving on 0.0.0.0 needs a Nomad cluster" in stderr
 
 
 def test_a_restart_under_socket_activation_leaves_connections_waiting_not_refused() -> None:

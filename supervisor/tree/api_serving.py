@@ -71,6 +71,11 @@ class ApiEndpoint:
     ready: Callable[[], Awaitable[None]] | None = None
     hold: bool = False
 
+    @property
+    def passed_host(self) -> str | None:
+        """The address of the socket systemd passed, if it passed one."""
+        return None if self.passed is None else str(self.passed[0].socket.getsockname()[0])
+
     @classmethod
     def of(cls, settings: Settings, *, activated: bool = False) -> ApiEndpoint:
         """The endpoint ``settings`` configure, its certificate read; ``activated`` (the run
