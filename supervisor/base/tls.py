@@ -11,6 +11,7 @@ kept. TLS 1.3's cipher suites are OpenSSL's (AES-GCM and ChaCha20-Poly1305, as G
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from pathlib import Path
 from typing import Final, final
@@ -24,6 +25,8 @@ __all__ = ["TLS_VERSIONS", "ServerTls", "TlsListener", "TlsStream", "is_tls", "s
 
 TLS_VERSIONS: Final = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 _TLS12_CIPHERS: Final = "ECDHE+AESGCM:ECDHE+CHACHA20"
+# How long a failed handshake's alert may take to go out (seconds).
+_ALERT_TIMEOUT: Final = 1.0
 
 
 def _read(key: str, path: str, marker: bytes, what: str) -> None:
@@ -111,10 +114,26 @@ class TlsStream(trio.abc.Stream):
         if self._handshook:
             return
         with trio.move_on_after(self._timeout) as timer:
-            await self.tls.do_handshake()
+            try:
+                await self.tls.do_handshake()
+            except trio.BrokenResourceError as broken:
+                logger.debug("a TLS handshake failed: {}", broken.__cause__ or broken)
+                await self._send_alert()
+                raise
         if timer.cancelled_caught:
             raise trio.BrokenResourceError(f"no TLS handshake within {self._timeout:g}s")
         self._handshook = True
+
+    async def _send_alert(self) -> None:
+        """Send the alert OpenSSL wrote for a failed handshake (a TLS 1.2 client's "protocol
+        version"), which trio leaves unsent: the client learns why, not only that it ended."""
+        pending = getattr(self.tls, "_outgoing", None)  # trio's outgoing buffer: not public
+        if isinstance(pending, ssl.MemoryBIO) and pending.pending:
+            with (
+                trio.move_on_after(_ALERT_TIMEOUT),
+                contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+            ):
+                await self.tls.transport_stream.send_all(pending.read())
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         """Bytes from the peer, once the handshake is done."""
