@@ -38,6 +38,10 @@ SCENARIOS = {
     "allocation_failures": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "node_down": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "daemon_restart": {"quick": ["--runners", "4"], "full": ["--runners", "30"]},
+    "socket_restart": {
+        "quick": ["--runners", "6", "--clients", "4"],
+        "full": ["--runners", "20", "--clients", "12"],
+    },
     "startup_adoption": {"quick": ["--runners", "4"], "full": ["--runners", "30"]},
     "rolling_upgrade": {"quick": ["--runners", "6"], "full": ["--runners", "30", "--rate", "8"]},
     "operator_drain": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},

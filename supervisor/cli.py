@@ -302,24 +302,27 @@ def _run(args: argparse.Namespace) -> int:
     from .ops.reload import Reloader, startup_line
     from .ops.sentry import init_sentry
     from .ops.signals import run_until_signalled
+    from .tree.api_serving import ApiEndpoint
     from .tree.daemon import Daemon
 
     try:
         settings = _settings(args)
+        endpoint = ApiEndpoint.of(settings, activated=True)
     except ConfigError as error:
         raise UsageError(f"configuration: {error}") from None
     nomad = settings.nomad_settings(os.environ)
     secrets = [settings.server.token, settings.nomad.token, nomad.token if nomad else ""]
     stream = configure_logging(settings.log, secrets)
     init_sentry(os.environ, secrets)
-    if nomad is None and not is_loopback(settings.server.address):
-        raise UsageError(_embedded_cluster_refusal(settings.server.address))
+    served = endpoint.passed_host or settings.server.address  # a socket systemd passed: its own
+    if nomad is None and not is_loopback(served):
+        raise UsageError(_embedded_cluster_refusal(served))
     path = config_path(args.config, os.environ)
     line = startup_line(settings, path, os.environ, nomad, _options_set(args))
     logger.info("{}", line, version=__version__)
-    reloader = Reloader(partial(_settings, args), settings, stream)
+    reloader = Reloader(partial(_settings, args), settings, stream, tls=endpoint.tls)
     where = f"{settings.server.address}:{settings.server.port}"
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, endpoint=endpoint)
     code = _run_trio(
         partial(run_until_signalled, reload=reloader.reload),
         daemon,

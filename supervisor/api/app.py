@@ -50,6 +50,7 @@ from ..desk.files import Download, resolve_patch
 from ..desk.service import RunnerService
 from ..ops.metrics import DaemonMetrics
 from ..ops.observability import health_details, pool_statistics
+from .forwarded import is_secure, trusted_proxies
 from .http_connection import WEBSOCKET_ENDED
 from .http_metrics import CountRequests, serve_metrics
 from .openapi import openapi_document, routed_operations
@@ -330,7 +331,8 @@ class _Routes:
             inactivity_timeout=runner.inactivity_timeout,
         )
         execution_id = await self.desk.prepare_execution(runner, execution)
-        scheme = "wss" if request.url.scheme == "https" else "ws"
+        trusted = trusted_proxies(self.settings.server.forwarded_allow_ips)
+        scheme = "wss" if is_secure(request.scope, trusted) else "ws"
         host = request.headers.get("host", f"{self.settings.server.address}:{self.settings.server.port}")
         url = f"{scheme}://{host}{PREFIX}/runners/{runner.id}/websocket?executionID={execution_id}"
         return JSONResponse({"websocketUrl": url})

@@ -16,6 +16,7 @@ import trio
 from loguru import logger
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..base.tls import is_tls
 from . import http_head
 from .http_exchange import ERROR_BODY, HttpExchange
 from .http_wire import HttpServerSettings, HttpWire
@@ -26,6 +27,9 @@ __all__ = ["WEBSOCKET_ENDED", "Connection"]
 # A WebSocket scope's extension: a trio.Event set once the session has ended (the peer's close, a
 # message over max_message, the peer gone), for an app that is not in receive() at that moment.
 WEBSOCKET_ENDED: Final = "supervisor.websocket.ended"
+# How long a connection whose first request has not been read yet is given for it once the server
+# stops (seconds): it was accepted, so its client sent a request to be answered.
+FIRST_REQUEST_GRACE: Final = 1.0
 
 
 class Connection:
@@ -46,13 +50,20 @@ class Connection:
         self.stopping = stopping
         self.cut_scope = trio.CancelScope()
         self.client, self.server = http_head.addresses(stream)
+        self.tls = is_tls(stream)
         self._idle: trio.CancelScope | None = None
+        self._requests = 0
         self._cut = False
 
     def stop_if_idle(self) -> None:
-        """The server stops: close now if no request is under way, else after the one that is."""
+        """The server stops: close now if no request is under way, else after the one that is. A
+        connection accepted just before, whose first request is not read yet, gets
+        ``FIRST_REQUEST_GRACE`` for it: its client sent it to be answered."""
         if self._idle is not None:
-            self._idle.cancel("the server stops")
+            if self._requests:
+                self._idle.cancel("the server stops")
+            else:
+                self._idle.deadline = min(self._idle.deadline, trio.current_time() + FIRST_REQUEST_GRACE)
 
     def cut(self) -> None:
         """Close at once, whatever is being written (the stop's budget has passed)."""
@@ -76,6 +87,7 @@ class Connection:
     async def run(self) -> None:
         """Serve exchanges until the connection closes, or a WebSocket takes it over and ends."""
         while (request := await self._wait_for_request()) is not None:
+            self._requests += 1
             if b"websocket" in http_head.header_tokens(request, b"upgrade"):
                 await self._serve_websocket(request)
                 return
@@ -118,7 +130,7 @@ class Connection:
         event: object = None
         with trio.move_on_after(self.settings.keep_alive_timeout) as self._idle:
             if self.stopping.is_set():
-                self._idle.cancel("the server stops")
+                self.stop_if_idle()
             try:
                 event = await self.wire.next_event()
             except h11.RemoteProtocolError as exc:
@@ -175,7 +187,9 @@ def _scope(kind: str, request: h11.Request, connection: Connection) -> Scope:
         "type": kind,
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": request.http_version.decode(),
-        "scheme": "http" if kind == "http" else "ws",
+        "scheme": ("https" if kind == "http" else "wss")
+        if connection.tls
+        else ("http" if kind == "http" else "ws"),
         "path": unquote(raw_path.decode("latin-1")),
         "raw_path": raw_path,
         "query_string": query,

@@ -59,7 +59,9 @@ def handshake_key(request: h11.Request) -> bytes | None:
 
 
 def addresses(stream: trio.abc.Stream) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
-    """The peer's and our own (host, port) on TCP; None for a stream that has none (in memory)."""
+    """The peer's and our own (host, port) on TCP, under TLS too; None for a stream that has none
+    (in memory)."""
+    stream = getattr(stream, "transport_stream", stream)
     if not isinstance(stream, trio.SocketStream):
         return None, None
     try:

@@ -322,4 +322,9 @@ def load_settings(path: str | Path | None, environ: Mapping[str, str]) -> Settin
     sections = {_FIELDS[name]: _section(name, cls, tables[name], environ) for name, cls in SECTIONS.items()}
     settings = Settings(**sections, environments=_environments(document.get("environments", [])))
     _refuse_short_tokens(settings, environ)
+    if bool(settings.server_tls.cert_file) != bool(settings.server_tls.key_file):
+        given, missing = (
+            ("cert_file", "key_file") if settings.server_tls.cert_file else ("key_file", "cert_file")
+        )
+        raise ConfigError(f"server.tls.{missing}: required with server.tls.{given} (both files or neither)")
     return settings

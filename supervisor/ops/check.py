@@ -24,8 +24,10 @@ from typing import Any, Final
 import attrs
 import trio
 
+from ..base.errors import ConfigError
 from ..base.loopback import is_loopback
 from ..base.network import Network
+from ..base.tls import server_context
 from ..core.config import SECTIONS, Settings, section_values, variable_name
 from ..core.environments import DEFAULT_SHAPE
 from ..nomad import NomadClient, NomadSettings, RetryPolicy
@@ -53,6 +55,7 @@ __all__ = [
     "run_checks",
     "simulated_cluster_result",
     "summary",
+    "tls_result",
     "value_sources",
 ]
 
@@ -163,6 +166,23 @@ def execution_user_result(settings: Settings) -> CheckResult:
     )
 
 
+def tls_result(settings: Settings) -> CheckResult | None:
+    """The API's certificate and key (``[server.tls]``), loaded as ``supervisor run`` would; None
+    when the API serves plain HTTP."""
+    tls = settings.server_tls
+    if not tls.cert_file:
+        return None
+    try:
+        server_context(tls.cert_file, tls.key_file, tls.min_version)
+    except ConfigError as error:
+        return CheckResult(
+            "tls", Status.FAIL, f"{error}.", fix="point server.tls at a readable PEM chain and its key."
+        )
+    return CheckResult(
+        "tls", Status.OK, f"the API serves TLS {tls.min_version} or later with {tls.cert_file}."
+    )
+
+
 def simulated_cluster_result(settings: Settings, *, loopback: bool) -> CheckResult:
     """The embedded simulated cluster (no Nomad address anywhere): a laptop's cluster, whose exec
     runs commands as local processes; off loopback ``supervisor run`` refuses it."""
@@ -211,6 +231,8 @@ async def run_checks(
 
     add(configuration_result(settings, path, environ, None if embedded else nomad))
     add(execution_user_result(settings))
+    if (tls := tls_result(settings)) is not None:
+        add(tls)
     if embedded:
         add(simulated_cluster_result(settings, loopback=is_loopback(settings.server.address)))
     servers, answering = await check_servers(nomad, network=network, embedded=embedded)

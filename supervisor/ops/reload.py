@@ -1,7 +1,8 @@
 """The configuration as the log tells it: every key with its value and source when the daemon starts,
 and on SIGHUP what changed, applied when it can change while the daemon runs.
 
-What SIGHUP reloads: ``log.level`` and ``log.format`` (``RELOADABLE``). Every other key is read once,
+What SIGHUP reloads: ``log.level`` and ``log.format`` (``RELOADABLE``), and the API's TLS certificate
+and key, read again from their files for the connections accepted after. Every other key is read once,
 by the part of the daemon that uses it; a change to one is logged as waiting for a restart. A file
 that no longer loads changes nothing and is logged as an error: the daemon goes on as it was.
 """
@@ -16,6 +17,7 @@ from loguru import logger
 
 from .. import __version__
 from ..base.errors import ConfigError
+from ..base.tls import ServerTls
 from ..core.config import SECTIONS, Settings, section_values
 from ..core.config_example import toml_value
 from ..core.config_rules import described
@@ -95,15 +97,25 @@ class Reloader:
     """What SIGHUP does: load the configuration again, apply what may change at run time, and say
     what changed."""
 
-    def __init__(self, load: Callable[[], Settings], settings: Settings, stream: LogStream) -> None:
+    def __init__(
+        self,
+        load: Callable[[], Settings],
+        settings: Settings,
+        stream: LogStream,
+        *,
+        tls: ServerTls | None = None,
+    ) -> None:
         self._load = load
         self._stream = stream
+        self._tls = tls
         # The configuration in effect: the one started with, and the reloadable keys since.
         self.settings = settings
 
     def reload(self) -> dict[str, tuple[str, str]]:
         """Reload; the changes found (applied or not). A configuration that does not load changes
-        nothing."""
+        nothing; the TLS certificate is read again all the same."""
+        if self._tls is not None:
+            self._tls.reload()
         try:
             loaded = self._load()
         except ConfigError as error:

@@ -61,7 +61,7 @@ from ..nomad.api import NomadApi
 from ..nomad.locks import VariableLocks
 from ..ops.metrics import DaemonMetrics
 from ..ops.systemd import SystemdNotifier
-from .api_serving import ApiEndpoint, api_server_settings
+from .api_serving import ApiEndpoint, api_server_settings, first_term_synced
 from .election import AlwaysActive, Elector, LockElector
 from .graceful_stop import GracefulStop
 from .parts import DaemonParts, TermParts
@@ -85,6 +85,7 @@ class Daemon:
         network: Network | None = None,
         tree: Tree = TREE,
         entropy: Entropy | None = None,
+        endpoint: ApiEndpoint | None = None,
     ) -> None:
         self.settings = settings
         self.environ = dict(os.environ if environ is None else environ)
@@ -116,11 +117,13 @@ class Daemon:
         self.restarts = RestartIntensity(settings.supervision.intensity, settings.supervision.period)
         self._stop = GracefulStop(settings.server.graceful_timeout)
         self._terms = Terms()
+        endpoint = endpoint or ApiEndpoint.of(settings)
+        endpoint.ready = partial(first_term_synced, self._terms, settings.admission.wait_timeout)
         self._parts = DaemonParts(
             settings,
             self.network,
             self.server,
-            ApiEndpoint(settings.server.port),
+            endpoint,
             self.systemd,
             self._stop,
             self._terms,
