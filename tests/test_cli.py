@@ -376,7 +376,7 @@ def test_the_systemd_unit_is_the_projects_and_the_docs_show_it() -> None:
     assert "EnvironmentFile=-/etc/nomad-runner-supervisor/environment" in unit
     assert "/etc/supervisor" not in unit, "Supervisord's folder"
     lines = set(unit.splitlines())
-    for document in ("docs/operations.md",):
+    for document in ("README.md", "docs/operations.md"):
         text = (ROOT / document).read_text()
         assert "scripts/systemd/nomad-runner-supervisor.service" in text, document
         (block,) = re.findall(r"```ini\n(.*?)```", text, flags=re.DOTALL)
