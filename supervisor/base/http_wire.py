@@ -255,26 +255,34 @@ class HttpWire:
             if not data:
                 return False
             try:
-                if len(data) <= _WRITE_SLICE:
-                    sent = await self._send(data)
-                else:
-                    view = memoryview(data)
-                    sent = True
-                    for start in range(0, len(data), _WRITE_SLICE):
-                        if not (sent := await self._send(view[start : start + _WRITE_SLICE])):
-                            break
+                return await self.send_unlocked(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.write_broken = True
                 return False
             except trio.Cancelled:
                 self.write_broken = True
                 raise
-            if not sent:
-                self.write_broken = True
-                self.fault = f"it read nothing of a write for {self.settings.write_timeout:g} s"
-                # Its reads end too: whoever waits on the peer learns that it has gone.
-                await trio.aclose_forcefully(self.stream)
-            return sent
+
+    async def send_unlocked(self, data: bytes) -> bool:
+        """Send ``data`` within the write timeout, for a connection that has one writer (the
+        simulated cluster's: no lock, so no schedule point of its own); False if the peer read
+        nothing of a slice for ``write_timeout`` (the connection is then closed). The peer's errors
+        are raised."""
+        timeout = self.settings.write_timeout
+        if len(data) <= _WRITE_SLICE or math.isinf(timeout):
+            sent = await self._send(data)
+        else:
+            view = memoryview(data)
+            sent = True
+            for start in range(0, len(data), _WRITE_SLICE):
+                if not (sent := await self._send(view[start : start + _WRITE_SLICE])):
+                    break
+        if not sent:
+            self.write_broken = True
+            self.fault = f"it read nothing of a write for {timeout:g} s"
+            # Its reads end too: whoever waits on the peer learns that it has gone.
+            await trio.aclose_forcefully(self.stream)
+        return sent
 
     async def _send(self, data: bytes | memoryview) -> bool:
         with trio.move_on_after(self.settings.write_timeout):
