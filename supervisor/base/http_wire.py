@@ -74,6 +74,9 @@ class HttpServerSettings:
     # the app has not taken yet are held up to as much again (one always): meanwhile the peer's close
     # is seen; past it the connection is read no more until the app takes one.
     max_message: int = 1024 * 1024
+    # Bytes of large request bodies (over 1 MiB each) read at once across connections; a body that
+    # would pass it waits for its turn (``base/body_budget.py``).
+    body_budget: int = 128 * 1024 * 1024
     # A request line and headers larger than this (bytes) are answered 431; the connection closes.
     max_head: int = 64 * 1024
     # One INFO line per request and per WebSocket.
