@@ -118,11 +118,11 @@ class HttpExchange:
             self._watch.cancel("the response is complete")
 
     async def _read_body(self, wire: HttpWire) -> Message:
+        await self._take_share()  # before a 100 Continue: a client that waits for it sends nothing yet
         if wire.h11.they_are_waiting_for_100_continue:
             await wire.send_h11(
                 h11.InformationalResponse(status_code=100, headers=[], reason=http_head.reason(100))
             )
-        await self._take_share()
         event = await wire.next_body_event()
         if isinstance(event, h11.Data):
             self._read += len(event.data)
