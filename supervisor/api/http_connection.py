@@ -16,20 +16,19 @@ import trio
 from loguru import logger
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..base.body_budget import BodyBudget
+from ..base.http_wire import FIRST_REQUEST_GRACE
 from ..base.tls import is_tls
 from . import http_head
 from .http_exchange import ERROR_BODY, HttpExchange
 from .http_wire import HttpServerSettings, HttpWire
 from .websocket_session import WebSocketSession
 
-__all__ = ["WEBSOCKET_ENDED", "Connection"]
+__all__ = ["FIRST_REQUEST_GRACE", "WEBSOCKET_ENDED", "Connection"]
 
 # A WebSocket scope's extension: a trio.Event set once the session has ended (the peer's close, a
 # message over max_message, the peer gone), for an app that is not in receive() at that moment.
 WEBSOCKET_ENDED: Final = "supervisor.websocket.ended"
-# How long a connection whose first request has not been read yet is given for it once the server
-# stops (seconds): it was accepted, so its client sent a request to be answered.
-FIRST_REQUEST_GRACE: Final = 1.0
 
 
 class Connection:
@@ -42,8 +41,10 @@ class Connection:
         settings: HttpServerSettings,
         lifespan_state: dict[str, Any],
         stopping: trio.Event,
+        bodies: BodyBudget | None = None,
     ) -> None:
         self.wire = HttpWire(stream, settings, stopping)
+        self.bodies = bodies
         self.app = app
         self.settings = settings
         self.lifespan_state = lifespan_state
@@ -51,19 +52,28 @@ class Connection:
         self.cut_scope = trio.CancelScope()
         self.client, self.server = http_head.addresses(stream)
         self.tls = is_tls(stream)
-        self._idle: trio.CancelScope | None = None
-        self._requests = 0
         self._cut = False
 
     def stop_if_idle(self) -> None:
         """The server stops: close now if no request is under way, else after the one that is. A
         connection accepted just before, whose first request is not read yet, gets
         ``FIRST_REQUEST_GRACE`` for it: its client sent it to be answered."""
-        if self._idle is not None:
-            if self._requests:
-                self._idle.cancel("the server stops")
-            else:
-                self._idle.deadline = min(self._idle.deadline, trio.current_time() + FIRST_REQUEST_GRACE)
+        idle = self.wire.idle_scope
+        if idle is None:
+            return
+        if self.wire.requests:
+            idle.cancel("the server stops")
+        else:
+            idle.deadline = min(idle.deadline, trio.current_time() + FIRST_REQUEST_GRACE)
+
+    def evict_if_idle(self) -> bool:
+        """Close now if waiting for a request's first byte (the server is at its cap and a new
+        connection comes, as nginx reuses idle keep-alive connections); whether it will."""
+        idle = self.wire.idle_scope
+        if idle is None or idle.cancel_called:
+            return False
+        idle.cancel("evicted for a new connection")
+        return True
 
     def cut(self) -> None:
         """Close at once, whatever is being written (the stop's budget has passed)."""
@@ -86,8 +96,7 @@ class Connection:
 
     async def run(self) -> None:
         """Serve exchanges until the connection closes, or a WebSocket takes it over and ends."""
-        while (request := await self._wait_for_request()) is not None:
-            self._requests += 1
+        while (request := await self.wire.next_request()) is not None:
             if b"websocket" in http_head.header_tokens(request, b"upgrade"):
                 await self._serve_websocket(request)
                 return
@@ -96,13 +105,13 @@ class Connection:
             self.wire.h11.start_next_cycle()
 
     async def call_app(self, scope: Scope, receive: Receive, send: Send) -> bool:
-        """Run the app on one scope; True if it raised. Once the peer has gone, the error is most
-        likely the app's view of that: not an error of ours."""
+        """Run the app on one scope; True if it raised. Once the peer has gone or was refused (a bad
+        or stalled body), the error is most likely the app's view of that: not an error of ours."""
         try:
             await self.app(scope, receive, send)
         except Exception:
             what = f"{scope.get('method', 'WebSocket')} {scope['raw_path'].decode('latin-1')}"
-            if self.wire.read_closed or self.wire.write_broken:
+            if self.wire.read_closed or self.wire.write_broken or self.wire.fault is not None:
                 logger.opt(exception=True).debug("the app failed on {} after its client left", what)
             else:
                 logger.exception("the app failed on {}", what)
@@ -126,30 +135,13 @@ class Connection:
                 duration_ms=milliseconds,
             )
 
-    async def _wait_for_request(self) -> h11.Request | None:
-        event: object = None
-        with trio.move_on_after(self.settings.keep_alive_timeout) as self._idle:
-            if self.stopping.is_set():
-                self.stop_if_idle()
-            try:
-                event = await self.wire.next_event()
-            except h11.RemoteProtocolError as exc:
-                await self.wire.refuse(exc.error_status_hint)
-        self._idle = None
-        if not isinstance(event, h11.Request):
-            return None
-        if http_head.head_size(event) > self.settings.max_head:  # h11 limits only a head still incomplete
-            await self.wire.refuse(431)
-            return None
-        return event
-
     async def _serve_exchange(self, request: h11.Request) -> bool:
         """One request and its response; True when the connection may carry another."""
         began = trio.current_time()
-        exchange = HttpExchange(self.wire, request, close=False)
+        exchange = HttpExchange(self.wire, request, close=False, bodies=self.bodies)
         try:
             raised = await self.call_app(_scope("http", request, self), exchange.receive, exchange.send)
-            if not exchange.written:
+            if not exchange.written and self.wire.fault is None:
                 if not raised and not exchange.gone:
                     logger.error("the app sent no response to {}", http_head.path(request))
                 await exchange.answer(500, ERROR_BODY)

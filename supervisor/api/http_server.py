@@ -23,6 +23,8 @@ import trio
 from loguru import logger
 from starlette.types import ASGIApp, Message
 
+from ..base.body_budget import BodyBudget
+from ..base.descriptors import DescriptorCount
 from ..base.network import Listening
 from .http_connection import Connection
 from .http_wire import PEER_ERRORS, HttpServerSettings
@@ -33,17 +35,34 @@ _Listener = trio.abc.Listener[trio.abc.Stream]
 # accept() failures that mean "no file descriptor or buffer for now", as in trio's serve_listeners.
 _ACCEPT_RETRY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_DELAY: Final = 0.1
+# Refusals (connections past the cap or the descriptors' reserve, failed accepts) are logged at
+# most this often, with how many there were since (seconds).
+_REFUSAL_LOG_INTERVAL: Final = 5.0
+_REFUSAL_BODY: Final = b'{"message":"the server has too many connections open; try again later"}'
+_REFUSAL: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n%s"
+    % (len(_REFUSAL_BODY), _REFUSAL_BODY)
+)
+# How long a refused connection is given to take its 503 (seconds).
+_REFUSAL_WRITE_TIMEOUT: Final = 1.0
 
 
 @final
 class AsgiServer:
     """Serves one ASGI app on one listener; ``stop`` drains it, ``close_connections`` cuts."""
 
-    def __init__(self, app: ASGIApp, settings: HttpServerSettings) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: HttpServerSettings, *, descriptors: DescriptorCount | None = None
+    ) -> None:
         self._app = app
         self._settings = settings
+        self._descriptors = descriptors or DescriptorCount()
+        self._refusals = _RefusalLog()
+        self._bodies = BodyBudget(settings.body_budget)
         self._stopping = trio.Event()
-        self._connections: set[Connection] = set()
+        # In the order they were accepted (a dict's keys): the oldest idle one is evicted first.
+        self._connections: dict[Connection, None] = {}
         # Set when the last connection has ended.
         self._drained = trio.Event()
         # The lifespan's state: each request's scope gets a shallow copy (ASGI's "state").
@@ -110,13 +129,17 @@ class AsgiServer:
 
     async def _accept_until_stopped(self, listener: _Listener, handler_nursery: trio.Nursery) -> None:
         async with trio.open_nursery() as accepting:
-            accepting.start_soon(self._accept, listener, handler_nursery)
+            accepting.start_soon(self._accept, listener, handler_nursery, accepting)
             await self._stopping.wait()
             accepting.cancel_scope.cancel("the server stops")
         with trio.move_on_after(self._settings.close_timeout, shield=True):
             await listener.aclose()
 
-    async def _accept(self, listener: _Listener, handler_nursery: trio.Nursery) -> None:
+    async def _accept(
+        self, listener: _Listener, handler_nursery: trio.Nursery, late_lines: trio.Nursery
+    ) -> None:
+        """Accept until the listener closes; ``late_lines`` runs the refusals' late log lines (a
+        task only while one is due, so that a server that refuses nothing runs none)."""
         while True:
             try:
                 stream = await listener.accept()
@@ -126,15 +149,54 @@ class AsgiServer:
             except OSError as exc:
                 if exc.errno not in _ACCEPT_RETRY_ERRNOS:
                     raise
-                logger.error("accepting a connection failed, trying again: {}", exc)
+                self._count_refusal(late_lines, "accepting a connection failed, trying again", str(exc))
                 await trio.sleep(_ACCEPT_RETRY_DELAY)
                 continue
-            handler_nursery.start_soon(self._serve_connection, stream)
+            self._descriptors.opened()
+            if (why := self._refusal()) is not None and not self._evict_idle(late_lines):
+                self._count_refusal(late_lines, "connections refused with a 503", why)
+                handler_nursery.start_soon(self._refuse, stream)
+            else:
+                handler_nursery.start_soon(self._serve_connection, stream)
             del stream  # the connection's task holds it alone, and lets it go when it ends
 
+    def _count_refusal(self, late_lines: trio.Nursery, what: str, detail: str) -> None:
+        if self._refusals.count(what, detail):
+            late_lines.start_soon(self._refusals.log_late)
+
+    def _evict_idle(self, late_lines: trio.Nursery) -> bool:
+        """At the cap: close the oldest connection that waits for a request's first byte, so that
+        the new one is served in its place (its client, if it comes back, connects again, as
+        HTTP clients do on a keep-alive connection closed under them); False if none waits."""
+        evicted = any(connection.evict_if_idle() for connection in self._connections)
+        if evicted:
+            why = "at the cap or the reserve"
+            self._count_refusal(late_lines, "idle connections closed for new ones", why)
+        return evicted
+
+    def _refusal(self) -> str | None:
+        """Why a connection just accepted is not to be served, if it is not."""
+        settings = self._settings
+        if len(self._connections) >= settings.max_connections:
+            return f"{len(self._connections)} open, at max_connections"
+        if (left := self._descriptors.left()) < settings.fd_reserve:
+            return f"{left} descriptors left under the soft limit, fd_reserve is {settings.fd_reserve}"
+        return None
+
+    async def _refuse(self, stream: trio.abc.Stream) -> None:
+        """Answer 503 at once and close, whether or not the client reads it."""
+        try:
+            with trio.move_on_after(_REFUSAL_WRITE_TIMEOUT):
+                await stream.send_all(_REFUSAL)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+            self._descriptors.closed()
+
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
-        connection = Connection(stream, self._app, self._settings, self._state, self._stopping)
-        self._connections.add(connection)
+        connection = Connection(stream, self._app, self._settings, self._state, self._stopping, self._bodies)
+        self._connections[connection] = None
         try:
             with connection.cut_scope:
                 await connection.run()
@@ -143,10 +205,45 @@ class AsgiServer:
         except* Exception:
             logger.exception("a connection of the API server failed")
         finally:
-            self._connections.discard(connection)
+            self._connections.pop(connection, None)
             await connection.close()
+            self._descriptors.closed()
             if not self._connections:
                 self._drained.set()
+
+
+class _RefusalLog:
+    """Refusals logged at most every _REFUSAL_LOG_INTERVAL seconds, each kind with its count; those
+    that come after a line are logged once the interval has passed (``log_late``)."""
+
+    def __init__(self) -> None:
+        self._logged_at = -float("inf")
+        # Per kind: how many since the last line, and why the last one was.
+        self._counts: dict[str, tuple[int, str]] = {}
+        self._late = False
+
+    def count(self, what: str, detail: str) -> bool:
+        """One more refusal of a kind (``detail``: why this one); True if ``log_late`` is to run."""
+        times, _ = self._counts.get(what, (0, ""))
+        self._counts[what] = (times + 1, detail)
+        if trio.current_time() - self._logged_at >= _REFUSAL_LOG_INTERVAL:
+            self._log()
+            return False
+        due, self._late = not self._late, True
+        return due
+
+    async def log_late(self) -> None:
+        """Log what was counted since the last line, once the interval has passed."""
+        await trio.sleep_until(self._logged_at + _REFUSAL_LOG_INTERVAL)
+        self._late = False
+        if self._counts:
+            self._log()
+
+    def _log(self) -> None:
+        for kind, (times, last) in self._counts.items():
+            logger.warning("{}: {} since the last such line, the last: {}", kind, times, last)
+        self._counts.clear()
+        self._logged_at = trio.current_time()
 
 
 class _Lifespan:
