@@ -130,7 +130,7 @@ class Endings:
         parts = []
         for ending, count in collections.Counter(ending for ending, _ in self.seen).most_common():
             seconds = statistics.median(s for e, s in self.seen if e == ending)
-            parts.append(f"{ending} ×{count} ({seconds:.1f} s)")
+            parts.append(f"{ending}: {count} ({seconds:.1f} s)")
         return "; ".join(parts)
 
     def counts(self) -> collections.Counter[str]:
