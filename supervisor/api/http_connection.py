@@ -46,13 +46,12 @@ class Connection:
         self.stopping = stopping
         self.cut_scope = trio.CancelScope()
         self.client, self.server = http_head.addresses(stream)
-        self._idle: trio.CancelScope | None = None
         self._cut = False
 
     def stop_if_idle(self) -> None:
         """The server stops: close now if no request is under way, else after the one that is."""
-        if self._idle is not None:
-            self._idle.cancel("the server stops")
+        if self.wire.idle_scope is not None:
+            self.wire.idle_scope.cancel("the server stops")
 
     def cut(self) -> None:
         """Close at once, whatever is being written (the stop's budget has passed)."""
@@ -75,7 +74,7 @@ class Connection:
 
     async def run(self) -> None:
         """Serve exchanges until the connection closes, or a WebSocket takes it over and ends."""
-        while (request := await self._wait_for_request()) is not None:
+        while (request := await self.wire.next_request()) is not None:
             if b"websocket" in http_head.header_tokens(request, b"upgrade"):
                 await self._serve_websocket(request)
                 return
@@ -84,13 +83,13 @@ class Connection:
             self.wire.h11.start_next_cycle()
 
     async def call_app(self, scope: Scope, receive: Receive, send: Send) -> bool:
-        """Run the app on one scope; True if it raised. Once the peer has gone, the error is most
-        likely the app's view of that: not an error of ours."""
+        """Run the app on one scope; True if it raised. Once the peer has gone or was refused (a bad
+        or stalled body), the error is most likely the app's view of that: not an error of ours."""
         try:
             await self.app(scope, receive, send)
         except Exception:
             what = f"{scope.get('method', 'WebSocket')} {scope['raw_path'].decode('latin-1')}"
-            if self.wire.read_closed or self.wire.write_broken:
+            if self.wire.read_closed or self.wire.write_broken or self.wire.fault is not None:
                 logger.opt(exception=True).debug("the app failed on {} after its client left", what)
             else:
                 logger.exception("the app failed on {}", what)
@@ -114,30 +113,13 @@ class Connection:
                 duration_ms=milliseconds,
             )
 
-    async def _wait_for_request(self) -> h11.Request | None:
-        event: object = None
-        with trio.move_on_after(self.settings.keep_alive_timeout) as self._idle:
-            if self.stopping.is_set():
-                self._idle.cancel("the server stops")
-            try:
-                event = await self.wire.next_event()
-            except h11.RemoteProtocolError as exc:
-                await self.wire.refuse(exc.error_status_hint)
-        self._idle = None
-        if not isinstance(event, h11.Request):
-            return None
-        if http_head.head_size(event) > self.settings.max_head:  # h11 limits only a head still incomplete
-            await self.wire.refuse(431)
-            return None
-        return event
-
     async def _serve_exchange(self, request: h11.Request) -> bool:
         """One request and its response; True when the connection may carry another."""
         began = trio.current_time()
         exchange = HttpExchange(self.wire, request, close=False)
         try:
             raised = await self.call_app(_scope("http", request, self), exchange.receive, exchange.send)
-            if not exchange.written:
+            if not exchange.written and self.wire.fault is None:
                 if not raised and not exchange.gone:
                     logger.error("the app sent no response to {}", http_head.path(request))
                 await exchange.answer(500, ERROR_BODY)

@@ -60,8 +60,9 @@ class HttpExchange:
     async def send(self, message: Message) -> None:
         """The app's response: its head, written with the first part of its body."""
         kind = message["type"]
-        if self._wire is None:
-            await trio.lowlevel.checkpoint()  # the exchange is over: the app may finish
+        if self._wire is None or self._wire.fault is not None:
+            # The exchange is over, or its request was refused (answered already): the app may finish.
+            await trio.lowlevel.checkpoint()
         elif kind == "http.response.start" and self.status is None:
             self._start(int(message["status"]), message.get("headers", ()))
             await trio.lowlevel.checkpoint()
@@ -109,10 +110,7 @@ class HttpExchange:
             await wire.send_h11(
                 h11.InformationalResponse(status_code=100, headers=[], reason=http_head.reason(100))
             )
-        try:
-            event = await wire.next_event()
-        except h11.RemoteProtocolError:
-            event = None
+        event = await wire.next_body_event()
         if isinstance(event, h11.Data):
             return {"type": "http.request", "body": bytes(event.data), "more_body": True}
         if isinstance(event, h11.EndOfMessage):

@@ -5,10 +5,10 @@ a status. Plain functions of h11's events and trio's streams.
 
 from __future__ import annotations
 
-from http import HTTPStatus
-
 import h11
 import trio
+
+from ..base.http_wire import reason_phrase
 
 __all__ = [
     "address",
@@ -79,7 +79,4 @@ def address(where: tuple[str, int] | None) -> str:
 
 def reason(status: int) -> bytes:
     """The status line's reason phrase, as Python's HTTP status list has it ("" if unknown)."""
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
+    return reason_phrase(status)
