@@ -83,6 +83,7 @@ class Target:
     port: int
     log: Path
     download: str = "/download"
+    runner: str = ""
     # A fresh WebSocket path for each silent WebSocket (the daemon's execution URLs are single-use).
     websocket_path: Callable[[], Awaitable[str]] | None = None
 
@@ -143,9 +144,10 @@ def _wait_for_line(process: subprocess.Popen[bytes], log: Path, marker: str) -> 
     raise RuntimeError(f"the server did not start; see {log}")
 
 
-def start_daemon(workdir: Path, settings: dict[str, Any] | None = None) -> Target:
+def start_daemon(workdir: Path, settings: dict[str, Any] | None = None, *, download: bool = False) -> Target:
     """``supervisor run`` on its embedded cluster, at the fd limit, with ``[server]`` ``settings``;
-    an environment with a claimed runner holding a large file, for the downloads and executions."""
+    an environment with a claimed runner, for the executions, holding a large file to download if
+    ``download``."""
     config = workdir / "supervisor.toml"
     lines = ["[server]", *(f"{key} = {value!r}" for key, value in (settings or {}).items())]
     config.write_text("\n".join(lines) + "\n")
@@ -160,9 +162,10 @@ def start_daemon(workdir: Path, settings: dict[str, Any] | None = None) -> Targe
     target = Target("ours", process, int(address.rsplit(":", 1)[1]), log)
     with httpx.Client(base_url=address + "/api/v1", timeout=30) as http:
         assert http.put("/execution-environments/10", json=ENVIRONMENT).status_code in (201, 204)
-        runner = _claim(http)
+        target.runner = runner = _claim(http)
         target.download = f"/api/v1/runners/{runner}/files/raw?path=big.bin"
-    trio.run(_execute, address, runner, f"head -c {DOWNLOAD_SIZE} /dev/zero > big.bin")
+    if download:
+        trio.run(_execute, address, runner, f"head -c {DOWNLOAD_SIZE} /dev/zero > big.bin")
 
     async def execution_path() -> str:
         async with httpx.AsyncClient(base_url=address + "/api/v1", timeout=30) as http:
@@ -221,7 +224,8 @@ async def open_websocket(port: int, path: str) -> tuple[trio.SocketStream, WSCon
     await stream.send_all(client.send(Request(host=f"127.0.0.1:{port}", target=path)))
     while client.state is ConnectionState.CONNECTING:
         client.receive_data(bytes(await stream.receive_some()))
-        for event in client.events():
-            if not isinstance(event, AcceptConnection):
-                raise RuntimeError(f"the WebSocket was refused: {event}")
+        for event in client.events():  # the first messages may come with the accept: left unread
+            if isinstance(event, AcceptConnection):
+                break
+            raise RuntimeError(f"the WebSocket was refused: {event}")
     return stream, client

@@ -279,7 +279,8 @@ async def content_length_and_chunked(target: Target, endings: Endings, seconds: 
 
 
 async def large_bodies(target: Target, endings: Endings, seconds: float, scale: int) -> None:
-    """8 bodies of 50 MiB (divided by the scale) at once, sent as fast as the server reads them."""
+    """8 bodies of 50 MiB (divided by the scale) at once, sent as fast as the server reads them;
+    each client closes once answered."""
     size = 50 * 1024 * 1024 // scale
     end = trio.current_time() + seconds
     pad = b"x" * (size - 64)
@@ -297,7 +298,11 @@ async def large_bodies(target: Target, endings: Endings, seconds: float, scale: 
                     await stream.send_all(body[start : start + 1024 * 1024])
             except trio.BrokenResourceError:
                 pass
-            endings.add(await _outcome(stream, end), began)
+            received = b""
+            with trio.move_on_at(end), contextlib.suppress(trio.BrokenResourceError):
+                while b"\r\n" not in received and (data := await stream.receive_some()):
+                    received += data
+            endings.add(f"{_status(received)}, then closed by the client", began)
 
     await _each(8, one)
 
@@ -384,12 +389,18 @@ class Measured:
 
 
 async def measure(
-    target: Target, attack: Attack, *, seconds: float, scale: int = 1, settle: float = 10.0
+    target: Target,
+    attack: Attack,
+    *,
+    seconds: float,
+    scale: int = 1,
+    settle: float = 10.0,
+    baseline_seconds: float = 1.0,
 ) -> Measured:
-    """The normal client's baseline for a second, then the attack with the normal client beside it,
-    sampling the server's fds and RSS; then wait (up to ``settle``) for its fds to come back."""
+    """The normal client's baseline, then the attack with the normal client beside it, sampling the
+    server's fds and RSS; then wait (up to ``settle``) for its fds to come back."""
     with normal_client(target.port) as baseline:
-        await trio.sleep(1.0)
+        await trio.sleep(baseline_seconds)
     fds_before, rss_before = target.fds(), target.rss()
     peaks = [fds_before, rss_before]
     endings = Endings()
@@ -403,7 +414,9 @@ async def measure(
     with normal_client(target.port) as during:
         async with trio.open_nursery() as nursery:
             await nursery.start(sample)
+            at_least = trio.current_time() + baseline_seconds  # as many normal requests as before
             await attack(target, endings, seconds, scale)
+            await trio.sleep_until(at_least)
             nursery.cancel_scope.cancel()
     deadline = trio.current_time() + settle
     while target.fds() > fds_before and trio.current_time() < deadline:  # noqa: ASYNC110 (another process)
@@ -446,7 +459,8 @@ def main() -> None:
     for name, attack in ATTACKS.items():
         if args.only and name not in args.only:
             continue
-        starts: list[tuple[str, Callable[[Path], Target]]] = [("ours", start_daemon)]
+        daemon = partial(start_daemon, download=attack is unread_download)
+        starts: list[tuple[str, Callable[[Path], Target]]] = [("ours", daemon)]
         if args.hypercorn:
             starts.append(("hypercorn", lambda workdir: start_hypercorn(args.hypercorn, workdir)))
         for server, start in starts:
