@@ -1,4 +1,4 @@
-"""The API's HTTP server: WebSockets: messages both ways, pings and either side's close, the
+"""The API's HTTP server: WebSockets: messages both ways, pings either way and a silent peer taken for gone,
 message size limit, an upgrade the app refuses, and frames of three writers that cross.
 
 Rules as in every HTTP server test (``tests/http_serving.py``): pytest-trio in trio_mode; a test in
@@ -238,3 +238,35 @@ async def test_a_websocket_ping_interval_of_0_never_pings(autojump_clock: trio.t
             rest += await stream.receive_some()
         assert rest == b""
         assert served.server.connection_count == 1
+
+
+async def test_a_peer_is_not_taken_for_gone_while_the_app_takes_none_of_its_messages(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its pong would wait behind the messages the reader holds: its silence is not known then."""
+    taking = trio.Event()
+    taken: list[str] = []
+
+    async def busy(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await taking.wait()
+        taken.append(await websocket.receive_text())
+        taken.append(await websocket.receive_text())
+        message = await websocket.receive()
+        taken.append(f"{message['code']} {message['reason']}")
+
+    settings = HttpServerSettings(websocket_ping_interval=20, websocket_ping_timeout=10, max_message=1000)
+    async with serving(Starlette(routes=[WebSocketRoute("/", busy)]), settings) as served:
+        stream, _ = await _silent_websocket(served, "/")
+        client = WsConnection(ConnectionType.CLIENT)
+        await stream.send_all(client.send(TextMessage(data="a" * 1000)) + client.send(TextMessage(data="b")))
+        await trio.sleep(300)
+        assert served.server.connection_count == 1, "held, not taken for gone"
+        began = trio.current_time()
+        taking.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert taken[:2] == ["a" * 1000, "b"]
+        while await stream.receive_some():
+            pass
+        assert trio.current_time() - began == 30.0, "silent from then on: pinged after 20 s, gone 10 s later"
+        assert taken[2] == "1011 no answer to a ping within 10 s"
