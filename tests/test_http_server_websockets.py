@@ -1,5 +1,6 @@
-"""The API's HTTP server: WebSockets: messages both ways, pings either way and a silent peer taken for gone,
-message size limit, an upgrade the app refuses, and frames of three writers that cross.
+"""The API's HTTP server: WebSockets: messages both ways, pings and either side's close, a silent peer
+taken for gone, the message size limit, an upgrade the app refuses, and frames of three writers that
+cross.
 
 Rules as in every HTTP server test (``tests/http_serving.py``): pytest-trio in trio_mode; a test in
 which time passes takes ``autojump_clock`` and asserts exact ``trio.current_time()`` figures, under
