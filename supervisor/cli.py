@@ -296,6 +296,7 @@ def _options_set(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .base.descriptors import raise_open_file_limit
     from .base.errors import ConfigError
     from .core.config import config_path
     from .ops.logs import configure_logging
@@ -317,6 +318,7 @@ def _run(args: argparse.Namespace) -> int:
     path = config_path(args.config, os.environ)
     line = startup_line(settings, path, os.environ, nomad, _options_set(args))
     logger.info("{}", line, version=__version__)
+    raise_open_file_limit()  # as Go does: the API's connections and Nomad's share this budget
     reloader = Reloader(partial(_settings, args), settings, stream)
     where = f"{settings.server.address}:{settings.server.port}"
     daemon = Daemon(settings)

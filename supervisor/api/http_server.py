@@ -23,6 +23,7 @@ import trio
 from loguru import logger
 from starlette.types import ASGIApp, Message
 
+from ..base.descriptors import DescriptorCount
 from ..base.network import Listening
 from .http_connection import Connection
 from .http_wire import PEER_ERRORS, HttpServerSettings
@@ -33,15 +34,30 @@ _Listener = trio.abc.Listener[trio.abc.Stream]
 # accept() failures that mean "no file descriptor or buffer for now", as in trio's serve_listeners.
 _ACCEPT_RETRY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_DELAY: Final = 0.1
+# Refusals (connections past the cap or the descriptors' reserve, failed accepts) are logged at
+# most this often, with how many there were since (seconds).
+_REFUSAL_LOG_INTERVAL: Final = 5.0
+_REFUSAL_BODY: Final = b'{"message":"the server has too many connections open; try again later"}'
+_REFUSAL: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\nretry-after: 1\r\n\r\n%s"
+    % (len(_REFUSAL_BODY), _REFUSAL_BODY)
+)
+# How long a refused connection is given to take its 503 (seconds).
+_REFUSAL_WRITE_TIMEOUT: Final = 1.0
 
 
 @final
 class AsgiServer:
     """Serves one ASGI app on one listener; ``stop`` drains it, ``close_connections`` cuts."""
 
-    def __init__(self, app: ASGIApp, settings: HttpServerSettings) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: HttpServerSettings, *, descriptors: DescriptorCount | None = None
+    ) -> None:
         self._app = app
         self._settings = settings
+        self._descriptors = descriptors or DescriptorCount()
+        self._refusals = _RefusalLog()
         self._stopping = trio.Event()
         self._connections: set[Connection] = set()
         # Set when the last connection has ended.
@@ -126,11 +142,36 @@ class AsgiServer:
             except OSError as exc:
                 if exc.errno not in _ACCEPT_RETRY_ERRNOS:
                     raise
-                logger.error("accepting a connection failed, trying again: {}", exc)
+                self._refusals.count("accepting a connection failed, trying again", str(exc))
                 await trio.sleep(_ACCEPT_RETRY_DELAY)
                 continue
-            handler_nursery.start_soon(self._serve_connection, stream)
+            self._descriptors.opened()
+            if (why := self._refusal()) is not None:
+                self._refusals.count("connections refused with a 503", why)
+                handler_nursery.start_soon(self._refuse, stream)
+            else:
+                handler_nursery.start_soon(self._serve_connection, stream)
             del stream  # the connection's task holds it alone, and lets it go when it ends
+
+    def _refusal(self) -> str | None:
+        """Why a connection just accepted is not to be served, if it is not."""
+        settings = self._settings
+        if len(self._connections) >= settings.max_connections:
+            return f"{len(self._connections)} open, at max_connections"
+        if (left := self._descriptors.left()) < settings.fd_reserve:
+            return f"{left} descriptors left under the soft limit, fd_reserve is {settings.fd_reserve}"
+        return None
+
+    async def _refuse(self, stream: trio.abc.Stream) -> None:
+        """Answer 503 at once and close, whether or not the client reads it."""
+        try:
+            with trio.move_on_after(_REFUSAL_WRITE_TIMEOUT):
+                await stream.send_all(_REFUSAL)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+            self._descriptors.closed()
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = Connection(stream, self._app, self._settings, self._state, self._stopping)
@@ -145,8 +186,29 @@ class AsgiServer:
         finally:
             self._connections.discard(connection)
             await connection.close()
+            self._descriptors.closed()
             if not self._connections:
                 self._drained.set()
+
+
+class _RefusalLog:
+    """Refusals logged at most every _REFUSAL_LOG_INTERVAL seconds, each kind with its count."""
+
+    def __init__(self) -> None:
+        self._logged_at = -float("inf")
+        # Per kind: how many since the last line, and why the last one was.
+        self._counts: dict[str, tuple[int, str]] = {}
+
+    def count(self, what: str, detail: str) -> None:
+        """One more refusal of a kind; ``detail``: why this one."""
+        times, _ = self._counts.get(what, (0, ""))
+        self._counts[what] = (times + 1, detail)
+        now = trio.current_time()
+        if now - self._logged_at >= _REFUSAL_LOG_INTERVAL:
+            for kind, (times, last) in self._counts.items():
+                logger.warning("{}: {} since the last such line, the last: {}", kind, times, last)
+            self._counts.clear()
+            self._logged_at = now
 
 
 class _Lifespan:
