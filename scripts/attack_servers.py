@@ -27,7 +27,8 @@ from wsproto.connection import ConnectionState
 from wsproto.events import AcceptConnection, Request, TextMessage
 
 FD_LIMIT: Final = 1024
-HEALTH: Final = "/api/v1/health"
+# What the normal client asks for: 200 whatever the pools and the stream (the health route is not).
+NORMAL_PATH: Final = "/api/v1/version"
 BODY_PATH: Final = "/api/v1/runners"
 ENVIRONMENT: Final = {
     "image": "python:3.12-slim",
@@ -51,9 +52,9 @@ async def app(scope, receive, send):
         await send({{"type": "websocket.accept"}})
         while (await receive())["type"] != "websocket.disconnect":
             pass
-    elif scope["path"] == "{HEALTH}":
-        await send({{"type": "http.response.start", "status": 204, "headers": []}})
-        await send({{"type": "http.response.body", "body": b""}})
+    elif scope["path"] == "{NORMAL_PATH}":
+        await send({{"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]}})
+        await send({{"type": "http.response.body", "body": b"0.1.0"}})
     elif scope["path"] == "/download":
         headers = [(b"content-length", b"{DOWNLOAD_SIZE}")]
         await send({{"type": "http.response.start", "status": 200, "headers": headers}})

@@ -4,22 +4,26 @@
 
 Each attack runs against a fresh ``supervisor run`` on its embedded simulated cluster, started with
 its soft and hard RLIMIT_NOFILE at 1,024 (what systemd gives a unit without ``LimitNOFILE``) and its
-defaults, and, given ``--hypercorn`` (a hypercorn installed by the user, in a virtual environment
-outside the repository: ``python -m venv /tmp/hc && /tmp/hc/bin/pip install hypercorn``), against
-hypercorn with its defaults under the same limit, serving a small ASGI app with the same paths
-(``HYPERCORN_APP``: a health route, a route that reads a whole body, a large download, a WebSocket
-that sends nothing). Beside each attack a normal client, in a thread of its own, asks for the health
-route on a new connection every 50 ms, as it does for a second before the attack (its baseline).
+defaults, and, given ``--hypercorn`` (a hypercorn installed by the user in a virtual environment
+outside the repository: ``python -m venv ~/hc && ~/hc/bin/pip install hypercorn``, then
+``--hypercorn ~/hc/bin/hypercorn``), against hypercorn with its defaults under the same limit,
+serving a small ASGI app with the same paths (``HYPERCORN_APP``: a version route, a route that reads
+a whole body, a large download, a WebSocket that sends nothing). Beside each attack a normal client,
+in a thread of its own, asks for the version (200 always) on a new connection every 50 ms, as it
+does for a second before the attack (its baseline).
 
 Prints one row per attack and server: the normal client's latency p50/p99 before and during the
-attack, its requests left unanswered (no answer within 5 s), the server's descriptors and RSS
+attack (of its requests answered), its requests left unanswered (no answer within 5 s) and refused
+(another status than 200: a 503 of a connection cap), the server's descriptors and RSS
 (summed over its processes) before, at their peak and after (once the attacker has closed its
 connections and the server has let go of them, waiting up to 10 s), and how the attacker's
-connections ended (their most common ending, and how many ended so).
+connections ended (each ending: what the server answered, whether it closed the connection, how many
+ended so and their median time).
 
 The attacks (``ATTACKS``): thousands of slowloris heads; 1,500 idle keep-alive connections; bodies
 that stall; malformed chunked framing; Content-Length with Transfer-Encoding; 8 large bodies at once;
-downloads of 64 MiB never read; silent WebSockets (on the daemon, each on an execution with no time limit).
+downloads of 64 MiB never read; silent WebSockets (on the daemon, each on an execution with no time
+limit).
 ``tests/daemon/test_http_attacks.py`` runs them, smaller, against the daemon and asserts.
 """
 
@@ -43,7 +47,7 @@ import trio
 from attack_servers import (
     BODY_PATH,
     DOWNLOAD_SIZE,
-    HEALTH,
+    NORMAL_PATH,
     Target,
     open_websocket,
     start_daemon,
@@ -57,11 +61,20 @@ from wsproto.events import CloseConnection, Ping
 
 @define
 class Probe:
-    """The normal client's requests: each answered one's latency (seconds), and those unanswered."""
+    """The normal client's requests: the latency (seconds) of each answered, and how many were
+    refused (another status than 200: a 503 of a connection cap) or left unanswered."""
 
     latencies: list[float] = field(factory=list)
     unanswered: int = 0
     statuses: collections.Counter[int] = field(factory=collections.Counter)
+
+    @property
+    def refused(self) -> int:
+        return sum(count for status, count in self.statuses.items() if status != 200)
+
+    @property
+    def asked(self) -> int:
+        return sum(self.statuses.values()) + self.unanswered
 
     def percentile(self, q: float) -> float:
         if not self.latencies:
@@ -87,7 +100,7 @@ def _one_request(port: int, path: str, timeout: float) -> int | None:
 
 
 @contextlib.contextmanager
-def normal_client(port: int, path: str = HEALTH, *, interval: float = 0.05) -> Iterator[Probe]:
+def normal_client(port: int, path: str = NORMAL_PATH, *, interval: float = 0.05) -> Iterator[Probe]:
     """A client asking for ``path`` every ``interval`` from a thread of its own, until the block ends."""
     probe, done = Probe(), threading.Event()
 
@@ -98,8 +111,8 @@ def normal_client(port: int, path: str = HEALTH, *, interval: float = 0.05) -> I
             if status is None:
                 probe.unanswered += 1
             else:
-                probe.latencies.append(time.perf_counter() - began)
                 probe.statuses[status] += 1
+                probe.latencies.append(time.perf_counter() - began)
             done.wait(interval)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -215,7 +228,7 @@ async def slowloris(target: Target, endings: Endings, seconds: float, scale: int
             return endings.add("refused at connect", began)
         async with stream:
             with contextlib.suppress(trio.BrokenResourceError):
-                await stream.send_all(f"GET {HEALTH} HTTP/1.1\r\nHost: api\r\n".encode())
+                await stream.send_all(f"GET {NORMAL_PATH} HTTP/1.1\r\nHost: api\r\n".encode())
             endings.add(await _hold(stream, end, b"X-Slow: yes\r\n"), began)
 
     await _each(2000 // scale, one)
@@ -231,7 +244,7 @@ async def idle_keep_alive(target: Target, endings: Endings, seconds: float, scal
             return endings.add("refused at connect", began)
         async with stream:
             with contextlib.suppress(trio.BrokenResourceError):
-                await stream.send_all(f"GET {HEALTH} HTTP/1.1\r\nHost: api\r\n\r\n".encode())
+                await stream.send_all(f"GET {NORMAL_PATH} HTTP/1.1\r\nHost: api\r\n\r\n".encode())
             endings.add(await _outcome(stream, end), began)
 
     await _each(1500 // scale, one)
@@ -435,9 +448,9 @@ def _row(name: str, server: str, m: Measured) -> str:
     mib = [f"{value / 2**20:.0f}" for value in m.rss]
     latency = f"{m.during.percentile(0.5) * 1000:.1f}/{m.during.percentile(0.99) * 1000:.1f}"
     base = f"{m.baseline.percentile(0.5) * 1000:.1f}"
-    asked = len(m.during.latencies) + m.during.unanswered
+    during = m.during
     return (
-        f"| {name} | {server} | {base} | {latency} | {m.during.unanswered}/{asked} "
+        f"| {name} | {server} | {base} | {latency} | {during.unanswered}/{during.refused}/{during.asked} "
         f"| {'/'.join(map(str, m.fds))} | {'/'.join(mib)} | {m.endings.summary()} |"
     )
 
@@ -452,7 +465,7 @@ def main() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker's own connections
     print(
-        "| attack | server | normal p50 before (ms) | normal p50/p99 during (ms) | unanswered "
+        "| attack | server | normal p50 before (ms) | normal p50/p99 during (ms) | unanswered/refused/asked "
         "| fds before/peak/after | RSS MiB before/peak/after | the attacker's connections ended |"
     )
     print("|---|---|---|---|---|---|---|---|")

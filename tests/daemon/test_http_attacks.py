@@ -1,11 +1,11 @@
 """The attacks on the daemon's HTTP server, each a test that is the attack itself, against a daemon
 process of its own on its embedded simulated cluster, at a soft and hard RLIMIT_NOFILE of 1,024 (what
-systemd gives a unit without ``LimitNOFILE``), with a normal client asking for ``/api/v1/health`` on
+systemd gives a unit without ``LimitNOFILE``), with a normal client asking for ``/api/v1/version`` on
 a new connection every 50 ms beside the attack. The attacks are ``scripts/http_attacks.py``'s, which
 also runs them against hypercorn.
 
-Each test asserts that the daemon held: every normal request answered, its median latency during the
-attack within ``LATENCY_RATIO`` times its own median just before; its event stream to Nomad up
+Each test asserts that the daemon held: every normal request answered (by a 503 refusal only where the
+attack fills the connection cap), its median latency during the attack within ``LATENCY_RATIO`` times its own median just before; its event stream to Nomad up
 throughout, never lost (``/api/v1/health/details``), and no descriptor refused in its log; its
 descriptors back to their count before the attack (within ``FD_MARGIN``) and its RSS too (within
 ``RSS_MARGIN``); its environment and runner still there; and each attacking connection ended as the
@@ -82,8 +82,12 @@ def _state(target: Target) -> dict[str, Any]:
         }
 
 
-def _attacked(target: Target, attack: Attack, scale: int = 1, seconds: float = SECONDS) -> Measured:
-    """Run the attack, and assert what every attack must leave as it was."""
+def _attacked(
+    target: Target, attack: Attack, scale: int = 1, seconds: float = SECONDS, *, capped: bool = False
+) -> Measured:
+    """Run the attack, and assert what every attack must leave as it was. An attack that fills the
+    connection cap (``capped``) has the normal client's new connections refused with a 503 while it
+    does: a refusal is an answer, and the latency bound takes it in."""
     before = _state(target)
     assert before["stream"] == ("up", 0)
     measured = trio.run(
@@ -91,7 +95,8 @@ def _attacked(target: Target, attack: Attack, scale: int = 1, seconds: float = S
     )
     during = measured.during
     assert during.unanswered == 0, f"{during.unanswered} normal requests unanswered"
-    assert set(during.statuses) <= {204, 503}, during.statuses
+    assert set(during.statuses) <= ({200, 503} if capped else {200}), during.statuses
+    assert during.statuses[200] > 0, during.statuses
     baseline = measured.baseline.percentile(0.5)
     assert during.percentile(0.5) <= LATENCY_RATIO * baseline, (during.percentile(0.5), baseline)
     fds_before, _, fds_after = measured.fds
@@ -110,7 +115,7 @@ def _ended(measured: Measured) -> dict[str, int]:
 
 @pytest.mark.parametrize("daemon", [({"header_timeout": 1.0}, False)], indirect=True)
 def test_slowloris_of_2000_heads_past_the_fd_limit(daemon: Target) -> None:
-    measured = _attacked(daemon, slowloris)
+    measured = _attacked(daemon, slowloris, capped=True)
     ended = _ended(measured)
     assert sum(ended.values()) == 2000
     assert all(ending.endswith(", closed") for ending in ended), ended
@@ -119,7 +124,7 @@ def test_slowloris_of_2000_heads_past_the_fd_limit(daemon: Target) -> None:
 
 @pytest.mark.parametrize("daemon", [({"idle_timeout": 1.0}, False)], indirect=True)
 def test_1500_idle_keep_alive_connections_past_the_fd_limit(daemon: Target) -> None:
-    measured = _attacked(daemon, idle_keep_alive)
+    measured = _attacked(daemon, idle_keep_alive, capped=True)
     ended = _ended(measured)
     assert sum(ended.values()) == 1500
     assert all(ending.endswith(", closed") for ending in ended), ended
