@@ -4,16 +4,17 @@ systemd gives a unit without ``LimitNOFILE``), with a normal client asking for `
 a new connection every 50 ms beside the attack. The attacks are ``scripts/http_attacks.py``'s, which
 also runs them against hypercorn.
 
-Each test asserts that the daemon held: every normal request answered (by a 503 refusal only where the
-attack fills the connection cap), its median latency during the attack within ``LATENCY_RATIO`` times its own median just before; its event stream to Nomad up
-throughout, never lost (``/api/v1/health/details``), and no descriptor refused in its log; its
-descriptors back to their count before the attack (within ``FD_MARGIN``) and its RSS too (within
-``RSS_MARGIN``); its environment and runner still there; and each attacking connection ended as the
-defence says. A setting is lowered only where it is what the test tests, so that the attack ends in
-seconds: the header timeout for slowloris, the idle timeout for idle keep-alive connections, the body
-timeout for a stalled body, the write timeout for a download never read, the ping interval and
-timeout for a silent WebSocket. The large bodies are 8 of 10 MiB here; the script's 8 of 50 MiB
-figure is in ``docs/http-server.md``.
+Each test asserts that the daemon held: every normal request answered (by a 503 refusal only where
+the attack fills the connection cap), its median latency during the attack within ``LATENCY_RATIO``
+times its own median just before; its event stream to Nomad up throughout, never lost
+(``/api/v1/health/details``), and no descriptor refused in its log; its descriptors back to their
+count before the attack (within ``FD_MARGIN``) and its RSS too (within ``RSS_MARGIN``); its
+environment and runner still there; and each attacking connection ended as the defence says. A
+setting is lowered only where it is what the test tests, so that the attack ends in seconds: the
+header timeout for slowloris, the idle timeout for idle keep-alive connections, the body timeout for
+a stalled body, the write timeout for a download never read, the ping interval and timeout for a
+silent WebSocket. The large bodies are 8 of 10 MiB here; the script's 8 of 50 MiB figure is in
+``docs/http-server.md``.
 
 These tests run on the real clock: the daemon is another process.
 """
