@@ -11,9 +11,9 @@ times its own median just before; its event stream to Nomad up throughout, never
 count before the attack (within ``FD_MARGIN``) and its RSS too (within ``RSS_MARGIN``); its
 environment and runner still there; and each attacking connection ended as the defence says. A
 setting is lowered only where it is what the test tests, so that the attack ends in seconds: the
-header timeout for slowloris, the idle timeout for idle keep-alive connections, the body timeout for
-a stalled body, the write timeout for a download never read, the ping interval and timeout for a
-silent WebSocket. The large bodies are 8 of 10 MiB here; the script's 8 of 50 MiB figure is in
+header timeout for slowloris, the body timeout for a stalled body, the write timeout for a download
+never read, the ping interval and timeout for a silent WebSocket. The idle keep-alive connections
+are held at the daemon's idle timeout of 60 s: the normal client must be served meanwhile. The large bodies are 8 of 10 MiB here; the script's 8 of 50 MiB figure is in
 ``docs/http-server.md``.
 
 These tests run on the real clock: the daemon is another process.
@@ -123,12 +123,15 @@ def test_slowloris_of_2000_heads_past_the_fd_limit(daemon: Target) -> None:
     assert set(ended) <= {"408, closed", "503, closed", "no answer, closed"}, ended
 
 
-@pytest.mark.parametrize("daemon", [({"idle_timeout": 1.0}, False)], indirect=True)
+@pytest.mark.parametrize("daemon", [({}, False)], indirect=True)
 def test_1500_idle_keep_alive_connections_past_the_fd_limit(daemon: Target) -> None:
-    measured = _attacked(daemon, idle_keep_alive, capped=True)
+    """At the idle timeout of 60 s: idle connections holding every place for a minute would leave
+    the normal client refused for as long (hypercorn closes them after 5 s), so the normal client
+    must be served while they are held, and none is refused for want of a place."""
+    measured = _attacked(daemon, idle_keep_alive, seconds=4)
     ended = _ended(measured)
     assert sum(ended.values()) == 1500
-    assert all(ending.endswith(", closed") for ending in ended), ended
+    assert not any(ending.startswith("no answer") for ending in ended), ended
     assert measured.fds[1] < 1024, "the descriptors in reserve were never taken"
 
 
