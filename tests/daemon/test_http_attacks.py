@@ -13,8 +13,8 @@ environment and runner still there; and each attacking connection ended as the d
 setting is lowered only where it is what the test tests, so that the attack ends in seconds: the
 header timeout for slowloris, the body timeout for a stalled body, the write timeout for a download
 never read, the ping interval and timeout for a silent WebSocket. The idle keep-alive connections
-are held at the daemon's idle timeout of 60 s: the normal client must be served meanwhile. The large bodies are 8 of 10 MiB here; the script's 8 of 50 MiB figure is in
-``docs/http-server.md``.
+are held at the daemon's idle timeout of 60 s: the normal client must be served meanwhile. The large
+bodies are 8 of 10 MiB here; the script's 8 of 50 MiB figure is in ``docs/http-server.md``.
 
 These tests run on the real clock: the daemon is another process.
 """
