@@ -16,6 +16,7 @@ import trio
 from loguru import logger
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..base.body_budget import BodyBudget
 from . import http_head
 from .http_exchange import ERROR_BODY, HttpExchange
 from .http_wire import HttpServerSettings, HttpWire
@@ -38,8 +39,10 @@ class Connection:
         settings: HttpServerSettings,
         lifespan_state: dict[str, Any],
         stopping: trio.Event,
+        bodies: BodyBudget | None = None,
     ) -> None:
         self.wire = HttpWire(stream, settings, stopping)
+        self.bodies = bodies
         self.app = app
         self.settings = settings
         self.lifespan_state = lifespan_state
@@ -116,7 +119,7 @@ class Connection:
     async def _serve_exchange(self, request: h11.Request) -> bool:
         """One request and its response; True when the connection may carry another."""
         began = trio.current_time()
-        exchange = HttpExchange(self.wire, request, close=False)
+        exchange = HttpExchange(self.wire, request, close=False, bodies=self.bodies)
         try:
             raised = await self.call_app(_scope("http", request, self), exchange.receive, exchange.send)
             if not exchange.written and self.wire.fault is None:

@@ -11,6 +11,7 @@ import h11
 import trio
 from starlette.types import Message
 
+from ..base.body_budget import SMALL, BodyBudget
 from . import http_head
 from .http_wire import HttpWire
 
@@ -23,9 +24,17 @@ ERROR_BODY: Final = b"Internal Server Error"
 class HttpExchange:
     """One request and its response, as the app's ``receive`` and ``send`` see them."""
 
-    def __init__(self, wire: HttpWire, request: h11.Request, *, close: bool) -> None:
+    def __init__(
+        self, wire: HttpWire, request: h11.Request, *, close: bool, bodies: BodyBudget | None = None
+    ) -> None:
         self._wire: HttpWire | None = wire
         self._close = close
+        # The share of the server's budget of large bodies this one holds (bytes).
+        self._bodies = bodies
+        self._share = 0
+        self._read = 0
+        lengths = http_head.header_tokens(request, b"content-length")
+        self._length = int(lengths[0]) if lengths and lengths[0].isdigit() else None
         # A body the app may leave unread: a response begun before it was read closes the
         # connection, and says so, as what is left of it may still be on its way.
         self._body_declared = http_head.declares_body(request)
@@ -42,6 +51,9 @@ class HttpExchange:
         """The exchange is over: the app's callables let go of the connection (an app may keep
         them in a reference cycle of its own)."""
         self._wire = None
+        if self._bodies is not None:
+            self._bodies.give_back(self._share)
+            self._share = 0
 
     async def receive(self) -> Message:
         """The request's body, a part at a time; once read, wait for the client to leave (or the
@@ -106,18 +118,30 @@ class HttpExchange:
             self._watch.cancel("the response is complete")
 
     async def _read_body(self, wire: HttpWire) -> Message:
+        await self._take_share()  # before a 100 Continue: a client that waits for it sends nothing yet
         if wire.h11.they_are_waiting_for_100_continue:
             await wire.send_h11(
                 h11.InformationalResponse(status_code=100, headers=[], reason=http_head.reason(100))
             )
         event = await wire.next_body_event()
         if isinstance(event, h11.Data):
+            self._read += len(event.data)
             return {"type": "http.request", "body": bytes(event.data), "more_body": True}
         if isinstance(event, h11.EndOfMessage):
             self.body_read = True
             return {"type": "http.request", "body": b"", "more_body": False}
         self.gone = True
         return {"type": "http.disconnect"}
+
+    async def _take_share(self) -> None:
+        """Before a large body's bytes are read: its share of the budget, waited for if need be (a
+        Content-Length's whole; a chunked body's, the whole budget once past SMALL)."""
+        if self._bodies is None or self._share:
+            return
+        if self._length is not None and self._length > SMALL:
+            self._share = await self._bodies.take(self._length)
+        elif self._length is None and self._read > SMALL:
+            self._share = await self._bodies.take(self._bodies.total)
 
     async def _watch_client(self, wire: HttpWire) -> None:
         data = await wire.read()

@@ -23,6 +23,7 @@ import trio
 from loguru import logger
 from starlette.types import ASGIApp, Message
 
+from ..base.body_budget import BodyBudget
 from ..base.descriptors import DescriptorCount
 from ..base.network import Listening
 from .http_connection import Connection
@@ -58,6 +59,7 @@ class AsgiServer:
         self._settings = settings
         self._descriptors = descriptors or DescriptorCount()
         self._refusals = _RefusalLog()
+        self._bodies = BodyBudget(settings.body_budget)
         self._stopping = trio.Event()
         self._connections: set[Connection] = set()
         # Set when the last connection has ended.
@@ -174,7 +176,7 @@ class AsgiServer:
             self._descriptors.closed()
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
-        connection = Connection(stream, self._app, self._settings, self._state, self._stopping)
+        connection = Connection(stream, self._app, self._settings, self._state, self._stopping, self._bodies)
         self._connections.add(connection)
         try:
             with connection.cut_scope:

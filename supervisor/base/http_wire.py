@@ -74,6 +74,9 @@ class HttpServerSettings:
     # the app has not taken yet are held up to as much again (one always): meanwhile the peer's close
     # is seen; past it the connection is read no more until the app takes one.
     max_message: int = 1024 * 1024
+    # Bytes of large request bodies (over 1 MiB each) read at once across connections; a body that
+    # would pass it waits for its turn (``base/body_budget.py``).
+    body_budget: int = 128 * 1024 * 1024
     # A request line and headers larger than this (bytes) are answered 431; the connection closes.
     max_head: int = 64 * 1024
     # One INFO line per request and per WebSocket.
@@ -255,26 +258,34 @@ class HttpWire:
             if not data:
                 return False
             try:
-                if len(data) <= _WRITE_SLICE:
-                    sent = await self._send(data)
-                else:
-                    view = memoryview(data)
-                    sent = True
-                    for start in range(0, len(data), _WRITE_SLICE):
-                        if not (sent := await self._send(view[start : start + _WRITE_SLICE])):
-                            break
+                return await self.send_unlocked(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.write_broken = True
                 return False
             except trio.Cancelled:
                 self.write_broken = True
                 raise
-            if not sent:
-                self.write_broken = True
-                self.fault = f"it read nothing of a write for {self.settings.write_timeout:g} s"
-                # Its reads end too: whoever waits on the peer learns that it has gone.
-                await trio.aclose_forcefully(self.stream)
-            return sent
+
+    async def send_unlocked(self, data: bytes) -> bool:
+        """Send ``data`` within the write timeout, for a connection that has one writer (the
+        simulated cluster's: no lock, so no schedule point of its own); False if the peer read
+        nothing of a slice for ``write_timeout`` (the connection is then closed). The peer's errors
+        are raised."""
+        timeout = self.settings.write_timeout
+        if len(data) <= _WRITE_SLICE or math.isinf(timeout):
+            sent = await self._send(data)
+        else:
+            view = memoryview(data)
+            sent = True
+            for start in range(0, len(data), _WRITE_SLICE):
+                if not (sent := await self._send(view[start : start + _WRITE_SLICE])):
+                    break
+        if not sent:
+            self.write_broken = True
+            self.fault = f"it read nothing of a write for {timeout:g} s"
+            # Its reads end too: whoever waits on the peer learns that it has gone.
+            await trio.aclose_forcefully(self.stream)
+        return sent
 
     async def _send(self, data: bytes | memoryview) -> bool:
         with trio.move_on_after(self.settings.write_timeout):

@@ -26,6 +26,7 @@ from wsproto.connection import ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import generate_accept_token
 
+from ...base.http_wire import GO_SETTINGS, HttpServerSettings, HttpWire
 from ...base.network import Listening, Network
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
 ]
 
 _RECEIVE_SIZE: Final = 65536
-_MAX_HEAD: Final = 64 * 1024
 # Go's net/http status texts, for the status line.
 _REASONS: Final = {
     101: b"Switching Protocols",
@@ -234,11 +234,16 @@ async def open_listener(network: Network, host: str, port: int) -> Listening:
 
 @define
 class HttpServer:
-    """Serves ``handler`` on one address; ``drop`` cuts open connections of a kind at once."""
+    """Serves ``handler`` on one address; ``drop`` cuts open connections of a kind at once. Requests
+    are read through the API server's core (``base/http_wire.py``), at Go's defaults unless
+    ``settings`` says otherwise."""
 
     handler: Callable[[Request], Awaitable[Response | StreamReply | WebSocketReply]]
     name: str = "http"
+    settings: HttpServerSettings = GO_SETTINGS
     _connections: set[Any] = field(factory=set)
+    # Never set: Nomad's servers do not stop gracefully here (a restart cuts them).
+    _stopping: trio.Event = field(factory=trio.Event)
 
     def connection_count(self, kind: str) -> int:
         """Open connections of a kind ("stream", "exec")."""
@@ -284,28 +289,15 @@ class HttpServer:
             with trio.move_on_after(1, shield=True):
                 await stream.aclose()
 
-    async def _next_event(self, connection: h11.Connection, stream: trio.abc.Stream) -> Any:
-        while True:
-            event = connection.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            connection.receive_data(bytes(await stream.receive_some(_RECEIVE_SIZE)))
-
     async def _http_loop(self, stream: trio.abc.Stream, record: _Connection) -> None:
-        connection = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
-        while True:
-            event = await self._next_event(connection, stream)
-            if not isinstance(event, h11.Request):
-                return
+        wire = HttpWire(stream, self.settings, self._stopping, reason=_reason)
+        connection = wire.h11
+        while (event := await wire.next_request()) is not None:
             body = b""
-            while True:
-                part = await self._next_event(connection, stream)
-                if isinstance(part, h11.Data):
-                    body += part.data
-                elif isinstance(part, h11.EndOfMessage | h11.PAUSED):
-                    break
-                else:
-                    return
+            while isinstance(part := await wire.next_body_event(), h11.Data):
+                body += part.data
+            if part is None:
+                return  # the peer went, or its body was refused (answered)
             request = _request(event, body)
             try:
                 reply = await self.handler(request)
@@ -313,21 +305,22 @@ class HttpServer:
                 logger.exception("{}: handler failed for {} {}", self.name, request.method, request.path)
                 reply = text_response(500, "internal error in the simulated cluster")
             if isinstance(reply, Response):
-                await self._send_response(connection, stream, reply)
+                await self._send_response(wire, reply)
             elif isinstance(reply, StreamReply):
                 record.kind = reply.kind
-                await self._send_stream(connection, stream, reply)
+                await self._send_stream(wire, reply)
                 return
             else:
                 record.kind = reply.kind
-                await self._upgrade(connection, stream, request, reply)
+                await self._upgrade(wire, request, reply)
                 return
-            if connection.our_state is h11.MUST_CLOSE:
+            if connection.our_state is h11.MUST_CLOSE or wire.write_broken:
                 return
             connection.start_next_cycle()
 
     @staticmethod
-    async def _send_response(connection: h11.Connection, stream: trio.abc.Stream, reply: Response) -> None:
+    async def _send_response(wire: HttpWire, reply: Response) -> None:
+        connection, send = wire.h11, wire.send_unlocked
         pieces = (reply.body,) if isinstance(reply.body, bytes) else reply.body
         # Go writes neither a type nor a length for a 204: it has no body.
         framing = (
@@ -335,26 +328,29 @@ class HttpServer:
             if reply.status == 204
             else [("Content-Type", reply.content_type), ("Content-Length", str(sum(map(len, pieces))))]
         )
-        headers = [*framing, *reply.headers]
+        # A request whose framing was ambiguous (Content-Length and Transfer-Encoding) is the last.
+        closing = [("Connection", "close")] if wire.last_request else []
+        headers = [*framing, *reply.headers, *closing]
         head = h11.Response(status_code=reply.status, headers=headers, reason=_reason(reply.status))
         data = connection.send(head) or b""
         if isinstance(reply.body, bytes):  # one write for the usual small answer
             data += connection.send(h11.Data(data=reply.body)) or b""
-            await stream.send_all(data + (connection.send(h11.EndOfMessage()) or b""))
+            await send(data + (connection.send(h11.EndOfMessage()) or b""))
             return
-        await stream.send_all(data)
+        await send(data)
         for piece in pieces:
-            await stream.send_all(connection.send(h11.Data(data=piece)) or b"")
-        await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
+            await send(connection.send(h11.Data(data=piece)) or b"")
+        await send(connection.send(h11.EndOfMessage()) or b"")
 
     @staticmethod
-    async def _send_stream(connection: h11.Connection, stream: trio.abc.Stream, reply: StreamReply) -> None:
+    async def _send_stream(wire: HttpWire, reply: StreamReply) -> None:
+        connection, send = wire.h11, wire.send_unlocked
         try:
             if reply.hijack:
                 head = f"HTTP/1.1 200 OK\r\nContent-Type: {reply.content_type}\r\n\r\n"
-                await stream.send_all(head.encode())
+                await send(head.encode())
                 while (chunk := await reply.source.next_chunk()) is not None:
-                    await stream.send_all(chunk)
+                    await send(chunk)
                 return
             headers = [
                 ("Content-Type", reply.content_type),
@@ -362,34 +358,31 @@ class HttpServer:
                 ("Connection", "close"),
             ]
             response = h11.Response(status_code=200, headers=headers, reason=_reason(200))
-            await stream.send_all(connection.send(response) or b"")
+            await send(connection.send(response) or b"")
             while (chunk := await reply.source.next_chunk()) is not None:
-                await stream.send_all(connection.send(h11.Data(data=chunk)) or b"")
-            await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
+                await send(connection.send(h11.Data(data=chunk)) or b"")
+            await send(connection.send(h11.EndOfMessage()) or b"")
         finally:
             reply.source.close()
 
     @staticmethod
-    async def _upgrade(
-        connection: h11.Connection, stream: trio.abc.Stream, request: Request, reply: WebSocketReply
-    ) -> None:
+    async def _upgrade(wire: HttpWire, request: Request, reply: WebSocketReply) -> None:
+        connection = wire.h11
         key = request.headers.get("sec-websocket-key", "")
         if request.headers.get("upgrade", "").lower() != "websocket" or not key:
-            await HttpServer._send_response(
-                connection, stream, text_response(400, "websocket upgrade required")
-            )
+            await HttpServer._send_response(wire, text_response(400, "websocket upgrade required"))
             return
         headers = [
             ("Upgrade", "websocket"),
             ("Connection", "Upgrade"),
             ("Sec-WebSocket-Accept", generate_accept_token(key.encode()).decode()),
         ]
-        await stream.send_all(
+        await wire.send_unlocked(
             connection.send(h11.InformationalResponse(status_code=101, headers=headers, reason=_reason(101)))
             or b""
         )
         trailing, _ = connection.trailing_data
-        websocket = ServerWebSocket(stream, WsConnection(ConnectionType.SERVER, trailing_data=trailing))
+        websocket = ServerWebSocket(wire.stream, WsConnection(ConnectionType.SERVER, trailing_data=trailing))
         await reply.handler(websocket)
 
 
