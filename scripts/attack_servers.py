@@ -93,7 +93,12 @@ class Target:
         return f"http://127.0.0.1:{self.port}"
 
     def fds(self) -> int:
-        return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in _tree(self.process.pid))
+        """Descriptors open, over the server's processes (one that has just ended counts none)."""
+        total = 0
+        for pid in _tree(self.process.pid):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                total += len(os.listdir(f"/proc/{pid}/fd"))
+        return total
 
     def rss(self) -> int:
         """Bytes resident, over the server's processes."""
