@@ -177,7 +177,7 @@ def start_daemon(workdir: Path, settings: dict[str, Any] | None = None, *, downl
         async with httpx.AsyncClient(base_url=address + "/api/v1", timeout=30) as http:
             body = {"command": "sleep 3600", "timeLimit": 0}
             response = await http.post(f"/runners/{runner}/execute", json=body)
-        return "/" + response.json()["websocketUrl"].split("/", 3)[3]
+        return "/" + str(response.json()["websocketUrl"]).split("/", 3)[3]
 
     target.websocket_path = execution_path
     return target

@@ -201,7 +201,7 @@ async def test_a_silent_websocket_peer_is_pinged_and_taken_for_gone_without_an_a
         events: list[tuple[float, Any]] = []
         client.receive_data(rest)
         while data := await stream.receive_some():
-            client.receive_data(data)
+            client.receive_data(bytes(data))
             events += [(trio.current_time() - began, event) for event in client.events()]
         assert [(at, type(event)) for at, event in events] == [(20.0, Ping), (30.0, CloseConnection)]
         close = events[1][1]
