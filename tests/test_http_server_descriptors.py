@@ -10,6 +10,7 @@ import subprocess
 import sys
 from typing import Any
 
+import h11
 import trio
 import trio.testing
 
@@ -27,13 +28,15 @@ async def _answer(stream: trio.abc.Stream) -> bytes:
 
 
 async def test_connections_past_max_connections_are_answered_503_and_closed_at_once(
-    log_records: list[Any],
+    autojump_clock: Any, log_records: list[Any]
 ) -> None:
-    """Three idle connections hold a server capped at three: a fourth and fifth are answered 503
-    (JSON, Connection: close) and closed, never held; once one closes, a new one is served. The
-    refusals are logged once, with their count."""
+    """Three connections in the middle of a request's head hold a server capped at three: a fourth
+    and fifth are answered 503 (JSON, Connection: close) and closed, never held; once one closes, a
+    new one is served. The first refusal is logged at once, the next 5 s later, with its count."""
     async with serving(hello_app, HttpServerSettings(max_connections=3)) as served:
         held = [await served.connect() for _ in range(3)]
+        for stream in held:
+            await stream.send_all(b"GET / HTTP/1.1\r\n")
         await trio.testing.wait_all_tasks_blocked()
         for _ in range(2):
             answer = await _answer(await served.connect())
@@ -41,29 +44,51 @@ async def test_connections_past_max_connections_are_answered_503_and_closed_at_o
             assert b"connection: close" in answer
             assert answer.endswith(b'{"message":"the server has too many connections open; try again later"}')
         assert served.server.connection_count == 3
+        await trio.sleep(6)  # the second refusal's line is written 5 s after the first
         await held[0].aclose()
         await trio.testing.wait_all_tasks_blocked()
         client = HttpClient(await served.connect())
         assert (await client.request("GET", "/"))[1] == b"hello"
     refusals = [r["message"] for r in log_records if "refused" in r["message"]]
-    assert len(refusals) == 1
-    assert refusals[0].startswith("connections refused with a 503: 1 since")
+    assert [message.partition(" since")[0] for message in refusals] == [
+        "connections refused with a 503: 1",
+        "connections refused with a 503: 1",
+    ]
+
+
+async def test_at_the_cap_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
+    """Idle connections (no byte of a request) fill the cap: each new connection is served, and the
+    oldest idle one closed in its place, as nginx reuses idle keep-alive connections when short."""
+    async with serving(hello_app, HttpServerSettings(max_connections=3)) as served:
+        idle = [await served.connect() for _ in range(3)]
+        await trio.testing.wait_all_tasks_blocked()
+        client = HttpClient(await served.connect())
+        assert (await client.request("GET", "/"))[1] == b"hello"
+        assert await idle[0].receive_some() == b"", "the oldest idle connection was closed"
+        await trio.testing.wait_all_tasks_blocked()
+        assert served.server.connection_count == 3
 
 
 async def test_a_connection_that_would_eat_into_the_descriptors_reserve_is_refused() -> None:
     """A soft limit of 1,100 and a reserve of 100: with 990 descriptors open, a connection is served;
-    with 1,001 (the reserve entered), a new one is answered 503 and the one held goes on."""
+    with 1,001 (the reserve entered) and no idle connection to close, a new one is answered 503,
+    and the one in the middle of a request goes on."""
     open_now = [990]
     count = DescriptorCount(remeasure=0, measure=lambda: open_now[0], limit=lambda: 1100)
-    settings = HttpServerSettings(fd_reserve=100)
-    async with serving(hello_app, settings) as served:
+    async with serving(hello_app, HttpServerSettings(fd_reserve=100)) as served:
         served.server._descriptors = count  # driven by the test
         client = HttpClient(await served.connect())
         assert (await client.request("GET", "/"))[1] == b"hello"
+        await client.stream.send_all(b"GET / HTTP/1.1\r\n")
+        await trio.testing.wait_all_tasks_blocked()
         open_now[0] = 1001
         answer = await _answer(await served.connect())
         assert answer.startswith(b"HTTP/1.1 503 ")
-        assert (await client.request("GET", "/"))[1] == b"hello", "a connection held goes on"
+        await client.stream.send_all(b"Host: a\r\n\r\n")
+        client.h11.start_next_cycle()
+        client.h11.send(h11.Request(method="GET", target="/", headers=[("host", "a")]))
+        client.h11.send(h11.EndOfMessage())
+        assert (await client.response())[1] == b"hello", "a connection held goes on"
 
 
 async def test_the_descriptor_count_lists_them_only_every_so_often_and_adds_the_servers_own(

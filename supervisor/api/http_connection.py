@@ -56,6 +56,15 @@ class Connection:
         if self.wire.idle_scope is not None:
             self.wire.idle_scope.cancel("the server stops")
 
+    def evict_if_idle(self) -> bool:
+        """Close now if waiting for a request's first byte (the server is at its cap and a new
+        connection comes, as nginx reuses idle keep-alive connections); whether it will."""
+        idle = self.wire.idle_scope
+        if idle is None or idle.cancel_called:
+            return False
+        idle.cancel("evicted for a new connection")
+        return True
+
     def cut(self) -> None:
         """Close at once, whatever is being written (the stop's budget has passed)."""
         self._cut = True

@@ -61,7 +61,8 @@ class AsgiServer:
         self._refusals = _RefusalLog()
         self._bodies = BodyBudget(settings.body_budget)
         self._stopping = trio.Event()
-        self._connections: set[Connection] = set()
+        # In the order they were accepted (a dict's keys): the oldest idle one is evicted first.
+        self._connections: dict[Connection, None] = {}
         # Set when the last connection has ended.
         self._drained = trio.Event()
         # The lifespan's state: each request's scope gets a shallow copy (ASGI's "state").
@@ -128,13 +129,17 @@ class AsgiServer:
 
     async def _accept_until_stopped(self, listener: _Listener, handler_nursery: trio.Nursery) -> None:
         async with trio.open_nursery() as accepting:
-            accepting.start_soon(self._accept, listener, handler_nursery)
+            accepting.start_soon(self._accept, listener, handler_nursery, accepting)
             await self._stopping.wait()
             accepting.cancel_scope.cancel("the server stops")
         with trio.move_on_after(self._settings.close_timeout, shield=True):
             await listener.aclose()
 
-    async def _accept(self, listener: _Listener, handler_nursery: trio.Nursery) -> None:
+    async def _accept(
+        self, listener: _Listener, handler_nursery: trio.Nursery, late_lines: trio.Nursery
+    ) -> None:
+        """Accept until the listener closes; ``late_lines`` runs the refusals' late log lines (a
+        task only while one is due, so that a server that refuses nothing runs none)."""
         while True:
             try:
                 stream = await listener.accept()
@@ -144,16 +149,30 @@ class AsgiServer:
             except OSError as exc:
                 if exc.errno not in _ACCEPT_RETRY_ERRNOS:
                     raise
-                self._refusals.count("accepting a connection failed, trying again", str(exc))
+                self._count_refusal(late_lines, "accepting a connection failed, trying again", str(exc))
                 await trio.sleep(_ACCEPT_RETRY_DELAY)
                 continue
             self._descriptors.opened()
-            if (why := self._refusal()) is not None:
-                self._refusals.count("connections refused with a 503", why)
+            if (why := self._refusal()) is not None and not self._evict_idle(late_lines):
+                self._count_refusal(late_lines, "connections refused with a 503", why)
                 handler_nursery.start_soon(self._refuse, stream)
             else:
                 handler_nursery.start_soon(self._serve_connection, stream)
             del stream  # the connection's task holds it alone, and lets it go when it ends
+
+    def _count_refusal(self, late_lines: trio.Nursery, what: str, detail: str) -> None:
+        if self._refusals.count(what, detail):
+            late_lines.start_soon(self._refusals.log_late)
+
+    def _evict_idle(self, late_lines: trio.Nursery) -> bool:
+        """At the cap: close the oldest connection that waits for a request's first byte, so that
+        the new one is served in its place (its client, if it comes back, connects again, as
+        HTTP clients do on a keep-alive connection closed under them); False if none waits."""
+        evicted = any(connection.evict_if_idle() for connection in self._connections)
+        if evicted:
+            why = "at the cap or the reserve"
+            self._count_refusal(late_lines, "idle connections closed for new ones", why)
+        return evicted
 
     def _refusal(self) -> str | None:
         """Why a connection just accepted is not to be served, if it is not."""
@@ -177,7 +196,7 @@ class AsgiServer:
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         connection = Connection(stream, self._app, self._settings, self._state, self._stopping, self._bodies)
-        self._connections.add(connection)
+        self._connections[connection] = None
         try:
             with connection.cut_scope:
                 await connection.run()
@@ -186,7 +205,7 @@ class AsgiServer:
         except* Exception:
             logger.exception("a connection of the API server failed")
         finally:
-            self._connections.discard(connection)
+            self._connections.pop(connection, None)
             await connection.close()
             self._descriptors.closed()
             if not self._connections:
@@ -194,23 +213,37 @@ class AsgiServer:
 
 
 class _RefusalLog:
-    """Refusals logged at most every _REFUSAL_LOG_INTERVAL seconds, each kind with its count."""
+    """Refusals logged at most every _REFUSAL_LOG_INTERVAL seconds, each kind with its count; those
+    that come after a line are logged once the interval has passed (``log_late``)."""
 
     def __init__(self) -> None:
         self._logged_at = -float("inf")
         # Per kind: how many since the last line, and why the last one was.
         self._counts: dict[str, tuple[int, str]] = {}
+        self._late = False
 
-    def count(self, what: str, detail: str) -> None:
-        """One more refusal of a kind; ``detail``: why this one."""
+    def count(self, what: str, detail: str) -> bool:
+        """One more refusal of a kind (``detail``: why this one); True if ``log_late`` is to run."""
         times, _ = self._counts.get(what, (0, ""))
         self._counts[what] = (times + 1, detail)
-        now = trio.current_time()
-        if now - self._logged_at >= _REFUSAL_LOG_INTERVAL:
-            for kind, (times, last) in self._counts.items():
-                logger.warning("{}: {} since the last such line, the last: {}", kind, times, last)
-            self._counts.clear()
-            self._logged_at = now
+        if trio.current_time() - self._logged_at >= _REFUSAL_LOG_INTERVAL:
+            self._log()
+            return False
+        due, self._late = not self._late, True
+        return due
+
+    async def log_late(self) -> None:
+        """Log what was counted since the last line, once the interval has passed."""
+        await trio.sleep_until(self._logged_at + _REFUSAL_LOG_INTERVAL)
+        self._late = False
+        if self._counts:
+            self._log()
+
+    def _log(self) -> None:
+        for kind, (times, last) in self._counts.items():
+            logger.warning("{}: {} since the last such line, the last: {}", kind, times, last)
+        self._counts.clear()
+        self._logged_at = trio.current_time()
 
 
 class _Lifespan:
