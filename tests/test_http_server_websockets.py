@@ -1,5 +1,6 @@
-"""The API's HTTP server: WebSockets: messages both ways, pings and either side's close, the
-message size limit, an upgrade the app refuses, and frames of three writers that cross.
+"""The API's HTTP server: WebSockets: messages both ways, pings and either side's close, a silent peer
+taken for gone, the message size limit, an upgrade the app refuses, and frames of three writers that
+cross.
 
 Rules as in every HTTP server test (``tests/http_serving.py``): pytest-trio in trio_mode; a test in
 which time passes takes ``autojump_clock`` and asserts exact ``trio.current_time()`` figures, under
@@ -22,6 +23,9 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
+from wsproto.connection import Connection as WsConnection
+from wsproto.connection import ConnectionType
+from wsproto.events import CloseConnection, Ping, TextMessage
 
 from supervisor.api.http_server import HttpServerSettings
 
@@ -164,3 +168,106 @@ async def test_a_client_closing_its_websocket_as_the_app_writes_and_closes_harms
 async def _ping(websocket: trio_websocket.WebSocketConnection) -> None:
     with contextlib.suppress(trio_websocket.ConnectionClosed):
         await websocket.ping()
+
+
+async def _silent_websocket(served: Any, path: str) -> tuple[trio.abc.Stream, bytes]:
+    """A WebSocket opened by hand, whose peer then never sends a frame: the bytes after the 101."""
+    stream = await served.connect()
+    head = "".join(f"{name}: {value}\r\n" for name, value in [("host", "api"), *UPGRADE_HEADERS])
+    await stream.send_all(f"GET {path} HTTP/1.1\r\n{head}\r\n".encode())
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += await stream.receive_some()
+    response, _, rest = received.partition(b"\r\n\r\n")
+    assert response.startswith(b"HTTP/1.1 101 "), response
+    return stream, rest
+
+
+async def test_a_silent_websocket_peer_is_pinged_and_taken_for_gone_without_an_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    disconnects: list[tuple[int, str]] = []
+
+    async def wait(websocket: WebSocket) -> None:
+        await websocket.accept()
+        message = await websocket.receive()
+        disconnects.append((message["code"], message["reason"]))
+
+    settings = HttpServerSettings(websocket_ping_interval=20, websocket_ping_timeout=10)
+    async with serving(Starlette(routes=[WebSocketRoute("/", wait)]), settings) as served:
+        began = trio.current_time()
+        stream, rest = await _silent_websocket(served, "/")
+        client = WsConnection(ConnectionType.CLIENT)
+        events: list[tuple[float, Any]] = []
+        client.receive_data(rest)
+        while data := await stream.receive_some():
+            client.receive_data(bytes(data))
+            events += [(trio.current_time() - began, event) for event in client.events()]
+        assert [(at, type(event)) for at, event in events] == [(20.0, Ping), (30.0, CloseConnection)]
+        close = events[1][1]
+        assert (close.code, close.reason) == (1011, "no answer to a ping within 10 s")
+        assert trio.current_time() - began == 30.0, "the connection closed with the close frame"
+        assert disconnects == [(1011, "no answer to a ping within 10 s")]
+        await trio.testing.wait_all_tasks_blocked()
+        assert served.server.connection_count == 0
+
+
+async def test_a_websocket_peer_that_answers_pings_or_speaks_is_kept(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    disconnects: list[int] = []
+    settings = HttpServerSettings(websocket_ping_interval=20, websocket_ping_timeout=10)
+    async with serving(echo_app(disconnects), settings) as served:
+        answering = await served.websocket("/echo")  # trio-websocket answers pings by itself
+        speaking, _ = await _silent_websocket(served, "/echo")
+        client = WsConnection(ConnectionType.CLIENT)
+        for _ in range(10):  # frames every 15 s: never silent for the ping interval
+            await trio.sleep(15)
+            await speaking.send_all(client.send(TextMessage(data="hi")))
+        await answering.send_message("still here")
+        assert await answering.get_message() == "still here"
+        assert served.server.connection_count == 2
+        assert disconnects == []
+
+
+async def test_a_websocket_ping_interval_of_0_never_pings(autojump_clock: trio.testing.MockClock) -> None:
+    disconnects: list[int] = []
+    settings = HttpServerSettings(websocket_ping_interval=0, websocket_ping_timeout=1)
+    async with serving(echo_app(disconnects), settings) as served:
+        stream, rest = await _silent_websocket(served, "/echo")
+        with trio.move_on_after(500):
+            rest += await stream.receive_some()
+        assert rest == b""
+        assert served.server.connection_count == 1
+
+
+async def test_a_peer_is_not_taken_for_gone_while_the_app_takes_none_of_its_messages(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its pong would wait behind the messages the reader holds: its silence is not known then."""
+    taking = trio.Event()
+    taken: list[str] = []
+
+    async def busy(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await taking.wait()
+        taken.append(await websocket.receive_text())
+        taken.append(await websocket.receive_text())
+        message = await websocket.receive()
+        taken.append(f"{message['code']} {message['reason']}")
+
+    settings = HttpServerSettings(websocket_ping_interval=20, websocket_ping_timeout=10, max_message=1000)
+    async with serving(Starlette(routes=[WebSocketRoute("/", busy)]), settings) as served:
+        stream, _ = await _silent_websocket(served, "/")
+        client = WsConnection(ConnectionType.CLIENT)
+        await stream.send_all(client.send(TextMessage(data="a" * 1000)) + client.send(TextMessage(data="b")))
+        await trio.sleep(300)
+        assert served.server.connection_count == 1, "held, not taken for gone"
+        began = trio.current_time()
+        taking.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert taken[:2] == ["a" * 1000, "b"]
+        while await stream.receive_some():
+            pass
+        assert trio.current_time() - began == 30.0, "silent from then on: pinged after 20 s, gone 10 s later"
+        assert taken[2] == "1011 no answer to a ping within 10 s"

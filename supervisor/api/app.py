@@ -72,6 +72,9 @@ __all__ = ["create_app"]
 PREFIX: Final = "/api/v1"
 _CLIENT_GONE: Final = (trio.BusyResourceError, trio.BrokenResourceError, trio.ClosedResourceError)
 _UNREACHABLE: Final = "NOMAD_UNREACHABLE"
+# A binary message on an execution's WebSocket: refused as data of a type not taken (RFC 6455 1003).
+CLOSE_BINARY: Final = 1003
+REASON_BINARY: Final = "binary messages are not taken: send stdin as text"
 _RETRY_AFTER: Final = 5  # seconds, on NOMAD_UNREACHABLE
 _NO_LEADER: Final = "No cluster leader"
 
@@ -170,6 +173,12 @@ class _ClientSocket:
                 return None
             if message.get("text") is not None:
                 return str(message["text"])
+            if message.get("bytes") is not None:
+                # Poseidon takes text only, and reads no more of a client that sends bytes: this
+                # says so to the client, and its execution ends as when it closes.
+                with contextlib.suppress(RuntimeError, *_CLIENT_GONE):
+                    await self._websocket.close(code=CLOSE_BINARY, reason=REASON_BINARY)
+                return None
 
     async def wait_closed(self) -> None:
         ended = self._websocket.scope.get("extensions", {}).get(WEBSOCKET_ENDED)

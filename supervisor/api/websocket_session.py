@@ -1,7 +1,10 @@
 """One WebSocket session of the API's HTTP server, on wsproto once an exchange is upgraded: the
 app's ``receive`` and ``send`` for it, and the reader that hands the peer's messages over, answers its
-pings and its close, and holds no more than ``max_message`` bytes the app has yet to take. Every
-frame goes out through the connection's wire (``http_wire.py``), under its send lock.
+pings and its close, and holds no more than ``max_message`` bytes the app has yet to take. A peer
+silent for ``websocket_ping_interval`` is pinged; one that then sends nothing (a pong or any frame)
+within ``websocket_ping_timeout`` of the ping going out is taken for gone, as a half-open peer is:
+the session ends with 1011 for the app and on the wire, and the connection closes. Every frame goes
+out through the connection's wire (``http_wire.py``), under its send lock.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class WebSocketSession:
         self._ended: tuple[int, str] | None = None
         self.ended = trio.Event()
         self._sent = 0
+        # When the peer last sent anything: a ping waits for a silence of the ping interval. While
+        # the reader waits for the app to take messages, the peer's silence is not known.
+        self._heard_at = trio.current_time()
+        self._holding = False
 
     @property
     def status(self) -> int | None:
@@ -126,10 +133,35 @@ class WebSocketSession:
         try:
             await self._decided.wait()
             if self._wire is not None and self._ws is not None:
-                await self._pump(self._wire, self._ws)
+                async with trio.open_nursery() as reading:
+                    reading.start_soon(self._keep_alive, self._wire, reading.cancel_scope)
+                    await self._pump(self._wire, self._ws)
+                    reading.cancel_scope.cancel("the peer's side is over")
         finally:
             self._end(1006, "")
             self._reader_done.set()
+
+    async def _keep_alive(self, wire: HttpWire, reading: trio.CancelScope) -> None:
+        """Ping the peer after each silence of the ping interval; end the session, and the reading,
+        when it says nothing within the ping timeout of a ping going out. A ping held up behind
+        output the peer reads slowly is timed from its write, which the wire's write timeout bounds."""
+        interval, timeout = wire.settings.websocket_ping_interval, wire.settings.websocket_ping_timeout
+        if interval <= 0:
+            return
+        while True:
+            await trio.sleep_until(self._heard_at + interval)
+            if trio.current_time() < self._heard_at + interval:
+                continue  # the peer spoke meanwhile
+            asked = trio.current_time()
+            if not await self._send_frame(Ping(payload=b"supervisor")):
+                return  # the session is closing, or the wire is broken
+            await trio.sleep(timeout)
+            if self._heard_at < asked and not self._holding:
+                break
+        reason = f"no answer to a ping within {timeout:g} s"
+        self._end(1011, reason)
+        await self._close(1011, reason)
+        reading.cancel(reason)
 
     def _close_inbox(self) -> None:
         self._app_done = True
@@ -167,6 +199,7 @@ class WebSocketSession:
             return data
 
         self._accepted = True
+        self._heard_at = trio.current_time()
         await wire.write(upgrade)
         self._decided.set()
 
@@ -186,6 +219,7 @@ class WebSocketSession:
     async def _pump(self, wire: HttpWire, ws: WsConnection) -> None:
         message = bytearray()
         while ws.state is not ConnectionState.CLOSED and (data := await wire.read()):
+            self._heard_at = trio.current_time()
             ws.receive_data(data)
             for event in ws.events():
                 if isinstance(event, CloseConnection):
@@ -208,7 +242,12 @@ class WebSocketSession:
         yet to take would come to more than ``limit`` bytes with it."""
         while self._queued and self._queued + len(message) > limit and not self._app_done:
             self._room = trio.Event()
-            await self._room.wait()
+            self._holding = True
+            try:
+                await self._room.wait()
+            finally:
+                self._holding = False
+                self._heard_at = trio.current_time()
         received: Message = {"type": "websocket.receive", "text": None, "bytes": None}
         received["text" if text else "bytes"] = message.decode() if text else message
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):  # the app is done
