@@ -106,6 +106,7 @@ async def test_a_body_slower_than_the_minimum_rate_is_answered_408(
         b"2x\r\nhi\r\n0\r\n\r\n",  # a chunk size that is no hex number
         b"1" + b"0" * 31 + b"\r\n",  # 32 hex digits
         b"2\nhi\r\n0\r\n\r\n",  # a bare LF
+        b"2\nhi\n0\n\n",  # bare LFs only: h11 would wait for a CRLF for ever
         b"2\r\nhiXX0\r\n\r\n",  # no CRLF after the chunk's data
     ],
 )

@@ -233,11 +233,25 @@ class HttpWire:
                 return event
             if event is not h11.NEED_DATA:
                 return None
+            if self._chunk_line_broken():
+                self.fault = "its request's body is malformed: a chunk's size line ends in a bare LF"
+                await self.refuse(400)
+                return None
             data = await self._read_body_bytes()
             if data is None:
                 await self.refuse(408)
                 return None
             self.h11.receive_data(data)
+
+    def _chunk_line_broken(self) -> bool:
+        """Whether a chunked body waits for a chunk's size line that already ended in a bare LF:
+        h11 waits for CRLF for ever (RFC 9112 7.1 takes CRLF; hypercorn and Go answer 400). Past
+        the last chunk, trailers are headers, where h11 takes a bare LF itself."""
+        buffered = bytes(self.h11.trailing_data[0])
+        if b"\n" not in buffered or b"\r\n" in buffered:
+            return False
+        reader = getattr(self.h11, "_reader", None)
+        return getattr(reader, "_bytes_in_chunk", None) == 0 and not getattr(reader, "_reading_trailer", True)
 
     async def _read_body_bytes(self) -> bytes | None:
         """The body's next bytes; None if the peer stalled past ``body_timeout`` or, that long
