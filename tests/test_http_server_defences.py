@@ -94,7 +94,7 @@ async def test_a_body_slower_than_the_minimum_rate_is_answered_408(
                 await trio.sleep(2)
                 await stream.send_all(b"x")
                 with trio.move_on_after(0.001):
-                    answer = await stream.receive_some()
+                    answer = bytes(await stream.receive_some())
         assert answer.startswith(b"HTTP/1.1 408 ")
         assert 6 <= trio.current_time() <= 7
     assert not warnings_or_worse(log_records)
@@ -208,7 +208,7 @@ async def test_a_slowloris_of_1200_connections_is_closed_by_header_timeout_while
                                 await stream.send_all(bytes([byte]))
                                 with trio.move_on_after(0.2):
                                     if answer := await stream.receive_some():
-                                        answers.append(answer)
+                                        answers.append(bytes(answer))
                                         break
                         except trio.BrokenResourceError:
                             pass  # a byte sent after the server's close: its kernel answers a reset

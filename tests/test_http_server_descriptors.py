@@ -16,6 +16,7 @@ import trio.testing
 
 from supervisor.api.http_server import HttpServerSettings
 from supervisor.base.descriptors import DescriptorCount, open_descriptors
+from supervisor.base.http_wire import SLOW_HEAD
 
 from .http_serving import HttpClient, hello_app, serving
 
@@ -56,17 +57,41 @@ async def test_connections_past_max_connections_are_answered_503_and_closed_at_o
     ]
 
 
-async def test_at_the_cap_the_oldest_idle_connection_makes_room_for_a_new_one() -> None:
-    """Idle connections (no byte of a request) fill the cap: each new connection is served, and the
-    oldest idle one closed in its place, as nginx reuses idle keep-alive connections when short."""
+async def test_at_the_cap_the_oldest_idle_connection_makes_room_for_a_new_one(autojump_clock: Any) -> None:
+    """Idle connections (no byte of a request) fill the cap: a new connection is served, and the
+    oldest idle one closed in its place, as nginx reuses idle keep-alive connections when short;
+    but not one just accepted, whose request may be on its way: the new one is refused then."""
     async with serving(hello_app, HttpServerSettings(max_connections=3)) as served:
         idle = [await served.connect() for _ in range(3)]
         await trio.testing.wait_all_tasks_blocked()
+        assert (await _answer(await served.connect())).startswith(b"HTTP/1.1 503 ")
+        await trio.sleep(SLOW_HEAD)
         client = HttpClient(await served.connect())
         assert (await client.request("GET", "/"))[1] == b"hello"
         assert await idle[0].receive_some() == b"", "the oldest idle connection was closed"
         await trio.testing.wait_all_tasks_blocked()
         assert served.server.connection_count == 3
+
+
+async def test_at_the_cap_a_head_coming_for_half_a_second_makes_room_with_a_408(autojump_clock: Any) -> None:
+    """Slowloris: heads begun and never finished fill the cap. A head younger than ``SLOW_HEAD``
+    is a client's on its way, so a new connection then is refused; once they have been coming that
+    long, a new connection is served in the place of the oldest, which is answered 408."""
+    async with serving(hello_app, HttpServerSettings(max_connections=3)) as served:
+        heads = [await served.connect() for _ in range(3)]
+        for stream in heads:
+            await stream.send_all(b"GET / HTTP/1.1\r\nX-Slow: yes\r\n")
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await _answer(await served.connect())).startswith(b"HTTP/1.1 503 ")
+        await trio.sleep(SLOW_HEAD)
+        client = HttpClient(await served.connect())
+        assert (await client.request("GET", "/"))[1] == b"hello"
+        answer = await _answer(heads[0])
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+        with trio.move_on_after(0.1):
+            await heads[1].receive_some()
+            raise AssertionError("only the oldest head made room")
+        assert trio.current_time() < HttpServerSettings().header_timeout
 
 
 async def test_a_connection_that_would_eat_into_the_descriptors_reserve_is_refused() -> None:

@@ -17,7 +17,7 @@ from loguru import logger
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..base.body_budget import BodyBudget
-from ..base.http_wire import FIRST_REQUEST_GRACE
+from ..base.http_wire import FIRST_REQUEST_GRACE, SLOW_HEAD
 from ..base.tls import is_tls
 from . import http_head
 from .http_exchange import ERROR_BODY, HttpExchange
@@ -67,12 +67,23 @@ class Connection:
             idle.deadline = min(idle.deadline, trio.current_time() + FIRST_REQUEST_GRACE)
 
     def evict_if_idle(self) -> bool:
-        """Close now if waiting for a request's first byte (the server is at its cap and a new
-        connection comes, as nginx reuses idle keep-alive connections); whether it will."""
+        """Close now if a request's first byte has been awaited for ``SLOW_HEAD`` or longer (the
+        server is at its cap and a new connection comes, as nginx reuses idle keep-alive
+        connections); whether it will. A connection just accepted or just answered is spared: its
+        client's request may be on its way."""
         idle = self.wire.idle_scope
-        if idle is None or idle.cancel_called:
+        if idle is None or idle.cancel_called or trio.current_time() - self.wire.idle_began < SLOW_HEAD:
             return False
         idle.cancel("evicted for a new connection")
+        return True
+
+    def evict_if_slow_head(self) -> bool:
+        """Answer 408 and close if a head has been coming for ``SLOW_HEAD`` or longer (the server is
+        at its cap and a new connection comes: slowloris holds its places so); whether it will."""
+        head = self.wire.head_scope
+        if head is None or head.cancel_called or trio.current_time() - self.wire.head_began < SLOW_HEAD:
+            return False
+        head.cancel("evicted for a new connection")
         return True
 
     def cut(self) -> None:

@@ -153,7 +153,7 @@ class AsgiServer:
                 await trio.sleep(_ACCEPT_RETRY_DELAY)
                 continue
             self._descriptors.opened()
-            if (why := self._refusal()) is not None and not self._evict_idle(late_lines):
+            if (why := self._refusal()) is not None and not self._make_room(late_lines):
                 self._count_refusal(late_lines, "connections refused with a 503", why)
                 handler_nursery.start_soon(self._refuse, stream)
             else:
@@ -164,15 +164,19 @@ class AsgiServer:
         if self._refusals.count(what, detail):
             late_lines.start_soon(self._refusals.log_late)
 
-    def _evict_idle(self, late_lines: trio.Nursery) -> bool:
+    def _make_room(self, late_lines: trio.Nursery) -> bool:
         """At the cap: close the oldest connection that waits for a request's first byte, so that
         the new one is served in its place (its client, if it comes back, connects again, as
-        HTTP clients do on a keep-alive connection closed under them); False if none waits."""
-        evicted = any(connection.evict_if_idle() for connection in self._connections)
-        if evicted:
-            why = "at the cap or the reserve"
+        HTTP clients do on a keep-alive connection closed under them); else answer 408 to the
+        oldest whose head has been coming for ``SLOW_HEAD`` (slowloris); False if there is neither."""
+        why = "at the cap or the reserve"
+        if any(connection.evict_if_idle() for connection in self._connections):
             self._count_refusal(late_lines, "idle connections closed for new ones", why)
-        return evicted
+            return True
+        if any(connection.evict_if_slow_head() for connection in self._connections):
+            self._count_refusal(late_lines, "slow heads answered 408 for new connections", why)
+            return True
+        return False
 
     def _refusal(self) -> str | None:
         """Why a connection just accepted is not to be served, if it is not."""

@@ -37,11 +37,16 @@ __all__ = [
     "FIRST_REQUEST_GRACE",
     "GO_SETTINGS",
     "PEER_ERRORS",
+    "SLOW_HEAD",
     "HttpServerSettings",
     "HttpWire",
     "reason_phrase",
 ]
 
+# A connection silent this long (seconds) while a request is awaited, or whose head is still coming
+# after it, is a slow client's: a server at its connection cap closes it (an idle one) or answers it
+# 408 (a head) to serve a new connection. Younger, its request may be on its way.
+SLOW_HEAD: Final = 0.5
 # A connection accepted just before the server stops, its first request not read yet, is given this
 # long for it (seconds): its client sent it to be answered.
 FIRST_REQUEST_GRACE: Final = 1.0
@@ -143,8 +148,14 @@ class HttpWire:
         self.fault: str | None = None
         # The request read last is to be the connection's last: its response says so.
         self.last_request = False
-        # Set while waiting for the first byte of a next request: a graceful stop cancels it.
+        # Set while waiting for the first byte of a next request, with since when: a graceful stop
+        # cancels it, and so does a server at its cap, once it has waited SLOW_HEAD.
         self.idle_scope: trio.CancelScope | None = None
+        self.idle_began = math.inf
+        # Set while the rest of a begun head is awaited, with when it began: at the connection cap,
+        # a head still coming after SLOW_HEAD is cancelled (408) for a new connection.
+        self.head_scope: trio.CancelScope | None = None
+        self.head_began = math.inf
         self.requests = 0
         self._accepted = trio.current_time()
         self._body_waited = 0.0
@@ -181,6 +192,7 @@ class HttpWire:
             event: object = self.h11.next_event()
             if event is h11.NEED_DATA and not self.h11.trailing_data[0]:
                 idle = deadline if first else trio.current_time() + settings.keep_alive_timeout
+                self.idle_began = self._accepted if first else trio.current_time()
                 with trio.CancelScope(deadline=idle) as self.idle_scope:
                     if self.stopping.is_set() and not first:
                         self.idle_scope.cancel("the server stops")
@@ -194,8 +206,10 @@ class HttpWire:
             if event is h11.NEED_DATA:
                 if not first:
                     deadline = trio.current_time() + settings.header_timeout
-                with trio.move_on_at(deadline):
+                self.head_began = trio.current_time()
+                with trio.CancelScope(deadline=deadline) as self.head_scope:
                     event = await self.next_event()
+                self.head_scope = None
                 if event is h11.NEED_DATA:
                     self.fault = "its request's head came too slowly"
                     await self.refuse(408)
@@ -206,7 +220,7 @@ class HttpWire:
                 await self.refuse(exc.error_status_hint)
             return None
         finally:
-            self.idle_scope = None
+            self.idle_scope = self.head_scope = None
         if not isinstance(event, h11.Request):
             return None
         if _head_size(event) > settings.max_head:  # h11 limits only a head still incomplete

@@ -114,21 +114,32 @@ def _ended(measured: Measured) -> dict[str, int]:
     return dict(measured.endings.counts())
 
 
-@pytest.mark.parametrize("daemon", [({"header_timeout": 1.0}, False)], indirect=True)
+@pytest.mark.parametrize("daemon", [({}, False)], indirect=True)
 def test_slowloris_of_2000_heads_past_the_fd_limit(daemon: Target) -> None:
+    """At the daemon's own header timeout of 15 s, longer than the attack: the heads past the cap
+    that have been coming for half a second make room (408) for new connections, so the normal client is
+    served all through but for the burst's first half second, when every head is young."""
     measured = _attacked(daemon, slowloris, capped=True)
+    statuses = measured.during.statuses
+    assert statuses[503] * 10 <= statuses[200], statuses
     ended = _ended(measured)
     assert sum(ended.values()) == 2000
-    assert all(ending.endswith(", closed") for ending in ended), ended
-    assert set(ended) <= {"408, closed", "503, closed", "no answer, closed"}, ended
+    assert ended.get("408, closed", 0) > 0, ended
+    assert set(ended) <= {"408, closed", "503, closed", "no answer, closed", "no answer, open at the end"}, (
+        ended
+    )
 
 
 @pytest.mark.parametrize("daemon", [({}, False)], indirect=True)
 def test_1500_idle_keep_alive_connections_past_the_fd_limit(daemon: Target) -> None:
     """At the idle timeout of 60 s: idle connections holding every place for a minute would leave
     the normal client refused for as long (hypercorn closes them after 5 s), so the normal client
-    must be served while they are held, and none is refused for want of a place."""
-    measured = _attacked(daemon, idle_keep_alive, seconds=4)
+    must be served while they are held: an idle one makes room for each new connection, once it
+    has been silent half a second (younger, its client's request may be on its way), so the normal
+    client may be refused only in the burst's first half second."""
+    measured = _attacked(daemon, idle_keep_alive, seconds=4, capped=True)
+    statuses = measured.during.statuses
+    assert statuses[503] * 10 <= statuses[200], statuses
     ended = _ended(measured)
     assert sum(ended.values()) == 1500
     assert not any(ending.startswith("no answer") for ending in ended), ended
