@@ -58,17 +58,44 @@ async def test_large_bodies_are_read_within_the_budget_and_all_answered() -> Non
 
 async def test_the_budget_lets_a_body_larger_than_it_through_alone(autojump_clock: Any) -> None:
     budget = BodyBudget(10)
-    first = await budget.take(6)
-    taken: list[int] = []
+    first = await budget.take(6, 15)
+    taken: list[int | None] = []
 
     async def wait_for(size: int) -> None:
-        taken.append(await budget.take(size))
+        taken.append(await budget.take(size, 15))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(wait_for, 50)
         await trio.testing.wait_all_tasks_blocked()
         assert taken == []
+        assert first is not None
         budget.give_back(first)
     assert taken == [10]
     assert budget.held == 10
     assert SMALL == 1024 * 1024
+
+
+async def test_the_budget_is_given_in_line_and_a_wait_has_an_end(autojump_clock: Any) -> None:
+    """A steady flow of small shares cannot pass a large one that asked first; and a share not
+    given within its patience is refused (None), its place in line given up."""
+    budget = BodyBudget(10)
+    held = await budget.take(6, 15)
+    order: list[tuple[int, int | None]] = []
+
+    async def wait_for(size: int, patience: float) -> None:
+        order.append((size, await budget.take(size, patience)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for, 10, 15)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(wait_for, 2, 15)  # would fit now, but comes after the large one
+        await trio.testing.wait_all_tasks_blocked()
+        assert order == []
+        await trio.sleep(5)
+        assert held is not None
+        budget.give_back(held)
+        await trio.testing.wait_all_tasks_blocked()
+        assert order == [(10, 10)]
+        nursery.start_soon(wait_for, 3, 15)
+    assert order == [(10, 10), (2, None), (3, None)]
+    assert trio.current_time() == 5 + 15

@@ -100,6 +100,26 @@ async def test_a_body_slower_than_the_minimum_rate_is_answered_408(
     assert not warnings_or_worse(log_records)
 
 
+async def test_a_fast_start_buys_no_credit_for_a_trickle_after_it(autojump_clock: Any) -> None:
+    """99,990 of 100,000 bytes at once, then a byte every 2 s: over the whole body that stays above
+    100 bytes a second for 16 minutes, but each body_timeout (5 s) of waiting is judged on its own,
+    so the trickle is refused within three of them."""
+    settings = HttpServerSettings(body_timeout=5, body_min_rate=100)
+    async with serving(_upload_app(), settings) as served:
+        stream = await served.connect()
+        head = b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n"
+        await stream.send_all(head + b"x" * 99_990)
+        answer = b""
+        with trio.move_on_after(60):
+            while not answer:
+                await trio.sleep(2)
+                await stream.send_all(b"x")
+                with trio.move_on_after(0.001):
+                    answer = bytes(await stream.receive_some())
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert trio.current_time() <= 3 * 5
+
+
 @pytest.mark.parametrize(
     "framing",
     [

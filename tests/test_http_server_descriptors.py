@@ -16,7 +16,7 @@ import trio.testing
 
 from supervisor.api.http_server import HttpServerSettings
 from supervisor.base.descriptors import DescriptorCount, open_descriptors
-from supervisor.base.http_wire import SLOW_HEAD
+from supervisor.base.http_waits import SLOW_WAIT
 
 from .http_serving import HttpClient, hello_app, serving
 
@@ -65,7 +65,7 @@ async def test_at_the_cap_the_oldest_idle_connection_makes_room_for_a_new_one(au
         idle = [await served.connect() for _ in range(3)]
         await trio.testing.wait_all_tasks_blocked()
         assert (await _answer(await served.connect())).startswith(b"HTTP/1.1 503 ")
-        await trio.sleep(SLOW_HEAD)
+        await trio.sleep(SLOW_WAIT)
         client = HttpClient(await served.connect())
         assert (await client.request("GET", "/"))[1] == b"hello"
         assert await idle[0].receive_some() == b"", "the oldest idle connection was closed"
@@ -74,7 +74,7 @@ async def test_at_the_cap_the_oldest_idle_connection_makes_room_for_a_new_one(au
 
 
 async def test_at_the_cap_a_head_coming_for_half_a_second_makes_room_with_a_408(autojump_clock: Any) -> None:
-    """Slowloris: heads begun and never finished fill the cap. A head younger than ``SLOW_HEAD``
+    """Slowloris: heads begun and never finished fill the cap. A head younger than ``SLOW_WAIT``
     is a client's on its way, so a new connection then is refused; once they have been coming that
     long, a new connection is served in the place of the oldest, which is answered 408."""
     async with serving(hello_app, HttpServerSettings(max_connections=3)) as served:
@@ -83,7 +83,7 @@ async def test_at_the_cap_a_head_coming_for_half_a_second_makes_room_with_a_408(
             await stream.send_all(b"GET / HTTP/1.1\r\nX-Slow: yes\r\n")
         await trio.testing.wait_all_tasks_blocked()
         assert (await _answer(await served.connect())).startswith(b"HTTP/1.1 503 ")
-        await trio.sleep(SLOW_HEAD)
+        await trio.sleep(SLOW_WAIT)
         client = HttpClient(await served.connect())
         assert (await client.request("GET", "/"))[1] == b"hello"
         answer = await _answer(heads[0])
@@ -152,3 +152,19 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
     target = hard if hard != resource.RLIM_INFINITY else 1 << 20
     assert done.stdout.strip() == f"({low}, {target}) ({target}, {hard})"
     assert "open file limit raised from" in done.stderr
+
+
+async def test_at_the_cap_the_connection_idle_longest_makes_room_not_the_oldest(autojump_clock: Any) -> None:
+    """A client's keep-alive connection accepted first but just answered is spared; the one that has
+    said nothing for longest is closed for the new connection (its client's next request would
+    otherwise fail on a connection closed under it)."""
+    async with serving(hello_app, HttpServerSettings(max_connections=3)) as served:
+        client = HttpClient(await served.connect())
+        silent = [await served.connect() for _ in range(2)]
+        await trio.sleep(2 * SLOW_WAIT)
+        assert (await client.request("GET", "/"))[1] == b"hello"
+        await trio.sleep(SLOW_WAIT)
+        newcomer = HttpClient(await served.connect())
+        assert (await newcomer.request("GET", "/"))[1] == b"hello"
+        assert await silent[0].receive_some() == b"", "the one idle longest was closed"
+        assert (await client.request("GET", "/"))[1] == b"hello", "the client's connection was spared"

@@ -17,7 +17,8 @@ from loguru import logger
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..base.body_budget import BodyBudget
-from ..base.http_wire import FIRST_REQUEST_GRACE, SLOW_HEAD
+from ..base.http_waits import Waits
+from ..base.http_wire import FIRST_REQUEST_GRACE
 from ..base.tls import is_tls
 from . import http_head
 from .http_exchange import ERROR_BODY, HttpExchange
@@ -42,8 +43,9 @@ class Connection:
         lifespan_state: dict[str, Any],
         stopping: trio.Event,
         bodies: BodyBudget | None = None,
+        waits: Waits | None = None,
     ) -> None:
-        self.wire = HttpWire(stream, settings, stopping)
+        self.wire = HttpWire(stream, settings, stopping, waits=waits)
         self.bodies = bodies
         self.app = app
         self.settings = settings
@@ -57,34 +59,17 @@ class Connection:
     def stop_if_idle(self) -> None:
         """The server stops: close now if no request is under way, else after the one that is. A
         connection accepted just before, whose first request is not read yet, gets
-        ``FIRST_REQUEST_GRACE`` for it: its client sent it to be answered."""
-        idle = self.wire.idle_scope
-        if idle is None:
+        ``FIRST_REQUEST_GRACE`` for it: its client sent it to be answered; and so does a head
+        still coming (a slow client must not hold the stop for ``header_timeout``)."""
+        grace = trio.current_time() + FIRST_REQUEST_GRACE
+        if (head := self.wire.head_scope) is not None:
+            head.deadline = min(head.deadline, grace)
+        if (idle := self.wire.idle_scope) is None:
             return
         if self.wire.requests:
             idle.cancel("the server stops")
         else:
-            idle.deadline = min(idle.deadline, trio.current_time() + FIRST_REQUEST_GRACE)
-
-    def evict_if_idle(self) -> bool:
-        """Close now if a request's first byte has been awaited for ``SLOW_HEAD`` or longer (the
-        server is at its cap and a new connection comes, as nginx reuses idle keep-alive
-        connections); whether it will. A connection just accepted or just answered is spared: its
-        client's request may be on its way."""
-        idle = self.wire.idle_scope
-        if idle is None or idle.cancel_called or trio.current_time() - self.wire.idle_began < SLOW_HEAD:
-            return False
-        idle.cancel("evicted for a new connection")
-        return True
-
-    def evict_if_slow_head(self) -> bool:
-        """Answer 408 and close if a head has been coming for ``SLOW_HEAD`` or longer (the server is
-        at its cap and a new connection comes: slowloris holds its places so); whether it will."""
-        head = self.wire.head_scope
-        if head is None or head.cancel_called or trio.current_time() - self.wire.head_began < SLOW_HEAD:
-            return False
-        head.cancel("evicted for a new connection")
-        return True
+            idle.deadline = min(idle.deadline, grace)
 
     def cut(self) -> None:
         """Close at once, whatever is being written (the stop's budget has passed)."""

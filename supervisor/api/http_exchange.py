@@ -118,7 +118,13 @@ class HttpExchange:
             self._watch.cancel("the response is complete")
 
     async def _read_body(self, wire: HttpWire) -> Message:
-        await self._take_share()  # before a 100 Continue: a client that waits for it sends nothing yet
+        if not await self._take_share():  # before a 100 Continue: a client that waits sends nothing yet
+            wire.fault = (
+                f"its large body found no room in the server's budget for {wire.settings.body_timeout:g} s"
+            )
+            await wire.refuse(503, ((b"retry-after", b"1"),))
+            self.gone = True
+            return {"type": "http.disconnect"}
         if wire.h11.they_are_waiting_for_100_continue:
             await wire.send_h11(
                 h11.InformationalResponse(status_code=100, headers=[], reason=http_head.reason(100))
@@ -133,15 +139,22 @@ class HttpExchange:
         self.gone = True
         return {"type": "http.disconnect"}
 
-    async def _take_share(self) -> None:
-        """Before a large body's bytes are read: its share of the budget, waited for if need be (a
-        Content-Length's whole; a chunked body's, the whole budget once past SMALL)."""
+    async def _take_share(self) -> bool:
+        """Before a large body's bytes are read: its share of the budget, waited for in line if need
+        be (a Content-Length's whole; a chunked body's, the whole budget once past SMALL); False if
+        none came within ``body_timeout``."""
         if self._bodies is None or self._share:
-            return
+            return True
         if self._length is not None and self._length > SMALL:
-            self._share = await self._bodies.take(self._length)
+            size = self._length
         elif self._length is None and self._read > SMALL:
-            self._share = await self._bodies.take(self._bodies.total)
+            size = self._bodies.total
+        else:
+            return True
+        assert self._wire is not None
+        share = await self._bodies.take(size, self._wire.settings.body_timeout)
+        self._share = share or 0
+        return share is not None
 
     async def _watch_client(self, wire: HttpWire) -> None:
         data = await wire.read()

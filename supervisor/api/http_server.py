@@ -10,7 +10,8 @@ A connection is one task. The app runs in it, HTTP/1.1 exchange after exchange, 
 body from the network only as it asks for more; a WebSocket's frames are read beside it. Every write
 and the connection's close take the connection's send lock, but for a cut (``close_connections``):
 that close must end a write blocked on a peer that stopped reading, as trio's ``aclose`` may.
-Not here: HTTP/2, TLS, trailers, WebSocket compression.
+TLS is the listener's (``base/tls.py``): a connection is served over whatever stream it accepts.
+Not here: HTTP/2, trailers, WebSocket compression.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from starlette.types import ASGIApp, Message
 
 from ..base.body_budget import BodyBudget
 from ..base.descriptors import DescriptorCount
+from ..base.http_waits import Waits
 from ..base.network import Listening
 from .http_connection import Connection
 from .http_wire import PEER_ERRORS, HttpServerSettings
@@ -60,8 +62,9 @@ class AsgiServer:
         self._descriptors = descriptors or DescriptorCount()
         self._refusals = _RefusalLog()
         self._bodies = BodyBudget(settings.body_budget)
+        self._waits = Waits()
         self._stopping = trio.Event()
-        # In the order they were accepted (a dict's keys): the oldest idle one is evicted first.
+        # Open now, in the order they were accepted.
         self._connections: dict[Connection, None] = {}
         # Set when the last connection has ended.
         self._drained = trio.Event()
@@ -165,18 +168,13 @@ class AsgiServer:
             late_lines.start_soon(self._refusals.log_late)
 
     def _make_room(self, late_lines: trio.Nursery) -> bool:
-        """At the cap: close the oldest connection that waits for a request's first byte, so that
-        the new one is served in its place (its client, if it comes back, connects again, as
-        HTTP clients do on a keep-alive connection closed under them); else answer 408 to the
-        oldest whose head has been coming for ``SLOW_HEAD`` (slowloris); False if there is neither."""
-        why = "at the cap or the reserve"
-        if any(connection.evict_if_idle() for connection in self._connections):
-            self._count_refusal(late_lines, "idle connections closed for new ones", why)
-            return True
-        if any(connection.evict_if_slow_head() for connection in self._connections):
-            self._count_refusal(late_lines, "slow heads answered 408 for new connections", why)
-            return True
-        return False
+        """At the cap: take the connection that has waited longest on its client (``Waits``), so
+        that the new one is served in its place; False if none has waited long enough."""
+        taken = self._waits.cancel_longest()
+        if taken is not None:
+            what = "idle connections closed" if taken == "idle" else "slow heads answered 408"
+            self._count_refusal(late_lines, f"{what} for new connections", "at the cap or the reserve")
+        return taken is not None
 
     def _refusal(self) -> str | None:
         """Why a connection just accepted is not to be served, if it is not."""
@@ -199,7 +197,9 @@ class AsgiServer:
             self._descriptors.closed()
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
-        connection = Connection(stream, self._app, self._settings, self._state, self._stopping, self._bodies)
+        connection = Connection(
+            stream, self._app, self._settings, self._state, self._stopping, self._bodies, self._waits
+        )
         self._connections[connection] = None
         try:
             with connection.cut_scope:

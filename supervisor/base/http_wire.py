@@ -8,8 +8,8 @@ What a peer is held to (``HttpServerSettings``, ``docs/http-server.md``):
 - a request's head (line and headers) must be whole within ``header_timeout`` of the connection's
   accept, or, for a next request, of its first byte; a connection with no byte of a next request
   is closed after ``keep_alive_timeout``; a head larger than ``max_head`` is answered 431;
-- a body must not stall for ``body_timeout`` nor, once it has been waited for that long, come slower
-  than ``body_min_rate`` bytes a second on average (408);
+- a body must not stall for ``body_timeout`` nor come slower than ``body_min_rate`` bytes a second
+  over any ``body_timeout`` waited for (408);
 - a body whose framing is broken (a chunk size that is no hex number, a bare LF) is answered 400;
 - a request whose framing is ambiguous (Content-Length and Transfer-Encoding both, or chunked on
   HTTP/1.0: RFC 9112 §6.1) and a connection's ``max_requests_per_connection``-th request are
@@ -33,20 +33,17 @@ import trio
 from attrs import frozen
 from wsproto.utilities import LocalProtocolError as WsProtocolError
 
+from .http_waits import Waits
+
 __all__ = [
     "FIRST_REQUEST_GRACE",
     "GO_SETTINGS",
     "PEER_ERRORS",
-    "SLOW_HEAD",
     "HttpServerSettings",
     "HttpWire",
     "reason_phrase",
 ]
 
-# A connection silent this long (seconds) while a request is awaited, or whose head is still coming
-# after it, is a slow client's: a server at its connection cap closes it (an idle one) or answers it
-# 408 (a head) to serve a new connection. Younger, its request may be on its way.
-SLOW_HEAD: Final = 0.5
 # A connection accepted just before the server stops, its first request not read yet, is given this
 # long for it (seconds): its client sent it to be answered.
 FIRST_REQUEST_GRACE: Final = 1.0
@@ -70,8 +67,9 @@ class HttpServerSettings:
     keep_alive_timeout: float = 60.0
     # A request line and headers not all read by then close the connection (seconds).
     header_timeout: float = 15.0
-    # A body that sends nothing this long, or slower than body_min_rate (bytes a second) on average
-    # once this long has been waited for, is answered 408 and its connection closed.
+    # A body that sends nothing this long, or slower than body_min_rate (bytes a second) over each
+    # span this long waited for, is answered 408 and its connection closed; a large body that waits
+    # this long for room in the body budget is answered 503.
     body_timeout: float = 15.0
     body_min_rate: int = 1024
     # A keep-alive connection closes after this many requests.
@@ -135,11 +133,13 @@ class HttpWire:
         stopping: trio.Event,
         *,
         reason: Callable[[int], bytes] = reason_phrase,
+        waits: Waits | None = None,
     ) -> None:
         self.stream = stream
         self.settings = settings
         self.stopping = stopping
         self.reason = reason
+        self._waits = Waits() if waits is None else waits
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.max_head)
         self.send_lock = trio.Lock()
         self.read_closed = False
@@ -148,14 +148,10 @@ class HttpWire:
         self.fault: str | None = None
         # The request read last is to be the connection's last: its response says so.
         self.last_request = False
-        # Set while waiting for the first byte of a next request, with since when: a graceful stop
-        # cancels it, and so does a server at its cap, once it has waited SLOW_HEAD.
+        # Set while waiting for the first byte of a next request, and for the rest of a head begun:
+        # a graceful stop ends the one and hastens the other, a server at its cap takes either.
         self.idle_scope: trio.CancelScope | None = None
-        self.idle_began = math.inf
-        # Set while the rest of a begun head is awaited, with when it began: at the connection cap,
-        # a head still coming after SLOW_HEAD is cancelled (408) for a new connection.
         self.head_scope: trio.CancelScope | None = None
-        self.head_began = math.inf
         self.requests = 0
         self._accepted = trio.current_time()
         self._body_waited = 0.0
@@ -192,8 +188,11 @@ class HttpWire:
             event: object = self.h11.next_event()
             if event is h11.NEED_DATA and not self.h11.trailing_data[0]:
                 idle = deadline if first else trio.current_time() + settings.keep_alive_timeout
-                self.idle_began = self._accepted if first else trio.current_time()
-                with trio.CancelScope(deadline=idle) as self.idle_scope:
+                began = self._accepted if first else trio.current_time()
+                with (
+                    trio.CancelScope(deadline=idle) as self.idle_scope,
+                    self._waits.idle(self.idle_scope, began),
+                ):
                     if self.stopping.is_set() and not first:
                         self.idle_scope.cancel("the server stops")
                     elif self.stopping.is_set():
@@ -206,8 +205,12 @@ class HttpWire:
             if event is h11.NEED_DATA:
                 if not first:
                     deadline = trio.current_time() + settings.header_timeout
-                self.head_began = trio.current_time()
-                with trio.CancelScope(deadline=deadline) as self.head_scope:
+                if self.stopping.is_set():
+                    deadline = min(deadline, trio.current_time() + FIRST_REQUEST_GRACE)
+                with (
+                    trio.CancelScope(deadline=deadline) as self.head_scope,
+                    self._waits.head(self.head_scope, trio.current_time()),
+                ):
                     event = await self.next_event()
                 self.head_scope = None
                 if event is h11.NEED_DATA:
@@ -281,7 +284,14 @@ class HttpWire:
             return None
         self._body_bytes += len(data)
         waited = self._body_waited
-        if data and waited > settings.body_timeout and self._body_bytes < settings.body_min_rate * waited:
+        if data and waited >= settings.body_timeout:
+            # Each body_timeout of waiting is judged on its own: a fast start buys no credit for a
+            # trickle after it.
+            slow = self._body_bytes < settings.body_min_rate * waited
+            self._body_waited, self._body_bytes = 0.0, 0
+        else:
+            slow = False
+        if slow:
             self.fault = f"its request's body came slower than {settings.body_min_rate} bytes a second"
             return None
         return data
@@ -348,11 +358,11 @@ class HttpWire:
             pairs.append((b"connection", b"close"))
         return h11.Response(status_code=status, headers=pairs, reason=self.reason(status))
 
-    async def refuse(self, status: int) -> None:
+    async def refuse(self, status: int, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         """Answer a request that cannot be served (unparsable, too slow, a bad handshake) before
         closing, if no response has begun."""
         if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            head = self.response(status, [(b"content-length", b"0")], close=True)
+            head = self.response(status, [(b"content-length", b"0"), *headers], close=True)
             await self.send_h11(head, h11.EndOfMessage())
 
     def request_read(self) -> bool:

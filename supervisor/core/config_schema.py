@@ -128,14 +128,14 @@ class ServerSettings:
     )
     body_timeout: float = setting(
         15.0,
-        "a request body that sends nothing for this long, or is slower than body_min_rate once this long "
-        "has passed: 408, the connection closes",
+        "a request body that sends nothing for this long, or is slower than body_min_rate over any such "
+        "span: 408, the connection closes; a large body that waits this long for room: 503",
         POSITIVE,
         unit=_SECONDS,
     )
     body_min_rate: int = setting(
         1024,
-        "the slowest request body taken, on average once body_timeout has passed",
+        "the slowest request body taken, judged over each body_timeout waited for",
         at_least(0),
         unit="bytes/s",
     )
