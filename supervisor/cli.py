@@ -147,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument(
         "--token-file", metavar="PATH", help="read the token from PATH, off the command line that ps shows"
     )
+    health.add_argument(
+        "--ca-file",
+        metavar="PATH",
+        help="verify an https:// daemon's certificate against the CA certificates in PATH (PEM), a "
+        "private CA's (default: $SSL_CERT_FILE, else the public CAs of certifi)",
+    )
     health.add_argument("--json", action="store_true", help="print the whole health document")
     health.add_argument("--timeout", default="5", help="seconds to wait for an answer [%(default)s]")
 
@@ -402,7 +408,7 @@ def _run_trio(main: Callable[[T], Awaitable[None]], argument: T, *, what: str) -
 
 
 def _health(args: argparse.Namespace) -> int:
-    from .ops.probe import probe, url_problem
+    from .ops.probe import ca_context, probe, url_problem
 
     try:
         timeout = float(args.timeout)
@@ -422,7 +428,15 @@ def _health(args: argparse.Namespace) -> int:
             ) from None
         if not token:
             raise UsageError(f"--token-file {args.token_file}: the file is empty")
-    code, text = probe(args.url, token=token, timeout=timeout, as_json=args.json)
+    verify = None
+    if args.ca_file:
+        if not args.url.lower().startswith("https://"):
+            raise UsageError(f"--ca-file {args.ca_file}: it is for an https:// --url, not {args.url}")
+        try:
+            verify = ca_context(args.ca_file)
+        except ValueError as exc:
+            raise UsageError(f"--ca-file {args.ca_file}: {exc}") from None
+    code, text = probe(args.url, token=token, timeout=timeout, as_json=args.json, verify=verify)
     print(text)
     return code
 

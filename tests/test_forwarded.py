@@ -1,5 +1,5 @@
 """Whether a request came over HTTPS: the connection's own scheme, or a trusted proxy's
-``Forwarded`` (RFC 7239) or ``X-Forwarded-Proto``."""
+``X-Forwarded-Proto`` or, without one, its ``Forwarded`` (RFC 7239)."""
 
 from __future__ import annotations
 
@@ -33,15 +33,24 @@ def scope(client: str | None, *headers: tuple[str, str], scheme: str = "http") -
         # A quoted value may hold a comma and a semicolon.
         ([("forwarded", 'for="a,b;c";proto="https"')], "https"),
         ([("forwarded", r'for="x\"y";proto=https')], "https"),
-        # The nearest element says no proto: X-Forwarded-Proto is asked.
-        ([("forwarded", "proto=https, for=10.0.0.2"), ("x-forwarded-proto", "http")], "http"),
+        # The nearest element says no proto: the client's earlier one is not taken.
         ([("forwarded", "proto=https, for=10.0.0.2")], None),
+        # Empty pairs and elements are allowed.
+        ([("forwarded", "for=192.0.2.1;;proto=https;, , ")], "https"),
+        ([("forwarded", ""), ("forwarded", "proto=https")], "https"),
         ([("x-forwarded-proto", "https")], "https"),
+        ([("x-forwarded-proto", " HTTPS ")], "https"),
         ([("x-forwarded-proto", "http, https")], "https"),
         ([("x-forwarded-proto", "https"), ("x-forwarded-proto", "http")], "http"),
         ([("x-forwarded-proto", "gopher")], None),
-        ([("forwarded", "proto=https"), ("x-forwarded-proto", "http")], "https"),
+        # X-Forwarded-Proto is read first; Forwarded only without it.
+        ([("forwarded", "proto=https"), ("x-forwarded-proto", "http")], "http"),
+        ([("x-forwarded-proto", "gopher"), ("forwarded", "proto=https")], None),
+        # A Forwarded that fails to parse anywhere is not read at all.
         ([("forwarded", "for")], None),
+        ([("forwarded", 'proto=https, "'), ("forwarded", "proto=http")], None),
+        ([("forwarded", "proto=http, for=10.0.0.2 proto=https")], None),
+        ([("forwarded", "proto=http;proto=https")], None),
         ([], None),
     ],
 )
@@ -74,3 +83,22 @@ def test_networks_ipv6_and_everyone() -> None:
     assert trusted_proxies(("*",)).trust("203.0.113.9")
     assert trusted_proxies(("*",)).trust(None)
     assert not trusted_proxies(()).trust("127.0.0.1")
+
+
+def test_a_client_behind_the_nginx_recipe_cannot_choose_its_scheme() -> None:
+    # nginx (docs/serving.md) overwrites X-Forwarded-Proto with its $scheme; a proxy that does not
+    # also drop the client's Forwarded passes it on, which must not win.
+    assert not is_secure(
+        scope("127.0.0.1", ("forwarded", "proto=https"), ("x-forwarded-proto", "http")), LOOPBACK
+    )
+
+
+def test_a_broken_forwarded_cannot_hide_the_element_the_proxy_appended() -> None:
+    # The client's value ends in a broken part; the proxy appends its own element after it.
+    client_wrote = 'proto=https, "'
+    for headers in (
+        [("forwarded", f"{client_wrote}, for=192.0.2.7;proto=http")],
+        [("forwarded", client_wrote), ("forwarded", "for=192.0.2.7;proto=http")],
+    ):
+        assert forwarded_proto((n.encode(), v.encode()) for n, v in headers) is None
+        assert not is_secure(scope("127.0.0.1", *headers), LOOPBACK)

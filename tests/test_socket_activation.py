@@ -1,10 +1,12 @@
-"""Systemd's socket activation: the variables read (and removed), and the passed socket served
-again by a restarted API server, its connections made meanwhile kept waiting, not refused."""
+"""Systemd's socket activation: the variables read (and removed), what cannot be served refused
+in one line, and the passed socket served again by a restarted API server, its connections made
+meanwhile kept waiting, not refused."""
 
 from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import h11
 import pytest
@@ -13,7 +15,13 @@ import trio
 from supervisor.api.http_server import AsgiServer, HttpServerSettings
 from supervisor.base.errors import ConfigError
 from supervisor.base.network import TcpNetwork
-from supervisor.base.socket_activation import PassedSocket, passed_sockets, take_passed_listener
+from supervisor.base.socket_activation import (
+    PassedSocket,
+    passed_listener,
+    passed_sockets,
+    take_passed_listener,
+)
+from supervisor.cli import main
 from supervisor.tree.api_serving import ApiEndpoint, ApiServing
 
 from .http_serving import HttpClient, hello_app
@@ -55,6 +63,67 @@ def test_the_variables_are_removed_once_read_even_when_not_ours() -> None:
     environ = {"LISTEN_PID": "1", "LISTEN_FDS": "1", "LISTEN_FDNAMES": "x", "PATH": "/bin"}
     assert take_passed_listener(environ) is None
     assert environ == {"PATH": "/bin"}
+
+
+def test_several_sockets_are_refused_before_any_is_touched() -> None:
+    environ = {"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": "2", "LISTEN_FDNAMES": "api:metrics"}
+    with pytest.raises(ConfigError) as refused:
+        take_passed_listener(environ)
+    assert str(refused.value) == (
+        "LISTEN_FDS=2: systemd passed 2 sockets (descriptors 3 (api), 4 (metrics)) and the API serves "
+        "one: keep one ListenStream= in the socket unit"
+    )
+    assert environ == {}
+
+
+def test_run_with_several_sockets_exits_2_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in [name for name in os.environ if name.startswith(("NOMAD_", "SUPERVISOR_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LISTEN_PID", str(os.getpid()))
+    monkeypatch.setenv("LISTEN_FDS", "3")
+    assert main(["run", "--listen", "127.0.0.1:0"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert "configuration: LISTEN_FDS=3: systemd passed 3 sockets" in error
+    assert "keep one ListenStream=" in error
+    assert "LISTEN_FDS" not in os.environ
+
+
+def test_a_descriptor_that_is_not_open_is_a_configuration_error() -> None:
+    with socket.socket() as closed:
+        fd = os.dup(closed.fileno())
+    os.close(fd)
+    with pytest.raises(ConfigError, match=rf"^LISTEN_FDS: descriptor {fd} \(api\): Bad file descriptor$"):
+        passed_listener(PassedSocket(fd, "api"))
+
+
+def test_a_descriptor_that_is_no_socket_is_a_configuration_error(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_RDWR)
+    try:
+        with pytest.raises(ConfigError, match=rf"^LISTEN_FDS: descriptor {fd} \(api\): Socket operation on"):
+            passed_listener(PassedSocket(fd, "api"))
+        assert os.get_inheritable(fd) is False
+    finally:
+        os.close(fd)
+
+
+def test_a_socket_that_is_not_listening_over_tcp_is_a_configuration_error() -> None:
+    for sock in (socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket()):
+        with sock, pytest.raises(ConfigError, match="is not a listening TCP socket"):
+            passed_listener(PassedSocket(sock.fileno(), "api"))
+
+
+async def test_a_listening_socket_is_served_and_not_inherited() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        fd = os.dup(held.fileno())
+        os.set_inheritable(fd, True)
+        listener, name = passed_listener(PassedSocket(fd, "api.socket"))
+        assert name == "api.socket"
+        assert listener.socket.fileno() == fd
+        assert os.get_inheritable(fd) is False
+        await listener.aclose()
 
 
 async def test_a_restarted_server_serves_the_same_passed_socket_and_answers_what_waited() -> None:

@@ -4,8 +4,12 @@ URLs the API hands out (``wss://`` or ``ws://``) follows it.
 A proxy that ends TLS says so in ``Forwarded: proto=https`` (RFC 7239) or ``X-Forwarded-Proto:
 https``. Either is believed only from a peer in ``[server] forwarded_allow_ips`` (IP addresses,
 networks, or "*"), as uvicorn and gunicorn do; anyone else could write it. Of several values, the
-last is taken: the one the nearest proxy, the trusted peer itself, added. ``Forwarded`` is read
-before ``X-Forwarded-Proto``.
+last is taken: the one the nearest proxy, the trusted peer itself, added.
+
+``X-Forwarded-Proto`` is read first, as uvicorn and gunicorn do: it is the header most proxies set
+(nginx's recipe overwrites it), while many pass on a ``Forwarded`` the client wrote. ``Forwarded``
+is read only when there is no ``X-Forwarded-Proto``, and not at all when any part of it fails to
+parse: what follows a broken part may be the element the proxy appended.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ _SCHEMES: Final = frozenset({"http", "https", "ws", "wss"})
 _PAIR: Final = re.compile(
     r'\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([!#$%&\'*+.^_`|~0-9A-Za-z-]*))\s*([;,]|$)'
 )
+# Nothing but white space up to a ";", a "," or the end: an empty pair or element, which RFC 7239
+# and RFC 9110 (5.6.1) allow.
+_EMPTY: Final = re.compile(r"\s*([;,]|$)")
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -65,40 +72,52 @@ def trusted_proxies(entries: tuple[str, ...]) -> TrustedProxies:
     return TrustedProxies(networks, everyone)
 
 
-def _elements(value: str) -> list[dict[str, str]]:
-    """The elements of a ``Forwarded`` value, each its pairs by lower-case name; what does not parse
-    ends the value there."""
+def _elements(value: str) -> list[dict[str, str]] | None:
+    """The elements of a ``Forwarded`` value, each its pairs by lower-case name; None when any part
+    of it does not parse, or names a parameter twice in one element. Empty pairs and elements are skipped."""
     elements: list[dict[str, str]] = [{}]
     position = 0
-    while position < len(value) and (match := _PAIR.match(value, position)):
+    while position < len(value):
+        if empty := _EMPTY.match(value, position):
+            if empty.group(1) == ",":
+                elements.append({})
+            position = empty.end()
+            continue
+        match = _PAIR.match(value, position)
+        if match is None:
+            return None
         name, quoted, token, separator = match.groups()
-        text = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else token
-        elements[-1][name.lower()] = text
+        name = name.lower()
+        if name in elements[-1]:
+            return None
+        elements[-1][name] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else token
         if separator == ",":
             elements.append({})
         position = match.end()
-        if not separator:
-            break
     return [element for element in elements if element]
 
 
+def _scheme(text: str) -> str | None:
+    proto = text.strip().lower()
+    return proto if proto in _SCHEMES else None
+
+
 def forwarded_proto(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The scheme the nearest proxy says the client used (lower case), from ``Forwarded`` or else
-    ``X-Forwarded-Proto``; None when neither says one of http, https, ws, wss."""
+    """The scheme the nearest proxy says the client used (lower case), from ``X-Forwarded-Proto``
+    or, when there is none, ``Forwarded``; None when the header read says none of http, https, ws,
+    wss, or ``Forwarded`` does not parse."""
     forwarded: list[str] = []
     x_forwarded: list[str] = []
     for name, value in headers:
         if name.lower() == b"forwarded":
             forwarded.append(value.decode("latin-1"))
         elif name.lower() == b"x-forwarded-proto":
-            x_forwarded.extend(part.strip() for part in value.decode("latin-1").split(","))
-    elements = _elements(", ".join(forwarded)) if forwarded else []
-    if elements and "proto" in elements[-1]:
-        proto = elements[-1]["proto"].lower()
-        return proto if proto in _SCHEMES else None
+            x_forwarded.extend(value.decode("latin-1").split(","))
     if x_forwarded:
-        proto = x_forwarded[-1].lower()
-        return proto if proto in _SCHEMES else None
+        return _scheme(x_forwarded[-1])
+    elements = _elements(", ".join(forwarded)) if forwarded else None
+    if elements and "proto" in elements[-1]:
+        return _scheme(elements[-1]["proto"])
     return None
 
 

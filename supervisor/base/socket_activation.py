@@ -20,7 +20,14 @@ from attrs import frozen
 
 from .errors import ConfigError
 
-__all__ = ["FIRST_FD", "KeptListener", "PassedSocket", "passed_sockets", "take_passed_listener"]
+__all__ = [
+    "FIRST_FD",
+    "KeptListener",
+    "PassedSocket",
+    "passed_listener",
+    "passed_sockets",
+    "take_passed_listener",
+]
 
 FIRST_FD: Final = 3
 _VARIABLES: Final = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
@@ -56,23 +63,33 @@ def passed_sockets(environ: Mapping[str, str], pid: int) -> list[PassedSocket]:
 def take_passed_listener(
     environ: MutableMapping[str, str] | None = None,
 ) -> tuple[trio.SocketListener, str] | None:
-    """The first listening socket systemd passed to this process, and its name; None when it
-    passed none. The variables are removed from ``environ`` (the process's by default) either way.
-    ConfigError when the descriptor is not a listening TCP socket."""
+    """The listening socket systemd passed to this process, and its name; None when it passed
+    none. The variables are removed from ``environ`` (the process's by default) either way.
+    ConfigError when it passed more than one, or when the descriptor is not a listening TCP socket."""
     environ = os.environ if environ is None else environ
     passed = passed_sockets(environ, os.getpid())
     for name in _VARIABLES:
         environ.pop(name, None)
-    for each in passed:
-        os.set_inheritable(each.fd, False)
     if not passed:
         return None
-    first = passed[0]
+    if len(passed) > 1:
+        names = ", ".join(f"{each.fd} ({each.name})" for each in passed)
+        raise ConfigError(
+            f"LISTEN_FDS={len(passed)}: systemd passed {len(passed)} sockets (descriptors {names}) "
+            "and the API serves one: keep one ListenStream= in the socket unit"
+        )
+    return passed_listener(passed[0])
+
+
+def passed_listener(passed: PassedSocket) -> tuple[trio.SocketListener, str]:
+    """The passed descriptor as a listener, marked close-on-exec, and its name; ConfigError when
+    it is no open descriptor or not a listening TCP socket."""
     try:
-        sock = socket.socket(fileno=first.fd)
+        os.set_inheritable(passed.fd, False)
+        sock = socket.socket(fileno=passed.fd)
     except OSError as exc:
         raise ConfigError(
-            f"LISTEN_FDS: descriptor {first.fd} ({first.name}): {exc.strerror or exc}"
+            f"LISTEN_FDS: descriptor {passed.fd} ({passed.name}): {exc.strerror or exc}"
         ) from None
     listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
     if (
@@ -82,10 +99,10 @@ def take_passed_listener(
     ):
         sock.detach()
         raise ConfigError(
-            f"LISTEN_FDS: descriptor {first.fd} ({first.name}) is not a listening TCP socket "
+            f"LISTEN_FDS: descriptor {passed.fd} ({passed.name}) is not a listening TCP socket "
             "(ListenStream= with an address and port)"
         )
-    return trio.SocketListener(trio.socket.from_stdlib_socket(sock)), first.name
+    return trio.SocketListener(trio.socket.from_stdlib_socket(sock)), passed.name
 
 
 @final
