@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,7 +31,7 @@ from .api.nomad_api import NomadAPI
 from .config import SimConfig
 from .control.fault_injection import ControlAPI
 from .handle import SimServer
-from .http.server import HttpServer
+from .http.server import REBIND_PATIENCE, HttpServer
 from .scheduling.jobs import JobService
 from .scheduling.scheduler import Scheduler
 from .state.broker import EventBroker, Subscription
@@ -193,7 +194,11 @@ class SimulatedCluster:
         with trio.CancelScope() as scope:
             server.scope = scope
             async with trio.open_nursery() as nursery:
-                server.port = await nursery.start(server.http.serve, self.network, self.host, server.port)
+                # Its first start finds a port taken by someone else at once; a restart waits for
+                # its own port to be let go.
+                patience = REBIND_PATIENCE if server.restarts else 0.0
+                serve = partial(server.http.serve, patience=patience)
+                server.port = await nursery.start(serve, self.network, self.host, server.port)
                 server.up = True
                 self.state.subscribe(server.broker.publish)
                 task_status.started()

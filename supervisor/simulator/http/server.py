@@ -30,6 +30,7 @@ from ...base.http_wire import GO_SETTINGS, HttpServerSettings, HttpWire
 from ...base.network import Listening, Network
 
 __all__ = [
+    "REBIND_PATIENCE",
     "HttpServer",
     "Request",
     "Response",
@@ -215,13 +216,15 @@ class _Connection:
 # A restarted server or agent listens on its own port again. While it was down, another process
 # may have been handed that port for an outgoing connection (ports chosen with 0 come from the
 # ephemeral range): it is tried again until the connection has gone.
-_REBIND_PATIENCE: Final = 30.0
+REBIND_PATIENCE: Final = 30.0
 
 
-async def open_listener(network: Network, host: str, port: int) -> Listening:
+async def open_listener(
+    network: Network, host: str, port: int, *, patience: float = REBIND_PATIENCE
+) -> Listening:
     """A listener on ``host:port`` (0: any free port); a port of ours held for now by another
-    socket is tried again for up to _REBIND_PATIENCE seconds."""
-    deadline = trio.current_time() + _REBIND_PATIENCE
+    socket is tried again for up to ``patience`` seconds (0 for a port never ours: taken is taken)."""
+    deadline = trio.current_time() + patience
     while True:
         try:
             return await network.listen(host, port)
@@ -264,10 +267,12 @@ class HttpServer:
         host: str,
         port: int,
         *,
+        patience: float = REBIND_PATIENCE,
         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen on ``host:port`` (0: any free port) and serve until cancelled; starts with the port."""
-        listening = await open_listener(network, host, port)
+        """Listen on ``host:port`` (0: any free port) and serve until cancelled; starts with the port.
+        ``patience``: as ``open_listener``'s."""
+        listening = await open_listener(network, host, port, patience=patience)
         async with trio.open_nursery() as nursery:
             task_status.started(listening.port)
             await trio.serve_listeners(self.serve_connection, [listening.listener], handler_nursery=nursery)
