@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import trio
+import trio_websocket
 from harness import EXIT_0, Scenario, open_scenario, parse_arguments, run, terminal_messages
 
 from supervisor.desk.executions import MESSAGE_AGENT_AWAY, MESSAGE_AGENT_RESTARTED, MESSAGE_CONNECTION_LOST
@@ -51,11 +52,17 @@ async def one_cycle(scenario: Scenario, load: Load) -> None:
         return
     runner = claim.json()["runnerId"]
     prepared = await scenario.http.post(f"/runners/{runner}/execute", json={"command": "sleep 1; echo ok"})
-    if prepared.status_code == 200:
-        ends = terminal_messages(await scenario.read_execution(prepared.json()["websocketUrl"]))
-        load.ends["servers" if phase == load.phase == "servers" else "agents"].append(ends)
-    else:
+    if prepared.status_code != 200:
         load.refused.append(prepared.status_code)
+    else:
+        try:
+            ends = terminal_messages(await scenario.read_execution(prepared.json()["websocketUrl"]))
+        except trio_websocket.ConnectionRejected as rejected:
+            # The stream lost between the POST and the WebSocket's opening: the execution is new
+            # work, refused past the admission wait (500 NOMAD_UNREACHABLE), as a claim would be.
+            load.refused.append(rejected.status_code)
+        else:
+            load.ends["servers" if phase == load.phase == "servers" else "agents"].append(ends)
     await scenario.http.delete(f"/runners/{runner}")
 
 
