@@ -60,6 +60,8 @@ async def one_cycle(scenario: Scenario, load: Load) -> None:
         except trio_websocket.ConnectionRejected as rejected:
             # The stream lost between the POST and the WebSocket's opening: the execution is new
             # work, refused past the admission wait (500 NOMAD_UNREACHABLE), as a claim would be.
+            if rejected.status_code != 500 or b"NOMAD_UNREACHABLE" not in (rejected.body or b""):
+                raise
             load.refused.append(rejected.status_code)
         else:
             load.ends["servers" if phase == load.phase == "servers" else "agents"].append(ends)
