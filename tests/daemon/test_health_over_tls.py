@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from supervisor.base.levels import StreamState
 from supervisor.cli import main
 from supervisor.core.config import ServerSettings, Settings, TlsSettings
 
@@ -46,6 +47,8 @@ async def test_the_probe_trusts_a_private_ca_given_with_ca_file(
         code = await trio.to_thread.run_sync(main, ["health", "--timeout", "10", *argv])
         return code, capsys.readouterr().out
 
+    # The stream comes up after the API serves: until then the probe rightly says WARNING.
+    await harness.wait_for(lambda: harness.service.gate.state is StreamState.UP)
     code, text = await health("--url", url, "--ca-file", certificates.ca_file())
     assert (code, text.split(":")[0]) == (0, "OK"), text
 
