@@ -88,13 +88,7 @@ async def test_a_body_slower_than_the_minimum_rate_is_answered_408(
     async with serving(_upload_app(), settings) as served:
         stream = await served.connect()
         await stream.send_all(b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n")
-        answer = b""
-        with trio.move_on_after(60):
-            while not answer:
-                await trio.sleep(2)
-                await stream.send_all(b"x")
-                with trio.move_on_after(0.001):
-                    answer = bytes(await stream.receive_some())
+        answer = await _trickle(stream)
         assert answer.startswith(b"HTTP/1.1 408 ")
         assert 6 <= trio.current_time() <= 7
     assert not warnings_or_worse(log_records)
@@ -109,13 +103,7 @@ async def test_a_fast_start_buys_no_credit_for_a_trickle_after_it(autojump_clock
         stream = await served.connect()
         head = b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n"
         await stream.send_all(head + b"x" * 99_990)
-        answer = b""
-        with trio.move_on_after(60):
-            while not answer:
-                await trio.sleep(2)
-                await stream.send_all(b"x")
-                with trio.move_on_after(0.001):
-                    answer = bytes(await stream.receive_some())
+        answer = await _trickle(stream)
         assert answer.startswith(b"HTTP/1.1 408 ")
         assert trio.current_time() <= 3 * 5
 
@@ -251,3 +239,15 @@ async def test_a_slowloris_of_1200_connections_is_closed_by_header_timeout_while
     assert all(answer.startswith(b"HTTP/1.1 408 ") for answer in answers)
     assert max(closed_at) < 1.5 + 2, max(closed_at)
     assert max(latencies) < 1.0, latencies
+
+
+async def _trickle(stream: trio.abc.Stream) -> bytes:
+    """Send a body's byte every 2 s until the server answers (60 s at most); its answer."""
+    answer = b""
+    with trio.move_on_after(60):
+        while not answer:
+            await trio.sleep(2)
+            await stream.send_all(b"x")
+            with trio.move_on_after(0.001):
+                answer = bytes(await stream.receive_some())
+    return answer

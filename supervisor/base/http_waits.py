@@ -9,7 +9,7 @@ is spared: its client's request may be on its way.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Final, final
 
 import trio
@@ -28,23 +28,13 @@ class Waits:
         self._idle: dict[trio.CancelScope, float] = {}
         self._heads: dict[trio.CancelScope, float] = {}
 
-    @contextmanager
-    def idle(self, scope: trio.CancelScope, began: float) -> Iterator[None]:
+    def idle(self, scope: trio.CancelScope, began: float) -> AbstractContextManager[None]:
         """While ``scope`` waits for a request's first byte, since ``began``."""
-        self._idle[scope] = began
-        try:
-            yield
-        finally:
-            del self._idle[scope]
+        return _kept(self._idle, scope, began)
 
-    @contextmanager
-    def head(self, scope: trio.CancelScope, began: float) -> Iterator[None]:
+    def head(self, scope: trio.CancelScope, began: float) -> AbstractContextManager[None]:
         """While ``scope`` waits for the rest of a head begun at ``began``."""
-        self._heads[scope] = began
-        try:
-            yield
-        finally:
-            del self._heads[scope]
+        return _kept(self._heads, scope, began)
 
     def cancel_longest(self) -> str | None:
         """Cancel the idle wait that began longest ago, ``SLOW_WAIT`` ago or more, else such a
@@ -59,3 +49,12 @@ class Waits:
                 scope.cancel(f"{kind} connection taken for a new one at the cap")
                 return kind
         return None
+
+
+@contextmanager
+def _kept(waits: dict[trio.CancelScope, float], scope: trio.CancelScope, began: float) -> Iterator[None]:
+    waits[scope] = began
+    try:
+        yield
+    finally:
+        del waits[scope]
