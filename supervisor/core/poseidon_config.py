@@ -41,7 +41,8 @@ _LEVELS: Final = {
     "trace": "TRACE",
 }
 _HEADER: Final = """\
-# Translated from Poseidon's configuration ({source}) by `supervisor config import-poseidon`.
+# Translated by `supervisor config import-poseidon` from Poseidon's configuration:
+#   {source}
 # Every Poseidon key with a counterpart here is written, with the value Poseidon runs with, its
 # defaults included; beside it, the Poseidon key and where its value came from (a line of the
 # file, a POSEIDON_* variable, or Poseidon's default). Each key without one is a comment saying
@@ -117,6 +118,8 @@ def _yaml_value(value: Any) -> str:
         return toml_value(value)
     if isinstance(value, tuple | list):
         return "[" + ", ".join(_yaml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -201,13 +204,13 @@ def _nomad(w: _Writer) -> None:
     s = w.settings
     w.section("nomad")
     tls = bool(s["nomad.tls.active"])
-    host = _host(str(s["nomad.address"]))
-    if not host or "/" in host:
+    address = str(s["nomad.address"])
+    if not address or "/" in address:
         raise ConfigError(
-            f"nomad.address ({s.origin('nomad.address')}): {host!r} is not a host name or address, "
+            f"nomad.address ({s.origin('nomad.address')}): {address!r} is not a host name or address, "
             "which Poseidon joins with nomad.port"
         )
-    url = f"{'https' if tls else 'http'}://{host}:{_port(s, 'nomad.port')}"
+    url = f"{'https' if tls else 'http'}://{_host(address)}:{_port(s, 'nomad.port')}"
     w.key("address", [url], "nomad.address + nomad.port + nomad.tls.active")
     w.key("token", _secret(s, "nomad.token"), "nomad.token", "empty: NOMAD_TOKEN, if set")
     w.key("namespace", s["nomad.namespace"], "nomad.namespace")
@@ -227,8 +230,8 @@ def _nomad(w: _Writer) -> None:
         w.note("server.templatejobfile", comment)
     w.key("job_template", template, "server.templatejobfile", comment)
     w.key("disable_force_pull", s["nomad.disableforcepull"], "nomad.disableforcepull")
+    w.comment("nomad.enabled", "no key here: this daemon always runs its runners on Nomad")
     if not s["nomad.enabled"]:
-        w.comment("nomad.enabled", "no key here: this daemon always runs its runners on Nomad")
         w.note("nomad.enabled", "false: Poseidon ran no runner on Nomad; this daemon always does")
     _network(w)
 
@@ -243,12 +246,16 @@ def _network(w: _Writer) -> None:
         w.key("mode", "host", "nomad.network.mode", "Nomad takes an empty mode as host")
     for key in ("servers", "searches", "options"):
         w.key(f"dns_{key}", list(s[f"nomad.network.dns.{key}"]), f"nomad.network.dns.{key}")
-    for key in ("device", "cidr", "ip", "hostname", "reservedports", "dynamicports", "mbits", "cni"):
-        path = f"nomad.network.{key}"
-        if s.given(path) and s[path] not in ("", (), None):
-            text = "not carried over: a runner's group network here is the mode, DNS and its exposed ports"
-            w.comment(path, text)
-            w.note(path, text)
+    dropped = [
+        path
+        for key in ("device", "cidr", "ip", "hostname", "reservedports", "dynamicports", "mbits", "cni")
+        if s.given(path := f"nomad.network.{key}") and s[path] not in ("", (), None)
+    ]
+    text = "not carried over: a runner's group network here is the mode, DNS and its exposed ports"
+    for path in dropped:
+        w.comment(path, text)
+    if dropped:
+        w.notes.append(f"{', '.join(dropped)}: {text}")
 
 
 def _alert(w: _Writer) -> None:

@@ -64,23 +64,42 @@ _DIGITS: Final = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcde
 
 
 class Kind(enum.Enum):
-    """A field's Go type, as far as decoding it from YAML or a variable goes; the value is how an
-    error names it."""
+    """A field's Go type, as far as decoding it from YAML or a variable goes."""
 
-    STRING = "a string"
-    INT = "an integer"
-    UINT = "an integer of 0 or more"
-    FLOAT = "a number"
-    BOOL = "a boolean"
-    STRINGS = "a list of strings"
-    STRUCT = "a mapping"
+    STRING = enum.auto()
+    INT = enum.auto()
+    UINT = enum.auto()
+    FLOAT = enum.auto()
+    BOOL = enum.auto()
+    STRINGS = enum.auto()
+    STRUCT = enum.auto()
     # A pointer (to a struct, or to an int): null makes it nil.
-    POINTER = "a mapping or null"
-    # A list of structs or of lists, and maps: taken from the file as they are, never translated.
-    LIST = "a list"
-    MAP = "a mapping"
+    POINTER = enum.auto()
+    # A list of structs or of lists, and a map: taken from the file as they are, never translated.
+    LIST = enum.auto()
+    MAP = enum.auto()
     # A Go function or interface (Sentry's hooks): no value in a file can be one.
-    CODE = "code"
+    CODE = enum.auto()
+
+    @property
+    def text(self) -> str:
+        """The kind in words, as an error names it."""
+        return _KIND_TEXTS[self]
+
+
+_KIND_TEXTS: Final = {
+    Kind.STRING: "a string",
+    Kind.INT: "an integer",
+    Kind.UINT: "an integer of 0 or more",
+    Kind.FLOAT: "a number",
+    Kind.BOOL: "a boolean",
+    Kind.STRINGS: "a list of strings",
+    Kind.STRUCT: "a mapping of keys",
+    Kind.POINTER: "a mapping or null",
+    Kind.LIST: "a list",
+    Kind.MAP: "a mapping",
+    Kind.CODE: "code",
+}
 
 
 @final
@@ -362,7 +381,7 @@ class _Decoder:
 
     def refuse(self, node: yaml.Node, path: str, kind: Kind) -> ConfigError:
         return ConfigError(
-            f"{self.source} line {node.start_mark.line + 1}: {path}: {_shown(node)} is not {kind.value} "
+            f"{self.source} line {node.start_mark.line + 1}: {path}: {_shown(node)} is not {kind.text} "
             "(Poseidon stops on it too)"
         )
 
@@ -401,12 +420,13 @@ class _Decoder:
                 )
                 continue
             self.value(value_node, by_key[key], f"{path}{key}")
-        for merged in merges:
+        for merged in merges:  # each key merged once: the mapping's own first, then the first merged
             for each in merged.value if isinstance(merged, yaml.SequenceNode) else [merged]:
                 if not isinstance(each, yaml.MappingNode):
                     raise self.refuse(each, f"{path}<<", Kind.STRUCT)
-                mine = [(k, v) for k, v in each.value if not (_is_scalar(k) and k.value in seen)]
-                self.struct(yaml.MappingNode(each.tag, mine, each.start_mark, each.end_mark), fields, path)
+                new = [(k, v) for k, v in each.value if not (_is_scalar(k) and k.value in seen)]
+                seen |= {k.value for k, _ in new if _is_scalar(k)}
+                self.struct(yaml.MappingNode(each.tag, new, each.start_mark, each.end_mark), fields, path)
 
     def value(self, node: yaml.Node, f: Field, path: str) -> None:
         """A node into the field ``f`` at ``path``."""
@@ -433,7 +453,7 @@ class _Decoder:
         elif f.target is not None and f.target is not Kind.MAP:
             self.set(path, self.scalar(node, f.target, path), node)
         elif isinstance(node, yaml.MappingNode):
-            self.set(path, True, node)
+            self.set(path, yaml.safe_load(yaml.serialize(node)), node)
             if f.fields:
                 self.struct(node, f.fields, path + ".")
         else:
@@ -517,9 +537,9 @@ def _apply_environment(
             )
         else:
             why = (
-                f"not {f.kind.value}"
+                f"not {f.kind.text}"
                 if f.kind in (Kind.INT, Kind.BOOL)
-                else f"{f.kind.value} cannot be set from a variable"
+                else f"{f.kind.text} cannot be set from a variable"
             )
             notes.append(f"{variable}: Poseidon ignores it ({path}: {why}); not applied")
             continue
