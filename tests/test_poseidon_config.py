@@ -46,6 +46,11 @@ def value(settings: Settings, dotted: str) -> Any:
     return getattr(section_values(settings, section), key)
 
 
+def comments(translation: Translation) -> str:
+    """Every comment of the file, in one line: the words of a wrapped one joined."""
+    return " ".join(line.partition("# ")[2] for line in translation.text.splitlines() if "# " in line)
+
+
 def refusal(text: str) -> str:
     with pytest.raises(ConfigError) as refused:
         translated(text)
@@ -198,8 +203,17 @@ def test_what_runs_differently_is_a_note() -> None:
         "DNS and its exposed ports",
         "aws.enabled (line 7): true: the environments Poseidon served from AWS Lambda are not served here",
     )
-    json_template = translated("server:\n  templatejobfile: job.json\n")
+    json_template = translated("server:\n  templatejobfile: /etc/job.json\n")
     assert json_template.notes[0].startswith("server.templatejobfile (line 2): Poseidon read it as HCL")
+
+
+def test_a_relative_path_is_a_note_since_the_service_runs_elsewhere() -> None:
+    translation = translated("server:\n  templatejobfile: ./poseidon.hcl\n")
+    assert translation.notes == (
+        "server.templatejobfile (line 2): './poseidon.hcl' is relative to Poseidon's working directory: "
+        "write it absolute",
+    )
+    assert "; relative to Poseidon's working directory: write it absolute" in comments(translation)
 
 
 # -- what cannot be written -------------------------------------------------------------------------

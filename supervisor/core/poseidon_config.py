@@ -97,6 +97,16 @@ class _Writer:
         said += f"; {comment}" if comment else ""
         self.lines += _wrapped(f"{ours} = {toml_value(value)}", said)
 
+    def path(self, ours: str, poseidon: str, comment: str = "") -> None:
+        """A file's path: a relative one was Poseidon's working directory's, which the service's
+        is not (systemd starts it in /), so it is a note too."""
+        path = str(self.settings[poseidon])
+        if path and not path.startswith("/"):
+            relative = "relative to Poseidon's working directory: write it absolute"
+            comment = f"{comment}; {relative}" if comment else relative
+            self.note(poseidon, f"{path!r} is {relative}")
+        self.key(ours, path, poseidon, comment)
+
     def comment(self, poseidon: str, text: str, *, shown: bool = True) -> None:
         """A Poseidon key without a counterpart: its value (unless ``shown`` is false: a secret),
         where it came from, and ``text``, what to do instead."""
@@ -189,8 +199,8 @@ def _server_tls(w: _Writer) -> None:
                     f"{key} ({s.origin(key)}): empty while server.tls.active is true: Poseidon "
                     "cannot serve TLS without it either"
                 )
-        w.key("cert_file", s["server.tls.certfile"], "server.tls.certfile")
-        w.key("key_file", s["server.tls.keyfile"], "server.tls.keyfile")
+        w.path("cert_file", "server.tls.certfile")
+        w.path("key_file", "server.tls.keyfile")
         w.key("min_version", "1.3", "server.tls.active", "TLS 1.3 at least, as Poseidon serves it")
     if s["server.tls.cafile"]:
         w.comment(
@@ -216,7 +226,7 @@ def _nomad(w: _Writer) -> None:
     w.key("namespace", s["nomad.namespace"], "nomad.namespace")
     for key, ours in (("cafile", "ca_cert"), ("certfile", "client_cert"), ("keyfile", "client_key")):
         if tls:
-            w.key(ours, s[f"nomad.tls.{key}"], f"nomad.tls.{key}")
+            w.path(ours, f"nomad.tls.{key}")
         elif s[f"nomad.tls.{key}"]:
             w.comment(f"nomad.tls.{key}", "unused while nomad.tls.active is false, as Poseidon left it")
     template = str(s["server.templatejobfile"])
@@ -228,7 +238,7 @@ def _nomad(w: _Writer) -> None:
     if template.endswith(".json"):
         comment = "Poseidon read it as HCL, this daemon reads a .json file as Nomad's API JSON: rename it"
         w.note("server.templatejobfile", comment)
-    w.key("job_template", template, "server.templatejobfile", comment)
+    w.path("job_template", "server.templatejobfile", comment)
     w.key("disable_force_pull", s["nomad.disableforcepull"], "nomad.disableforcepull")
     w.comment("nomad.enabled", "no key here: this daemon always runs its runners on Nomad")
     if not s["nomad.enabled"]:
