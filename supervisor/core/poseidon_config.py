@@ -14,6 +14,7 @@ secret here, a pool threshold above 1), is a ConfigError naming the key.
 
 from __future__ import annotations
 
+import ipaddress
 import textwrap
 from collections.abc import Iterator
 from typing import Any, Final, final
@@ -151,9 +152,16 @@ def _port(settings: PoseidonSettings, key: str) -> int:
     return port
 
 
-def _host(address: str) -> str:
-    """A host for a URL: an IPv6 address in brackets, as Poseidon's ``address:port`` needs it."""
-    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+def _host(address: str) -> str | None:
+    """A host for a URL, an IPv6 address in brackets (as Poseidon's ``address:port`` needs it);
+    None for what is no host name or address (a URL, a port)."""
+    bare = address.removeprefix("[").removesuffix("]")
+    if ":" not in bare:
+        return None if not bare or "/" in bare or bare != address else bare
+    try:
+        return f"[{ipaddress.IPv6Address(bare)}]"
+    except ValueError:
+        return None
 
 
 def _server(w: _Writer) -> None:
@@ -215,12 +223,13 @@ def _nomad(w: _Writer) -> None:
     w.section("nomad")
     tls = bool(s["nomad.tls.active"])
     address = str(s["nomad.address"])
-    if not address or "/" in address:
+    host = _host(address)
+    if host is None:
         raise ConfigError(
             f"nomad.address ({s.origin('nomad.address')}): {address!r} is not a host name or address, "
             "which Poseidon joins with nomad.port"
         )
-    url = f"{'https' if tls else 'http'}://{_host(address)}:{_port(s, 'nomad.port')}"
+    url = f"{'https' if tls else 'http'}://{host}:{_port(s, 'nomad.port')}"
     w.key("address", [url], "nomad.address + nomad.port + nomad.tls.active")
     w.key("token", _secret(s, "nomad.token"), "nomad.token", "empty: NOMAD_TOKEN, if set")
     w.key("namespace", s["nomad.namespace"], "nomad.namespace")
