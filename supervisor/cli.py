@@ -411,12 +411,16 @@ def _import_poseidon(args: argparse.Namespace) -> int:
     try:
         settings = read_poseidon_settings(text, source=args.file, environ=os.environ if args.env else None)
         translation = translate(settings, source=args.file)
-        with tempfile.NamedTemporaryFile("w", suffix=".toml") as written:
-            written.write(translation.text)
-            written.flush()
-            load_settings(written.name, {})
     except ConfigError as error:
         raise UsageError(f"import-poseidon: {error}") from None
+    with tempfile.NamedTemporaryFile("w", suffix=".toml") as written:
+        written.write(translation.text)
+        written.flush()
+        try:
+            load_settings(written.name, {})
+        except ConfigError as error:
+            refusal = str(error).replace(f"config file {written.name}", "the translation")
+            raise UsageError(f"import-poseidon: {args.file}: this daemon refuses {refusal}") from None
     for note in (*settings.notes, *translation.notes):
         print(f"{program_name()} config import-poseidon: {note}", file=sys.stderr)
     print(translation.text, end="")

@@ -348,6 +348,8 @@ def test_the_environment_is_read_only_with_env(
         ),
         ("server:\n  token: abc\n", "{file}: server.token (line 2): a token of 3 characters is too short"),
         (b"\xff\xfe", "{file}: 'utf-8' codec can't decode byte 0xff"),
+        # What our loader refuses of the translation (TOML has no DEL in a string): named, not written.
+        ('server:\n  token: "abcdef\\x7f"\n', "{file}: this daemon refuses the translation: Illegal char"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
