@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = commands.add_parser(
         "config",
-        help="the configuration file: `config example` prints one, complete and commented",
+        help="the configuration file: `config example` prints one, `config import-poseidon` "
+        "translates Poseidon's",
         description="`supervisor config example` prints a complete configuration file: every key at its "
         "default, with what it takes. `supervisor config import-poseidon FILE` translates Poseidon's.",
     )
