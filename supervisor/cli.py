@@ -323,7 +323,7 @@ def _run(args: argparse.Namespace) -> int:
     from .core.config import config_path
     from .ops.logs import configure_logging
     from .ops.reload import Reloader, startup_line
-    from .ops.sentry import init_sentry
+    from .ops.sentry import init_sentry, sentry_options
     from .ops.signals import run_until_signalled
     from .tree.api_serving import ApiEndpoint
     from .tree.daemon import Daemon
@@ -331,6 +331,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
         endpoint = ApiEndpoint.of(settings, activated=True)
+        sentry_options(os.environ)  # a wrong SENTRY_* value stops the start, as a wrong key does
     except ConfigError as error:
         raise UsageError(f"configuration: {error}") from None
     nomad = settings.nomad_settings(os.environ)

@@ -43,6 +43,7 @@ from .check_nomad import (
 )
 from .check_result import CheckResult, Status, exit_code, format_result, summary
 from .check_token import check_token
+from .sentry import sentry_result
 
 __all__ = [
     "CheckResult",
@@ -233,6 +234,8 @@ async def run_checks(
     add(execution_user_result(settings))
     if (tls := tls_result(settings)) is not None:
         add(tls)
+    if (sentry := sentry_result(environ)) is not None:
+        add(sentry)
     if embedded:
         add(simulated_cluster_result(settings, loopback=is_loopback(settings.server.address)))
     servers, answering = await check_servers(nomad, network=network, embedded=embedded)
