@@ -9,8 +9,9 @@ import pytest
 from supervisor import __version__
 from supervisor.base.errors import ConfigError
 from supervisor.cli import main
+from supervisor.ops.check import sentry_result
 from supervisor.ops.check_result import Status
-from supervisor.ops.sentry import sentry_options, sentry_result
+from supervisor.ops.sentry import sentry_options
 
 DSN = "https://public@sentry.example.org/1"
 

@@ -8,7 +8,7 @@ configuration that does not load never gets here (the command line exits 2, as `
 does).
 
 The order: the configuration (every key, and where its value came from), the user students' code
-runs as, the embedded simulated cluster if that is what runs, the servers, the leader,
+runs as, the API's certificate and Sentry's variables when set, the embedded simulated cluster if that is what runs, the servers, the leader,
 Nomad's version, the token and each capability the daemon needs, the event stream, the client
 agents' HTTP ports (direct exec), the scheduler's configuration, and the nodes the runner jobs can
 be placed on.
@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -43,7 +44,7 @@ from .check_nomad import (
 )
 from .check_result import CheckResult, Status, exit_code, format_result, summary
 from .check_token import check_token
-from .sentry import sentry_result
+from .sentry import RATE, sentry_options
 
 __all__ = [
     "CheckResult",
@@ -54,6 +55,7 @@ __all__ = [
     "exit_code",
     "format_result",
     "run_checks",
+    "sentry_result",
     "simulated_cluster_result",
     "summary",
     "tls_result",
@@ -181,6 +183,40 @@ def tls_result(settings: Settings) -> CheckResult | None:
         )
     return CheckResult(
         "tls", Status.OK, f"the API serves TLS {tls.min_version} or later with {tls.cert_file}."
+    )
+
+
+def sentry_result(environ: Mapping[str, str]) -> CheckResult | None:
+    """``supervisor check``'s line on Sentry; None when no ``SENTRY_*`` variable is set."""
+    if not any(name.startswith("SENTRY_") for name in environ):
+        return None
+    fix = f"set {RATE} to a number from 0 (no tracing) to 1 (every request)."
+    try:
+        options = sentry_options(environ)
+    except ConfigError as error:
+        return CheckResult("sentry", Status.FAIL, f"{error}.", fix=fix)
+    if not options.dsn:
+        return CheckResult("sentry", Status.OK, "off: SENTRY_DSN is not set, nothing is reported.")
+    try:
+        import sentry_sdk  # noqa: F401
+    except ImportError:
+        return CheckResult(
+            "sentry",
+            Status.WARN,
+            "SENTRY_DSN is set, but sentry-sdk is not installed: nothing is reported.",
+            fix="pip install 'nomad-runner-supervisor[sentry]'.",
+        )
+    traced = (
+        f"traces {options.traces_sample_rate:g} of the API's requests that come without a sample decision"
+        if options.traces_sample_rate > 0
+        else "no traces"
+    )
+    host = urlsplit(options.dsn).hostname or "?"
+    return CheckResult(
+        "sentry",
+        Status.OK,
+        f"reports errors to {host} as release {options.release}"
+        f"{f', environment {options.environment}' if options.environment else ''}; {traced}.",
     )
 
 

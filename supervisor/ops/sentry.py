@@ -10,7 +10,7 @@ are breadcrumbs. Tokens are masked in events as in the log (``logs.redact``).
 With ``SENTRY_TRACES_SAMPLE_RATE`` above 0 the API's requests are traced too (``tracing.py``);
 ``SENTRY_RELEASE`` names the release (else ``nomad-runner-supervisor@<version>``). The variables are
 read once, by ``sentry_options``, which ``supervisor run`` calls before anything starts (a wrong
-value is a usage error) and ``supervisor check`` shows (``sentry_result``). sentry-sdk's Starlette
+value is a usage error) and ``supervisor check`` shows (``check.sentry_result``). sentry-sdk's Starlette
 integration, which it would enable by itself, stays off: it would attach request headers and bodies
 (the token, the runner's files) to events; ``tracing.py`` says more.
 """
@@ -20,18 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, final
-from urllib.parse import urlsplit
 
 from attrs import frozen
 from loguru import logger
 
 from .. import __version__
 from ..base.errors import ConfigError
-from .check_result import CheckResult, Status
 from .logs import redact
 from .tracing import enable_tracing
 
-__all__ = ["CAUSE", "SentryOptions", "init_sentry", "sentry_options", "sentry_result"]
+__all__ = ["CAUSE", "RATE", "SentryOptions", "init_sentry", "sentry_options"]
 
 # The loguru ``extra`` key that names a warning's cause.
 CAUSE: Final = "cause"
@@ -66,40 +64,6 @@ def sentry_options(environ: Mapping[str, str]) -> SentryOptions:
         environment=environ.get("SENTRY_ENVIRONMENT") or None,
         release=environ.get("SENTRY_RELEASE", "").strip() or f"nomad-runner-supervisor@{__version__}",
         traces_sample_rate=rate,
-    )
-
-
-def sentry_result(environ: Mapping[str, str]) -> CheckResult | None:
-    """``supervisor check``'s line on Sentry; None when no ``SENTRY_*`` variable is set."""
-    if not any(name.startswith("SENTRY_") for name in environ):
-        return None
-    fix = f"set {RATE} to a number from 0 (no tracing) to 1 (every request)."
-    try:
-        options = sentry_options(environ)
-    except ConfigError as error:
-        return CheckResult("sentry", Status.FAIL, f"{error}.", fix=fix)
-    if not options.dsn:
-        return CheckResult("sentry", Status.OK, "off: SENTRY_DSN is not set, nothing is reported.")
-    try:
-        import sentry_sdk  # noqa: F401
-    except ImportError:
-        return CheckResult(
-            "sentry",
-            Status.WARN,
-            "SENTRY_DSN is set, but sentry-sdk is not installed: nothing is reported.",
-            fix="pip install 'nomad-runner-supervisor[sentry]'.",
-        )
-    traced = (
-        f"traces {options.traces_sample_rate:g} of the API's requests that come without a sample decision"
-        if options.traces_sample_rate > 0
-        else "no traces"
-    )
-    host = urlsplit(options.dsn).hostname or "?"
-    return CheckResult(
-        "sentry",
-        Status.OK,
-        f"reports errors to {host} as release {options.release}"
-        f"{f', environment {options.environment}' if options.environment else ''}; {traced}.",
     )
 
 

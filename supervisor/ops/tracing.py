@@ -29,7 +29,6 @@ flag.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -49,6 +48,7 @@ _ENVIRONMENT_TAG: Final = "environment_id"
 _OUTCOME_TAG: Final = "outcome"
 
 _enabled = False
+_NO_SPAN: Final = contextlib.nullcontext()
 
 
 def enable_tracing(enabled: bool) -> None:
@@ -70,16 +70,14 @@ def tag_environment(environment_id: int) -> None:
         sentry_sdk.set_tag(_ENVIRONMENT_TAG, str(environment_id))
 
 
-@contextlib.contextmanager
-def run_span(op: str, description: str) -> Iterator[None]:
-    """A span of the request's transaction, for a part of it worth timing on its own."""
+def run_span(op: str, description: str) -> contextlib.AbstractContextManager[object]:
+    """A span of the request's transaction, for a part of it worth timing on its own; with tracing
+    off, one shared context manager that does nothing."""
     if not _enabled:
-        yield
-        return
+        return _NO_SPAN
     import sentry_sdk
 
-    with sentry_sdk.start_span(op=op, name=description):
-        yield
+    return sentry_sdk.start_span(op=op, name=description)
 
 
 class TracedRoute:
