@@ -8,10 +8,10 @@ configuration that does not load never gets here (the command line exits 2, as `
 does).
 
 The order: the configuration (every key, and where its value came from), the user students' code
-runs as, the API's certificate and Sentry's variables when set, the embedded simulated cluster if that is what runs, the servers, the leader,
-Nomad's version, the token and each capability the daemon needs, the event stream, the client
-agents' HTTP ports (direct exec), the scheduler's configuration, and the nodes the runner jobs can
-be placed on.
+runs as, the API's certificate and Sentry's variables when set, the embedded simulated cluster if
+that is what runs, the servers, the leader, Nomad's version, the token and each capability the
+daemon needs, the event stream, the client agents' HTTP ports (direct exec), the scheduler's
+configuration, and the nodes the runner jobs can be placed on.
 """
 
 from __future__ import annotations
