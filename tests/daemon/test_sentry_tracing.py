@@ -26,6 +26,7 @@ from loguru import logger
 from sentry_sdk import integrations
 from sentry_sdk.envelope import Envelope
 from sentry_sdk.integrations.loguru import LoguruIntegration
+from sentry_sdk.integrations.starlette import StarletteIntegration
 from sentry_sdk.transport import Transport
 
 from supervisor.core.config import LogSettings, ServerSettings, Settings
@@ -262,6 +263,8 @@ async def test_the_baggages_sample_random_decides(captured: CapturingTransport, 
 @pytest.mark.parametrize("sample_rate", [0.0])
 async def test_rate_zero_traces_nothing(captured: CapturingTransport, harness: Harness) -> None:
     assert not tracing_enabled()
+    # Nor does sentry-sdk's own Starlette integration, which would attach headers and bodies.
+    assert sentry_sdk.get_client().get_integration(StarletteIntegration) is None
     await harness.environment(10)
     await claim(harness, trace_headers())
     sentry_sdk.flush()
