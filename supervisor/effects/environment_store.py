@@ -128,9 +128,11 @@ class EnvironmentStore:
         registered, both under ``lock``, as Poseidon itself purges and registers its template on
         every PUT. A crash between the two leaves the environment without a template job: a
         restarted daemon answers 404 for it until the client sends it again, which CodeOcean does
-        on a 404. Its runners meanwhile are left alone: Poseidon's have no meta naming their
-        environment and are never taken for orphans, and this daemon keeps its environments while
-        a listing misses their templates (``adopt`` only adds).
+        on a 404. Poseidon's runners of it are left alone then: their jobs have no meta naming
+        their environment, so they are never taken for orphans; but runner jobs this daemon made
+        for it since the takeover (each claim's replacement) name it, and the restarted daemon
+        destroys those as orphans. Without a crash nothing is lost in between: a relist waits for
+        ``lock``, and ``adopt`` only adds environments.
         """
         job_id = f"{TEMPLATE_PREFIX}{environment.id}"
         job = template_job(environment, self._shape)
