@@ -12,7 +12,7 @@ import pytest
 from supervisor.base.errors import ConfigError
 from supervisor.core.environments import ExecutionEnvironment, runner_job, template_job
 from supervisor.core.job_template import POSEIDON_TEMPLATE, JobShape, checked_template
-from supervisor.simulator.poseidon_jobs import poseidon_loads
+from supervisor.dst.poseidon_jobs import poseidon_loads
 
 OFFLINE = ExecutionEnvironment(10, "python:3.12", 2, 20.0, 512, network_access=False)
 NETWORKED = ExecutionEnvironment(11, "python:3.12", 2, 20.0, 512, network_access=True)

@@ -16,11 +16,11 @@ from supervisor.core.evidence import Moment
 from supervisor.core.orders import Change
 from supervisor.core.pool import RunnerPool
 from supervisor.core.runners import Action
+from supervisor.dst.poseidon_jobs import poseidon_template_job
 from supervisor.effects.environment_store import EnvironmentStore
 from supervisor.nomad import Indexed, Job, JobListStub
 from supervisor.nomad.decode import structure
 from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
-from supervisor.simulator.poseidon_jobs import poseidon_template_job
 
 from .nomad_double import NomadDouble
 

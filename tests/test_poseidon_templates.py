@@ -1,7 +1,7 @@
 """Poseidon's template jobs read as environments by Poseidon's own rules
 (``supervisor/core/poseidon_templates.py``): every field, and each field that makes a template no
 environment. Plain synchronous tests of a pure function; the jobs are built as Poseidon builds them
-(``supervisor/simulator/poseidon_jobs.py``)."""
+(``supervisor/dst/poseidon_jobs.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from supervisor.core.poseidon_templates import (
     environment_from_poseidon_job,
     template_environment_id,
 )
-from supervisor.simulator.poseidon_jobs import poseidon_loads, poseidon_template_job
+from supervisor.dst.poseidon_jobs import poseidon_loads, poseidon_template_job
 
 ENVIRONMENT: dict[str, Any] = {
     "id": 10,

@@ -29,6 +29,7 @@ from supervisor.core.environments import (
 )
 from supervisor.core.runners import Action, CreateRunner, DestroyRunner
 from supervisor.desk.service import RunnerService
+from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 from supervisor.nomad.client import Indexed
 from supervisor.nomad.models import (
     AllocListStub,
@@ -37,7 +38,6 @@ from supervisor.nomad.models import (
     JobListStub,
     JobRegisterResponse,
 )
-from supervisor.simulator.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 
 from .nomad_double import NomadDouble
 

@@ -1,5 +1,5 @@
 """A daemon that takes over a cluster Poseidon left: its environments, its idle runners and the
-runners its clients hold (``supervisor/simulator/poseidon_jobs.py`` writes them as Poseidon does).
+runners its clients hold (``supervisor/dst/poseidon_jobs.py`` writes them as Poseidon does).
 
 Real clock, as every daemon test (``conftest.py``); waits wake on the step that meets them.
 """
@@ -15,9 +15,9 @@ import trio
 
 from supervisor.core.config import ServerSettings, Settings
 from supervisor.core.runners import RunnerState
+from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.simulator.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 from supervisor.tree.daemon import Daemon
 
 from ..waiting import wait_until

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 
 from supervisor.core.environments import ExecutionEnvironment, template_job
-from supervisor.simulator.poseidon_jobs import poseidon_loads
+from supervisor.dst.poseidon_jobs import poseidon_loads
 
 from .conftest import ENVIRONMENT, Harness
 
