@@ -73,7 +73,9 @@ def held_count(environment: Mapping[str, Any]) -> int:
 def live_runner_jobs(cluster: SimulatedCluster, environment_id: int | None = None) -> set[str]:
     """The runner jobs (``<id>-<uuid>``) Nomad holds and that are not stopped."""
     pattern = re.compile(rf"{environment_id if environment_id is not None else '[0-9]+'}-")
-    return {job_id for (_, job_id), job in cluster.state.jobs.items() if pattern.match(job_id) and not job.stop}
+    return {
+        job_id for (_, job_id), job in cluster.state.jobs.items() if pattern.match(job_id) and not job.stop
+    }
 
 
 def _go_quoted(command: str) -> str:
@@ -189,18 +191,20 @@ class PoseidonCluster:
         await self.wait_running(replacements)
         self.idle_runners.update(replacements)
 
-    async def claim(self, runner: str, timeout: int) -> None:
+    async def claim(self, runner: str, seconds: int) -> None:
         """``SetRunnerMetaUsed``: the job read back and registered again, marked used."""
         response = await self.http.get(f"/v1/job/{runner}")
         response.raise_for_status()
-        await self.register(claimed_by_poseidon(response.json(), timeout))
+        await self.register(claimed_by_poseidon(response.json(), seconds))
         (allocation,) = await self.running_allocations(runner)
         self.held_allocations[runner] = allocation
 
     async def copy(self, runner: str, files: Mapping[str, bytes]) -> None:
         """``UpdateFileSystem``: the tar on the exec's stdin; anything but exit 0 stops the scenario."""
         allocation = self.held_allocations[runner]
-        async with self.nomad.open_exec(allocation, task=RUNNER_TASK, command=poseidon_copy_command()) as session:
+        async with self.nomad.open_exec(
+            allocation, task=RUNNER_TASK, command=poseidon_copy_command()
+        ) as session:
             await session.send_stdin(poseidon_tar(files))
             await session.close_stdin()
             exited, _, stderr = await session.wait_exit()

@@ -1,22 +1,24 @@
 """Poseidon stops and the daemon starts in its place, on the cluster Poseidon left: no outage.
 
-    python scenarios/poseidon_switchover.py [--quick] [--runners N] [--seed S] [--report FILE] [--plot FILE.svg]
+    python scenarios/poseidon_switchover.py [--quick] [--runners N] [--seed S] [--report FILE]
+                                            [--plot FILE.svg]
 
 The cluster is left as Poseidon leaves it, written through Nomad's HTTP API as Poseidon writes it
 (``poseidon_cluster.py``): environments offline and networked, of different pool sizes (the first
-``--runners``, the others a half and a quarter of it), each a ``template-<id>`` job with its idle
-runners (``force_pull``, as a pool fill writes them) and runners claimed by CodeOcean (Poseidon's
-claim: the job read back and registered with ``used`` and a timeout in its ``config`` meta, and a
-replacement that does not pull), files copied into the held runners as Poseidon copies them (a tar
-piped into a privileged exec). ACLs are on. Then ``supervisor run`` starts with nothing set but
-``NOMAD_ADDR`` and ``NOMAD_TOKEN``, and CodeOcean's calls come as soon as its port answers, all at
-once: on every held runner, list its files, download one, copy one, execute (WebSocket), give it
-back; on every environment, clients claim, copy, execute and give back; and the list of
-environments. Invariants: no request fails (no 4xx or 5xx, every execution its one terminal
-message, exit 0 with the output its files make); every held runner answers with Poseidon's files
-on the allocation it had; no idle runner Poseidon made is gone without being handed out; every pool
-is at strength within 10 s of the load's end; the environments are listed with Poseidon's values;
-no runner job leaks; Poseidon's loader takes every template job the daemon left (the way back).
+``--runners``, the others a half, a quarter and an eighth of it; ``--quick``: the first two), each a
+``template-<id>`` job with its idle runners (``force_pull``, as a pool fill writes them) and runners
+claimed by CodeOcean (Poseidon's claim: the job read back and registered with ``used`` and a timeout
+in its ``config`` meta, and a replacement that does not pull), files copied into the held runners as
+Poseidon copies them (a tar piped into a privileged exec). ACLs are on. Then ``supervisor run``
+starts with nothing set but ``NOMAD_ADDR`` and ``NOMAD_TOKEN``, and CodeOcean's calls come as soon
+as its port answers, all at once: on every held runner, list its files, download one, copy one,
+execute (WebSocket), give it back; on every environment, clients claim, copy, execute and give back;
+and the list of environments. Invariants: no request fails (no 4xx or 5xx, every execution its one
+terminal message, exit 0 with the output its files make); every held runner answers with Poseidon's
+files on the allocation it had; no idle runner Poseidon made is gone without being handed out; every
+pool is at strength within 10 s of the load's end; the environments are listed with Poseidon's
+values; no runner job leaks; Poseidon's loader takes every template job the daemon left (the way
+back).
 """
 
 from __future__ import annotations
@@ -30,16 +32,20 @@ from typing import Any, Final
 
 import httpx
 import trio
+import trio_websocket
 from harness import EXIT_0, Scenario, daemon_logs, parse_arguments, run, start_daemon, terminal_messages
 from poseidon_cluster import PoseidonCluster, environments_of, live_runner_jobs
 
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
+
 try:
     from supervisor.simulator.poseidon_jobs import poseidon_loads
 except ImportError:
+
     def poseidon_loads(job: Any, status: str) -> bool:
         return False
+
 
 # A management token, as a deployment gives both Poseidon and the daemon.
 TOKEN: Final = "4f8a2c1e-9b7d-4e3a-8c5f-0d6b1a2e3f47"
@@ -95,7 +101,7 @@ class CodeOcean:
         self.requests += 1
         try:
             messages = await self.scenario.read_execution(response.json()["websocketUrl"])
-        except Exception as exc:  # noqa: BLE001 - any failure of the WebSocket is a failed request
+        except (trio_websocket.HandshakeError, OSError) as exc:
             self.fail(f"WebSocket of {runner}: {exc!r}")
             return False
         ends = terminal_messages(messages)
@@ -186,11 +192,13 @@ async def play(cluster: SimulatedCluster, nomad: NomadClient, logs: Path, args: 
     async with poseidon:
         await poseidon.leave(environments, seed=args.seed)
         left_s = round(time.monotonic() - started, 3)
+        starting = time.monotonic()
         daemon, api = await start_daemon(cluster, logs / "daemon.log", {"NOMAD_TOKEN": TOKEN})
+        serving_s = round(time.monotonic() - starting, 3)
         async with httpx.AsyncClient(base_url=api, timeout=30) as http:
             scenario = Scenario("poseidon_switchover", args.seed, cluster, None, http, nomad)
             scenario.event("cluster left as Poseidon leaves it", seconds=left_s)
-            scenario.event("daemon serving")
+            scenario.event("daemon serving", seconds=serving_s)
             ok = await switch_over(scenario, poseidon, environments, args)
         daemon.terminate()
         await daemon.wait()
@@ -198,7 +206,10 @@ async def play(cluster: SimulatedCluster, nomad: NomadClient, logs: Path, args: 
 
 
 async def switch_over(
-    scenario: Scenario, poseidon: PoseidonCluster, environments: list[dict[str, Any]], args: argparse.Namespace
+    scenario: Scenario,
+    poseidon: PoseidonCluster,
+    environments: list[dict[str, Any]],
+    args: argparse.Namespace,
 ) -> bool:
     load = CodeOcean(scenario)
     held_kept: dict[str, bool] = {}
@@ -237,19 +248,21 @@ async def switch_over(
     scenario.check("failed_requests", not load.failures, load.failures[:5] or 0, 0)
     scenario.check("requests", load.requests > 0, load.requests, "> 0")
     usable = sum(held_kept.values())
-    scenario.check("held_runners_usable_on_their_allocation", usable == len(poseidon.held_files), usable,
-                   len(poseidon.held_files))
-    wasted = sorted(
-        r for r in poseidon.idle_runners if r not in load.handed_out and r not in live_runner_jobs(scenario.cluster)
+    scenario.check(
+        "held_runners_usable_on_their_allocation",
+        usable == len(poseidon.held_files),
+        usable,
+        len(poseidon.held_files),
     )
+    live = live_runner_jobs(scenario.cluster)
+    wasted = sorted(r for r in poseidon.idle_runners if r not in load.handed_out and r not in live)
     scenario.check("idle_runners_wasted", not wasted, wasted[:5] or 0, 0)
     scenario.check("pools_at_strength_s", refill is not None and refill <= REFILL_BOUND, refill, REFILL_BOUND)
-    wrong = {
-        str(e["id"]): listed.get(str(e["id"])) for e in environments if listed.get(str(e["id"])) != e
-    }
+    wrong = {str(e["id"]): listed.get(str(e["id"])) for e in environments if listed.get(str(e["id"])) != e}
     scenario.check("environments_listed_as_poseidon", not wrong, wrong or "all", "Poseidon's values")
     leaked = {
-        e["id"]: len(live_runner_jobs(scenario.cluster, e["id"])) - e["prewarmingPoolSize"] for e in environments
+        e["id"]: len(live_runner_jobs(scenario.cluster, e["id"])) - e["prewarmingPoolSize"]
+        for e in environments
     }
     leaked = {k: v for k, v in leaked.items() if v}
     scenario.check("leaked_runner_jobs", not leaked, leaked or 0, 0)
@@ -259,13 +272,16 @@ async def switch_over(
         if job is None or not poseidon_loads(job, status):
             refused.append(f"template-{environment['id']} ({status})")
     scenario.check("templates_poseidon_loads", not refused, refused or "all", "all")
-    scenario.event(
-        "figures",
-        held_runners=len(poseidon.held_files),
-        idle_runners=len(poseidon.idle_runners),
-        load_s=load_s,
-        refill_s=refill,
-    )
+    figures = {
+        "held_runners": len(poseidon.held_files),
+        "idle_runners": len(poseidon.idle_runners),
+        "requests": load.requests,
+        "load_s": load_s,
+        "refill_s": refill,
+        "total_s": round(time.monotonic() - scenario.started, 3),
+    }
+    scenario.event("figures", **figures)
+    print("figures: " + ", ".join(f"{name} {value}" for name, value in figures.items()))
     return scenario.report(args.report, args.plot)
 
 
