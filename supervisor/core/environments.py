@@ -28,6 +28,7 @@ __all__ = [
     "claim_meta",
     "environment_from_dict",
     "environment_from_template",
+    "has_environment_meta",
     "new_runner_id",
     "runner_environment_id",
     "runner_job",
@@ -156,6 +157,11 @@ def template_job(environment: ExecutionEnvironment, shape: JobShape = DEFAULT_SH
     job["Type"] = "service"
     job["Meta"] = {**(job.get("Meta") or {}), _META_KEY: orjson.dumps(environment.to_api()).decode()}
     return job
+
+
+def has_environment_meta(meta: Mapping[str, str]) -> bool:
+    """Whether a template job's meta holds an environment of ours (Poseidon's holds none)."""
+    return _META_KEY in meta
 
 
 def environment_from_template(meta: Mapping[str, str]) -> ExecutionEnvironment | None:

@@ -1,5 +1,10 @@
 """Execution environments in Nomad: their template jobs written, read and adopted into the pool.
 
+A template job of ours holds its environment in its meta; one that Poseidon wrote holds it in its
+own fields (``core.poseidon_templates``), which the listing's stub does not carry: it is read with
+one GET, and again only when its ModifyIndex changed, so a relist costs no more reads than
+templates changed since the last one.
+
 Writes (PUT, DELETE) and the reads that update the pool from templates (a relist, ``fetch``) take
 turns under one lock: a read answered before a write must not be applied after it, or a deleted
 environment would come back.
@@ -29,13 +34,19 @@ from ..core.environments import (
     TEMPLATE_PREFIX,
     ExecutionEnvironment,
     environment_from_template,
+    has_environment_meta,
     template_job,
 )
 from ..core.job_template import JobShape
 from ..core.orders import Change, RemoveEnvironment, SetEnvironment
 from ..core.pool_view import PoolView
+from ..core.poseidon_templates import (
+    PoseidonTemplateError,
+    environment_from_poseidon_job,
+    template_environment_id,
+)
 from ..core.runners import Action, DestroyRunner
-from ..nomad import JobListStub
+from ..nomad import Job, JobListStub
 from ..nomad.api import NomadApi
 from ..nomad.boundary import in_one_line, token_refused
 
@@ -67,6 +78,9 @@ class EnvironmentStore:
         # The retries' jitter.
         self._entropy = Entropy() if entropy is None else entropy
         self.lock = trio.Lock()
+        # Poseidon's template jobs read so far, by job ID: the ModifyIndex read at, and the
+        # environment (None: it holds none, told once).
+        self._poseidon: dict[str, tuple[int, ExecutionEnvironment | None]] = {}
 
     async def put(self, environment: ExecutionEnvironment, *, roll_out: bool = True) -> bool:
         """Store the environment in Nomad (its template job), then warm its pool; True if new.
@@ -111,19 +125,55 @@ class EnvironmentStore:
 
     async def load(self) -> None:
         """Adopt every environment stored in Nomad, whatever its template job's status (a template
-        job that ended dead but still exists is still a valid definition)."""
+        job that ended dead but still exists is still a valid definition; Poseidon's loader takes
+        only running ones)."""
         async with self.lock:
-            self.adopt((await self._client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
+            await self.adopt((await self._client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
 
-    def adopt(self, jobs: Iterable[JobListStub], *, fill: bool = True) -> None:
-        """The environments of listed template jobs into the pool; call it holding ``lock``. Without
-        ``fill``, their pools are refilled by the reconcile of their runner jobs that follows."""
+    async def adopt(self, jobs: Iterable[JobListStub], *, fill: bool = True) -> None:
+        """The environments of the listed template jobs (all of them) into the pool; call it
+        holding ``lock``. Without ``fill``, their pools are refilled by the reconcile of their
+        runner jobs that follows. Poseidon's are read when new or changed since they were last."""
+        listed: set[str] = set()
         for job in jobs:
             if job.stop or not job.id.startswith(TEMPLATE_PREFIX):
                 continue
-            environment = environment_from_template(job.meta)
+            listed.add(job.id)
+            if has_environment_meta(job.meta):
+                environment = environment_from_template(job.meta)
+            else:
+                environment = await self._poseidon_environment(job)
             if environment is not None and self._pool.environment(environment.id) != environment:
                 self._tell(SetEnvironment(environment, fill=fill))
+        for job_id in set(self._poseidon) - listed:
+            del self._poseidon[job_id]
+
+    async def _poseidon_environment(self, stub: JobListStub) -> ExecutionEnvironment | None:
+        """The environment of a template job without our meta (Poseidon's), read by one GET unless
+        it was read at the listed ModifyIndex already."""
+        if template_environment_id(stub.id) is None:
+            return None
+        known = self._poseidon.get(stub.id)
+        if known is not None and known[0] == stub.modify_index:
+            return known[1]
+        try:
+            job = (await self._client.get_job(stub.id)).value
+        except NomadNotFound:
+            return None  # purged since the listing: the next one will not show it
+        return self._read_poseidon(job, stub.modify_index)
+
+    def _read_poseidon(self, job: Job, modify_index: int) -> ExecutionEnvironment | None:
+        """The environment of Poseidon's template ``job``, kept for ``modify_index``; a template that
+        holds none is told once (until it changes)."""
+        try:
+            environment: ExecutionEnvironment | None = environment_from_poseidon_job(
+                {"ID": job.id, "TaskGroups": job.raw_task_groups}
+            )
+        except PoseidonTemplateError as exc:
+            environment = None
+            logger.warning("template job {} holds no valid execution environment, skipped: {}", job.id, exc)
+        self._poseidon[job.id] = (modify_index, environment)
+        return environment
 
     async def fetch(self, environment_id: int) -> ExecutionEnvironment | None:
         """The environment as Nomad holds it now (None if it does not), adopted into the pool."""
@@ -132,7 +182,12 @@ class EnvironmentStore:
                 job = (await self._client.get_job(f"{TEMPLATE_PREFIX}{environment_id}")).value
             except NomadNotFound:
                 return None
-            environment = environment_from_template(job.meta) if not job.stop else None
+            if job.stop:
+                return None
+            if has_environment_meta(job.meta):
+                environment = environment_from_template(job.meta)
+            else:
+                environment = self._read_poseidon(job, job.modify_index)
             if environment is not None:
                 self._tell(SetEnvironment(environment))
             return environment
