@@ -28,7 +28,13 @@ from supervisor.nomad.exec import ExecExited
 from supervisor.simulator import SimulatedCluster
 from supervisor.simulator.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 
-__all__ = ["PoseidonCluster", "environments_of", "live_runner_jobs", "poseidon_copy_command"]
+__all__ = [
+    "PoseidonCluster",
+    "created_environment",
+    "environments_of",
+    "live_runner_jobs",
+    "poseidon_copy_command",
+]
 
 # Poseidon's ``dto.UpdateFileSystemRequest`` without deletions: the tar's entries, extracted.
 _COPY: Final = "tar --extract --absolute-names --verbose --file=/dev/stdin;"
@@ -63,6 +69,20 @@ def environments_of(runners: int, *, quick: bool) -> list[dict[str, Any]]:
             environment(24, "openhpi/co_execenv_ruby:3.2", runners // 8, True, []),
         ]
     return chosen
+
+
+def created_environment(*, quick: bool) -> dict[str, Any]:
+    """The environment CodeOcean puts once the daemon serves: its template is the daemon's."""
+    pool = 1 if quick else 3
+    return {
+        "id": 29,
+        "image": "openhpi/co_execenv_python:3.12",
+        "prewarmingPoolSize": pool,
+        "cpuLimit": 40,
+        "memoryLimit": 512,
+        "networkAccess": True,
+        "exposedPorts": [4000],
+    }
 
 
 def held_count(environment: Mapping[str, Any]) -> int:
