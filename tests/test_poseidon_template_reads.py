@@ -4,10 +4,13 @@ without a GET, winning over the fields. Plain trio tests with a Nomad double, no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from loguru import logger
 
+from supervisor.base.errors import NomadUnavailableError
 from supervisor.core.environments import ExecutionEnvironment, template_job
 from supervisor.core.evidence import Moment
 from supervisor.core.orders import Change
@@ -16,6 +19,7 @@ from supervisor.core.runners import Action
 from supervisor.effects.environment_store import EnvironmentStore
 from supervisor.nomad import Indexed, Job, JobListStub
 from supervisor.nomad.decode import structure
+from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
 from supervisor.simulator.poseidon_jobs import poseidon_template_job
 
 from .nomad_double import NomadDouble
@@ -123,3 +127,54 @@ async def test_fetch_reads_poseidons_template() -> None:
     assert environment is not None
     assert environment.image == "openhpi/co_execenv_java:17"
     assert 3 in pool.environments
+
+
+class _Refusing(_Templates):
+    """Refuses a registration that changes a job's type, as Nomad does (a 500)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, str]] = []
+
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+        known = self.jobs.get(job["ID"])
+        if known is not None and known[0]["Type"] != job["Type"]:
+            body = f'cannot update job from type "{known[0]["Type"]}" to "{job["Type"]}"'
+            raise NomadUnavailableError("register", status_code=500, body=body)
+        self.writes.append(("register", job["ID"]))
+        self.jobs[job["ID"]] = (dict(job), 30)
+        return JobRegisterResponse(index=30)
+
+    async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
+        self.writes.append(("purge" if purge else "stop", job_id))
+        self.jobs.pop(job_id, None)
+        return JobDeregisterResponse(index=31)
+
+
+@pytest.mark.parametrize("listed_first", [True, False])
+async def test_a_put_over_poseidons_template_purges_it_first(listed_first: bool) -> None:
+    """Known from a listing, Poseidon's template is purged before ours is registered; not yet
+    listed, Nomad's refusal of the type change says so, and the same follows."""
+    nomad = _Refusing()
+    nomad.jobs["template-3"] = (poseidon_template_job(POSEIDONS), 20)
+    store, pool = _store(nomad)
+    if listed_first:
+        await store.load()
+    ours = ExecutionEnvironment(3, "openhpi/co_execenv_java:21", 4, 30.0, 512, False)
+    await store.put(ours)
+    assert nomad.writes == [("purge", "template-3"), ("register", "template-3")]
+    assert nomad.jobs["template-3"][0]["Type"] == "service"
+    assert pool.environments[3] == ours
+
+
+async def test_another_refusal_of_the_template_is_no_type_change() -> None:
+    nomad = _Refusing()
+    store, _ = _store(nomad)
+
+    async def refuse(job: Mapping[str, Any]) -> JobRegisterResponse:
+        raise NomadUnavailableError("register", status_code=500, body="rpc error: no leader")
+
+    nomad.register_job = refuse  # type: ignore[method-assign]
+    with pytest.raises(NomadUnavailableError, match="no leader"):
+        await store.put(ExecutionEnvironment(3, "python:3.12", 1, 1.0, 256, False))
+    assert nomad.writes == []

@@ -15,7 +15,7 @@ from supervisor.core.poseidon_templates import (
     environment_from_poseidon_job,
     template_environment_id,
 )
-from supervisor.simulator.poseidon_jobs import poseidon_template_job
+from supervisor.simulator.poseidon_jobs import poseidon_loads, poseidon_template_job
 
 ENVIRONMENT: dict[str, Any] = {
     "id": 10,
@@ -160,3 +160,22 @@ def test_a_template_without_resources_has_no_memory_limit() -> None:
         document = job()
         del group(document, "default-group")["Tasks"][0]["Resources"]
         environment_from_poseidon_job(document)
+
+
+def test_poseidons_loader_and_ours_read_its_template_alike() -> None:
+    """The mirror of Poseidon's loader (which the tests of our own template use) reads Poseidon's
+    template as the environment it was made from, as our decoding does."""
+    loaded = poseidon_loads(job(), "running")
+    assert loaded == ENVIRONMENT
+    assert environment_from_poseidon_job(job()).to_api() == ENVIRONMENT
+    assert poseidon_loads(job(), "dead") is None
+
+
+def test_poseidons_loader_falls_back_as_poseidon_does() -> None:
+    document = job()
+    runner_group = group(document, "default-group")
+    del runner_group["Tasks"][0]["Resources"]
+    group(document, "config")["Meta"]["prewarmingPoolSize"] = "many"
+    loaded = poseidon_loads(document, "running")
+    assert loaded is not None
+    assert (loaded["cpuLimit"], loaded["memoryLimit"], loaded["prewarmingPoolSize"]) == (100, 0, 0)

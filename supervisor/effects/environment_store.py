@@ -13,7 +13,7 @@ environment would come back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 import trio
 from loguru import logger
@@ -25,6 +25,7 @@ from ..base.errors import (
     NomadNotFound,
     NomadPermissionDenied,
     NomadRequestError,
+    NomadUnavailableError,
     TerminalError,
     TransientError,
 )
@@ -35,6 +36,7 @@ from ..core.environments import (
     ExecutionEnvironment,
     environment_from_template,
     has_environment_meta,
+    is_current_template,
     template_job,
 )
 from ..core.job_template import JobShape
@@ -55,6 +57,8 @@ __all__ = ["JOB_WRITES", "JOB_WRITES_NEED", "EnvironmentStore"]
 # The subject of a refused token's fault met writing jobs, and what those writes need.
 JOB_WRITES: Final = "job writes"
 JOB_WRITES_NEED: Final = "submit-job in the daemon's namespace"
+# Nomad's refusal of a registration that changes an existing job's type (validateJobUpdate).
+_TYPE_CHANGE: Final = "cannot update job from type"
 
 
 class EnvironmentStore:
@@ -81,6 +85,8 @@ class EnvironmentStore:
         # Poseidon's template jobs read so far, by job ID: the ModifyIndex read at, and the
         # environment (None: it holds none, told once).
         self._poseidon: dict[str, tuple[int, ExecutionEnvironment | None]] = {}
+        # Our template jobs of an older shape registered anew, by job ID: the JobModifyIndex tried.
+        self._reshaped: dict[str, int] = {}
 
     async def put(self, environment: ExecutionEnvironment, *, roll_out: bool = True) -> bool:
         """Store the environment in Nomad (its template job), then warm its pool; True if new.
@@ -90,7 +96,7 @@ class EnvironmentStore:
         with Nomad's word, and changes nothing; a refused token is a fault as well (health tells it)."""
         async with self.lock:
             try:
-                await self._client.register_job(template_job(environment, self._shape))
+                await self._register_template(environment)
             except NomadPermissionDenied as exc:
                 self._faults.report(
                     FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc.body, JOB_WRITES_NEED)
@@ -113,6 +119,38 @@ class EnvironmentStore:
             environment.prewarming_pool_size,
         )
         return created
+
+    async def _register_template(self, environment: ExecutionEnvironment) -> None:
+        """Register the environment's template job, in place of Poseidon's if it is there.
+
+        Nomad refuses to change a job's type (``cannot update job from type "batch" to
+        "service"``), even a stopped one's: Poseidon's batch template is purged first, then ours
+        registered, both under ``lock``, as Poseidon itself purges and registers its template on
+        every PUT. A crash between the two leaves the environment without a template job: a
+        restarted daemon answers 404 for it until the client sends it again, which CodeOcean does
+        on a 404. Poseidon's runners of it are left alone then: their jobs have no meta naming
+        their environment, so they are never taken for orphans; but runner jobs this daemon made
+        for it since the takeover (each claim's replacement) name it, and the restarted daemon
+        destroys those as orphans. Without a crash nothing is lost in between: a relist waits for
+        ``lock``, and ``adopt`` only adds environments.
+        """
+        job_id = f"{TEMPLATE_PREFIX}{environment.id}"
+        job = template_job(environment, self._shape)
+        if job_id in self._poseidon:
+            await self._replace_poseidons(job_id, job)
+            return
+        try:
+            await self._client.register_job(job)
+        except (NomadRequestError, NomadUnavailableError) as exc:
+            if _TYPE_CHANGE not in exc.body:
+                raise
+            await self._replace_poseidons(job_id, job)  # one this daemon had not listed yet
+
+    async def _replace_poseidons(self, job_id: str, job: dict[str, Any]) -> None:
+        await self._client.deregister_job(job_id, purge=True)
+        logger.info("template job {} of Poseidon purged, to be registered as this daemon's", job_id)
+        self._poseidon.pop(job_id, None)
+        await self._client.register_job(job)
 
     async def delete(self, environment_id: int) -> None:
         """Forget the environment and its runners, and purge its template job."""
@@ -141,12 +179,30 @@ class EnvironmentStore:
             listed.add(job.id)
             if has_environment_meta(job.meta):
                 environment = environment_from_template(job.meta)
+                if environment is not None and not is_current_template(job.meta):
+                    await self._reshape(job, environment)
             else:
                 environment = await self._poseidon_environment(job)
             if environment is not None and self._pool.environment(environment.id) != environment:
                 self._tell(SetEnvironment(environment, fill=fill))
         for job_id in set(self._poseidon) - listed:
             del self._poseidon[job_id]
+        for job_id in set(self._reshaped) - listed:
+            del self._reshaped[job_id]
+
+    async def _reshape(self, stub: JobListStub, environment: ExecutionEnvironment) -> None:
+        """Register anew a template job of ours in the first shape (count 0: dead, which Poseidon's
+        loader skips), so that a switch back to Poseidon finds the environment. Tried once per
+        version of the job; a failure is logged, and the template keeps serving as it is."""
+        if self._reshaped.get(stub.id) == stub.job_modify_index:
+            return
+        self._reshaped[stub.id] = stub.job_modify_index
+        try:
+            await self._client.register_job(template_job(environment, self._shape))
+        except (TransientError, TerminalError) as exc:
+            logger.warning("template job {} left in its older shape: {}", stub.id, exc)
+        else:
+            logger.info("template job {} registered anew in the current shape", stub.id)
 
     async def _poseidon_environment(self, stub: JobListStub) -> ExecutionEnvironment | None:
         """The environment of a template job without our meta (Poseidon's), read by one GET unless

@@ -111,3 +111,24 @@ async def test_a_runner_held_under_poseidon_serves_its_client(harness: Harness) 
     assert live(harness.cluster, HELD) == allocation
     assert (await harness.http.delete(f"/runners/{HELD}")).status_code == 204
     await harness.wait_for(lambda: ("default", HELD) not in harness.cluster.state.jobs)
+
+
+async def test_a_put_over_poseidons_template_replaces_it_and_keeps_the_held_runner(harness: Harness) -> None:
+    """Nomad refuses to change the template's type: Poseidon's batch job is purged, ours
+    registered; the runner a client holds goes on in the same allocation."""
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    allocation = live(harness.cluster, HELD)
+    definition = {k: v for k, v in ENVIRONMENT.items() if k != "id"}
+    response = await harness.http.put("/execution-environments/10", json=definition)
+    assert response.status_code == 204, response.text
+    template = harness.cluster.state.jobs[("default", "template-10")]
+    assert template.type == "service"
+    assert "supervisor.environment" in (template.spec.get("Meta") or {})
+    await harness.wait_for(lambda: bool(live(harness.cluster, "template-10")))
+    await harness.wait_for(lambda: harness.idle(10) == 2)
+    assert not set(IDLE) & set(harness.service.pool.runners), "rolled out, as every PUT"
+    assert live(harness.cluster, HELD) == allocation
+    messages = await harness.execute(HELD, command="echo held")
+    assert output(messages).strip() == "held"
+    listed = (await harness.http.get("/execution-environments/10")).json()
+    assert listed == ENVIRONMENT
