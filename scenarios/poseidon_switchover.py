@@ -310,4 +310,4 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    run(main, parse_arguments(__doc__.splitlines()[0], default_runners=16, extra=_options))
+    run(main, parse_arguments(__doc__.splitlines()[0], default_runners=30, extra=_options))
