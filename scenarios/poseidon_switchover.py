@@ -194,7 +194,11 @@ async def play(cluster: SimulatedCluster, nomad: NomadClient, logs: Path, args: 
             scenario.event("daemon serving", seconds=serving_s)
             ok = await switch_over(scenario, poseidon, environments, args)
         daemon.terminate()
-        await daemon.wait()
+        with trio.move_on_after(30):  # twice the graceful stop
+            await daemon.wait()
+        if daemon.returncode is None:
+            daemon.kill()
+            await daemon.wait()
     return ok
 
 
