@@ -26,7 +26,7 @@ from supervisor.core.job_template import RUNNER_TASK
 from supervisor.nomad import NomadClient
 from supervisor.nomad.exec import ExecExited
 from supervisor.simulator import SimulatedCluster
-from supervisor.simulator.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
+from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 
 __all__ = [
     "PoseidonCluster",

@@ -38,7 +38,7 @@ from poseidon_cluster import PoseidonCluster, created_environment, environments_
 
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.simulator.poseidon_jobs import poseidon_loads
+from supervisor.dst.poseidon_jobs import poseidon_loads
 
 # A management token, as a deployment gives both Poseidon and the daemon.
 TOKEN: Final = "4f8a2c1e-9b7d-4e3a-8c5f-0d6b1a2e3f47"

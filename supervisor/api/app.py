@@ -245,14 +245,16 @@ class _Routes:
     async def list_environments(self, request: Request) -> Response:
         if FETCH.read(request.query_params):
             await self.desk.store.load()
-        environments = [e.to_api() for e in self.desk.environments()]
+        environments = [e.to_api() for e in await self.desk.listed_environments()]
         return JSONResponse({"executionEnvironments": environments})
 
     async def get_environment(self, request: Request) -> Response:
         environment_id = ENVIRONMENT_ID.read(request.path_params)
         fetch = FETCH.read(request.query_params)
         environment = (
-            await self.desk.store.fetch(environment_id) if fetch else self.desk.environment(environment_id)
+            await self.desk.store.fetch(environment_id)
+            if fetch
+            else await self.desk.listed_environment(environment_id)
         )
         if environment is None:
             return client_error(404, f"execution environment {environment_id} does not exist")

@@ -103,6 +103,19 @@ class RunnerDesk:
         """Every environment the pool knows, by ID."""
         return self._pool.all_environments()
 
+    async def listed_environment(self, environment_id: int) -> ExecutionEnvironment | None:
+        """The environment as the pool knows it, after the daemon's first listing of Nomad when the
+        pool does not know it yet: a restarted daemon learns its environments from that listing."""
+        if self._pool.environment(environment_id) is None:
+            await self._synced()
+        return self._pool.environment(environment_id)
+
+    async def listed_environments(self) -> list[ExecutionEnvironment]:
+        """Every environment the pool knows, by ID, after the daemon's first listing of Nomad: the
+        list a client reads as soon as the port answers leaves none out that Nomad holds."""
+        await self._synced()
+        return self._pool.all_environments()
+
     @property
     def store(self) -> EnvironmentStore:
         """The environments as Nomad stores them (load, fetch, put, delete)."""
