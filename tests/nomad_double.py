@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 from supervisor.nomad import Allocation, AllocListStub, EventStream, Indexed, Job, JobListStub, NodeListStub
 from supervisor.nomad.agents import AgentLocator, NoAgents
 from supervisor.nomad.api import TerminalChannel
+from supervisor.nomad.events import EventCounts
 from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
 
 
@@ -25,6 +26,7 @@ class NomadDouble:
     def __init__(self) -> None:
         self.agents: AgentLocator = NoAgents()
         self.exec_paths: Counter[str] = Counter()
+        self.nomad_events = EventCounts()
 
     def located(self, locator: AgentLocator) -> NomadDouble:
         """The double itself, told where allocations' agents run (it has none to reach)."""

@@ -6,12 +6,15 @@ agent restarted since it was last seen, and works in it under a lease (``lease.p
 does not expire meanwhile, and what the work finds out about its runner (its allocation unknown,
 its agent out of reach or back) goes to the pool as evidence. The desk changes the pool only through
 its one entry (``Effects.tell``), and holds no state of its own: the pool holds the runners, the
-execution service the executions.
+execution service the executions. It counts what its work came to into the term's figures
+(``figures.py``): each claim by outcome (and the claimed ones' time), each file transfer that
+succeeded and its bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final, TypeVar
 
 import trio
@@ -20,6 +23,7 @@ from loguru import logger
 from ..base.errors import (
     ExecAgentUnreachable,
     ExecAllocationUnknown,
+    NoIdleRunner,
     NomadNotFound,
     NomadUnreachable,
     RunnerGoneError,
@@ -42,6 +46,7 @@ from .executions import (
     ExecutionService,
     wait_for_agent,
 )
+from .figures import DOWNLOAD, UNKNOWN_ENVIRONMENT, UPLOAD, DeskFigures
 from .files import Download, FileService
 from .lease import RunnerLease
 
@@ -65,6 +70,7 @@ class RunnerDesk:
         executions: ExecutionService,
         files: FileService,
         admission: AdmissionSettings,
+        figures: DeskFigures | None = None,
     ) -> None:
         self._client = client
         self._pool = effects.pool
@@ -76,6 +82,7 @@ class RunnerDesk:
         self._environments = informer.environments
         self._leftovers = effects.leftovers
         self._admission = admission
+        self._figures = DeskFigures() if figures is None else figures
 
     # -- what the pool serves -------------------------------------------------------------------
 
@@ -110,7 +117,36 @@ class RunnerDesk:
 
     async def claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
         """Hand out an idle, proven runner of the environment, once the gate admits: NoIdleRunner if
-        there is none, UnknownEnvironment if the pool knows no such environment."""
+        there is none, UnknownEnvironment if the pool knows no such environment. Counted by outcome
+        (a claim cancelled with its request is not: it was never answered), under ``unknown`` for
+        an environment the pool does not know."""
+        started = trio.current_time()
+        outcome = ""  # none while cancelled
+        try:
+            runner = await self._claim(environment_id, inactivity_timeout)
+            outcome = "claimed"
+        except UnknownEnvironment:
+            outcome = "unknown_environment"
+            raise
+        except NoIdleRunner:
+            outcome = "no_idle_runner"
+            raise
+        except NomadUnreachable:
+            outcome = "unreachable"
+            raise
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            if outcome:
+                known = self._pool.environment(environment_id) is not None
+                environment = str(environment_id) if known else UNKNOWN_ENVIRONMENT
+                self._figures.claims.add(environment, outcome)
+                if outcome == "claimed":
+                    self._figures.claim_seconds.observe(environment, trio.current_time() - started)
+        return runner
+
+    async def _claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
         if self._pool.environment(environment_id) is None and not self._informer.is_synced():
             await self._synced()  # a restarted daemon learns its environments from its first listing
         if self._pool.environment(environment_id) is None:
@@ -200,14 +236,20 @@ class RunnerDesk:
     async def update_files(
         self, runner: Runner, deletions: list[str], copies: list[tuple[str, bytes | None]]
     ) -> None:
-        """Delete, then copy, in the runner's workspace."""
+        """Delete, then copy, in the runner's workspace; once done, counted as an upload of the
+        copies' contents."""
         with self.lease(runner.id, runner.alloc_id) as lease:
             await self._in_runner(lease, lambda: self._files.update(runner.alloc_id, deletions, copies))
+        environment = str(runner.environment_id)
+        self._figures.transfers.add(environment, UPLOAD)
+        written = sum(len(content) for _, content in copies if content is not None)
+        self._figures.transfer_bytes.add(environment, UPLOAD, written)
 
     async def download(
         self, runner: Runner, path: str, *, privileged: bool
     ) -> tuple[Download, Callable[[], None]]:
-        """The file's content as it comes, and the release of the runner to call once it is sent."""
+        """The file's content as it comes, and the release of the runner to call once it is sent.
+        Its bytes are counted as they are sent, and the download once its last one is."""
         lease = self.lease(runner.id, runner.alloc_id)
         lease.hold()
         try:
@@ -217,6 +259,11 @@ class RunnerDesk:
         except BaseException:
             lease.give_back()
             raise
+        environment = str(runner.environment_id)
+        download.count_into(
+            partial(self._figures.transfer_bytes.add, environment, DOWNLOAD),
+            partial(self._figures.transfers.add, environment, DOWNLOAD),
+        )
         return download, lease.give_back
 
     async def _in_runner(self, lease: RunnerLease, operation: Callable[[], Awaitable[T]]) -> T:

@@ -49,6 +49,7 @@ from ..base.faults import FaultKind
 from ..core.allocation_state import end_reason, is_running
 from ..core.commands import NOMAD_VARIABLES_COMMAND, execution_command, nomad_variable_names
 from ..core.config import ExecutionSettings
+from ..core.environments import runner_environment_id
 from ..core.evidence import Finding
 from ..core.runners import REASON_ALLOCATION_UNKNOWN
 from ..effects.stopping import CommandStops, StopOutcome
@@ -66,6 +67,7 @@ from .execution_state import (
     send_to_client,
 )
 from .execution_stderr import StderrReader
+from .figures import UNKNOWN_ENVIRONMENT, DeskFigures
 
 __all__ = [
     "CLOSE_STALLED",
@@ -149,6 +151,7 @@ class ExecutionService:
         *,
         execution_nursery: trio.Nursery,
         context: TermContext | None = None,
+        figures: DeskFigures | None = None,
     ) -> None:
         self._client = client
         self._settings = settings
@@ -160,8 +163,8 @@ class ExecutionService:
         self._pending: dict[str, tuple[ExecutionRequest, float]] = {}
         # Each runner's allocation and its NOMAD_* variable names, until the runner goes.
         self._variables: dict[str, tuple[str, tuple[str, ...]]] = {}
-        # Ended executions by their terminal message ("closed": the client left first).
-        self.outcomes: dict[str, int] = {"exit": 0, "timeout": 0, "error": 0, "closed": 0}
+        # Ended executions by environment and terminal message, and how long they ran.
+        self.figures = DeskFigures() if figures is None else figures
         # Executions by the path their exec session took: straight to the agent, or via a server.
         self.paths: dict[str, int] = {"agent": 0, "server": 0}
         self._running: set[RunningExecution] = set()
@@ -172,6 +175,17 @@ class ExecutionService:
         self._none_running.set()
         # Where executions, and the stops that must outlive them, run: not under the request.
         self._nursery = execution_nursery
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """Ended executions by their terminal message ("closed": the client left first)."""
+        return {"exit": 0, "timeout": 0, "error": 0, "closed": 0} | self.figures.executions.by_what()
+
+    def _count_end(self, runner_id: str, outcome: str, started: float) -> None:
+        environment_id = runner_environment_id(runner_id)
+        environment = UNKNOWN_ENVIRONMENT if environment_id is None else str(environment_id)
+        self.figures.executions.add(environment, outcome)
+        self.figures.execution_seconds.observe(environment, trio.current_time() - started)
 
     @property
     def running_count(self) -> int:
@@ -260,13 +274,14 @@ class ExecutionService:
         """The execution's task: ``start``, the bridge, one terminal message; its close code into
         ``codes``. A bug in one execution must not end the others in the nursery."""
         execution_id = running.execution_id
+        started, counted = trio.current_time(), False
         try:
-            started = trio.current_time()
             logger.info("execution started", execution=execution_id, runner=request.runner_id)
             await running.send(socket, {"type": "start"})
             terminal = await self._bridge(socket, running, request)
             outcome = str(terminal["type"]) if terminal is not None else "closed"
-            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+            self._count_end(request.runner_id, outcome, started)
+            counted = True
             if outcome == "exit":
                 self._faults.clear(FaultKind.TOKEN_REFUSED, _EXEC)
             seconds = round(trio.current_time() - started, 3)
@@ -286,6 +301,8 @@ class ExecutionService:
                 codes.append(CLOSE_STALLED if running.stalled else CLOSE_NORMAL)
         except* Exception:
             logger.exception("execution {} on {} failed", execution_id, request.runner_id)
+            if not counted:  # a bug of ours ended it
+                self._count_end(request.runner_id, "error", started)
             if not running.attempt.exit_sent:  # the client has its one terminal message
                 await running.send(socket, {"type": "error", "data": "internal error of the supervisor"})
         finally:

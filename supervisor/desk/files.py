@@ -317,10 +317,17 @@ def _download_error(item: _DownloadItem, path: str) -> SupervisorError:
     return FileOperationFailed(f"reading {path} failed (exit {item.exit_code}): {detail}")
 
 
+def _uncounted(*_: int) -> None:
+    return None
+
+
 class Download:
     """A file's content as it comes: an async iterator of chunks, and its ``size`` as the file
     system gave it before the first byte was read (None: unknown). ``close`` it when the response
-    ends, however it ends, so that the task reading the file stops too."""
+    ends, however it ends, so that the task reading the file stops too.
+
+    A chunk counts as sent (``count_into``) when the response asks for the next one, having sent
+    it; the download counts as done when the response asks past the end, every chunk sent."""
 
     def __init__(
         self,
@@ -333,11 +340,22 @@ class Download:
         self._receive = receive
         self._path = path
         self.size = size
+        # The bytes of the chunk handed over last, counted as sent when the next is asked for.
+        self._handed = 0
+        self._sent: Callable[[int], None] = _uncounted
+        self._done: Callable[[], None] = _uncounted
+
+    def count_into(self, sent: Callable[[int], None], done: Callable[[], None]) -> None:
+        """Call ``sent`` with the bytes of each chunk once sent, and ``done`` once all are."""
+        self._sent, self._done = sent, done
 
     def __aiter__(self) -> Download:
         return self
 
     async def __anext__(self) -> bytes:
+        if self._handed:
+            self._sent(self._handed)
+            self._handed = 0
         item, self._next = self._next, None
         if item is None:
             try:
@@ -345,9 +363,11 @@ class Download:
             except trio.EndOfChannel:
                 item = SupervisorError(f"reading {self._path} was cut short")
         if isinstance(item, bytes):
+            self._handed = len(item)
             return item
         self.close()
         if isinstance(item, _Ended) and item.exit_code == 0:
+            self._done()
             raise StopAsyncIteration
         raise _download_error(item, self._path)
 

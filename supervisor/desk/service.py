@@ -32,6 +32,7 @@ from ..informer.informer import Informer
 from ..nomad.api import NomadApi
 from .desk import RunnerDesk
 from .executions import ExecutionService
+from .figures import DeskFigures
 from .files import FileService
 
 __all__ = ["RunnerService"]
@@ -71,8 +72,15 @@ class RunnerService:
             nursery=execution_nursery,
             entropy=entropy,
         )
+        # What the API's work came to, per environment (claims, executions, file transfers).
+        self.figures = figures = DeskFigures()
         self.executions = ExecutionService(
-            client, execution, self.stops, execution_nursery=execution_nursery, context=context
+            client,
+            execution,
+            self.stops,
+            execution_nursery=execution_nursery,
+            context=context,
+            figures=figures,
         )
         # What runner jobs are built from: the job template (read at startup) and [nomad]'s settings.
         shape = job_shape(settings) if shape is None else shape
@@ -110,6 +118,7 @@ class RunnerService:
             executions=self.executions,
             files=files,
             admission=settings.admission,
+            figures=figures,
         )
         self.alerter = PrewarmingPoolAlerter(pool.view, relists, settings.alert)
 

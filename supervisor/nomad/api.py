@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from .agents import AgentLocator
 from .client import Indexed
-from .events import EventStream
+from .events import EventCounts, EventStream
 from .exec import ExecExited, ExecOutput
 from .models import (
     Allocation,
@@ -93,6 +93,8 @@ class NomadApi(JobWriter, ExecOpener, Protocol):
 
     # Exec sessions by the path they took ("agent", "server", "fallback").
     exec_paths: Counter[str]
+    # The events read from Nomad's event streams, by topic and type.
+    nomad_events: EventCounts
 
     def open_exec(
         self, alloc_id: str, *, task: str, command: Sequence[str], tty: bool = False

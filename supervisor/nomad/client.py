@@ -36,7 +36,7 @@ from ..base.network import Network, TcpNetwork
 from .agents import AgentLocator, AgentRoute, NoAgents, agent_url
 from .boundary import release_response, translate_status, translate_transport_errors
 from .decode import structure, structure_lean_alloc_stubs, structure_list
-from .events import EventStream, open_event_stream
+from .events import EventCounts, EventStream, open_event_stream
 from .exec import ExecSession, open_exec
 from .models import (
     Allocation,
@@ -106,6 +106,8 @@ class NomadClient:
         # the agent could not be reached).
         self.agents: AgentLocator = NoAgents()
         self.exec_paths: Counter[str] = Counter()
+        # The events its streams read, by topic and type (kept across streams, for /metrics).
+        self.nomad_events = EventCounts()
         headers = {"User-Agent": "nomad-runner-supervisor"}
         if settings.token:
             headers["X-Nomad-Token"] = settings.token
@@ -436,7 +438,8 @@ class NomadClient:
         One connection to the current server, no retry: the caller reconnects (and should rotate
         servers with ``rotate_address``) on EventStreamError.
         """
-        async with open_event_stream(self, topics, index=index, **options) as stream:
+        counts = self.nomad_events
+        async with open_event_stream(self, topics, index=index, counts=counts, **options) as stream:
             yield stream
 
     # -- exec -----------------------------------------------------------------------------------

@@ -8,6 +8,10 @@ error after the 200) is kept in StreamServerError.
 
 httpx's read timeout is off for the stream: Nomad sends a heartbeat only every 30 s, so the reader
 enforces its own deadline (``heartbeat_timeout``) on the silence of the server while it waits.
+
+Each event read is counted (``EventCounts``, kept by the client across its streams) by its topic and
+type as Nomad names them, for ``/metrics``; a name outside Nomad's own set counts as ``other``, so
+that a server (or a proxy) cannot grow the label set.
 """
 
 from __future__ import annotations
@@ -34,11 +38,44 @@ from .connection import NomadConnection
 from .decode import decode_batch
 from .models import EventBatch
 
-__all__ = ["EventStream", "StreamStatistics", "open_event_stream", "topic_params"]
+__all__ = [
+    "NOMAD_EVENT_TOPICS",
+    "NOMAD_EVENT_TYPES",
+    "OTHER",
+    "EventCounts",
+    "EventStream",
+    "StreamStatistics",
+    "open_event_stream",
+    "topic_params",
+]
 
 DEFAULT_HEARTBEAT_TIMEOUT: Final = 45.0
 DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 _ERROR_BODY_LIMIT: Final = 64 * 1024
+# The topics and types Nomad 1.10 writes (``nomad/structs/event.go``: its ``Topic*`` and ``Type*``
+# constants; the reference's §1.3 and §1.5); any other name is counted as OTHER.
+NOMAD_EVENT_TOPICS: Final = frozenset(
+    {
+        "Job", "Allocation", "Evaluation", "Deployment", "Node", "NodePool", "Service",
+        "ACLToken", "ACLPolicy", "ACLRole", "ACLAuthMethod", "ACLBindingRule",
+        "HostVolume", "CSIVolume", "CSIPlugin", "Variable", "Operator",
+    }
+)  # fmt: skip
+NOMAD_EVENT_TYPES: Final = frozenset(
+    {
+        "NodeRegistration", "NodeDeregistration", "NodeEligibility", "NodeDrain", "NodeStreamEvent",
+        "DeploymentStatusUpdate", "DeploymentPromotion", "DeploymentAllocHealth",
+        "AllocationCreated", "AllocationUpdated", "AllocationUpdateDesiredStatus",
+        "EvaluationUpdated", "JobRegistered", "JobDeregistered", "JobBatchDeregistered", "PlanResult",
+        "ACLTokenDeleted", "ACLTokenUpserted", "ACLPolicyDeleted", "ACLPolicyUpserted",
+        "ACLRoleDeleted", "ACLRoleUpserted", "ACLAuthMethodUpserted", "ACLAuthMethodDeleted",
+        "ACLBindingRuleUpserted", "ACLBindingRuleDeleted",
+        "ServiceRegistration", "ServiceDeregistration",
+        "HostVolumeRegistered", "HostVolumeDeleted",
+        "CSIVolumeRegistered", "CSIVolumeDeregistered", "CSIVolumeClaim", "VariableUpdated",
+    }
+)  # fmt: skip
+OTHER: Final = "other"
 
 
 @define
@@ -48,6 +85,26 @@ class StreamStatistics:
     heartbeats: int = 0
     malformed_lines: int = 0
     last_index: int = 0
+
+
+class EventCounts:
+    """Events read from Nomad's event streams, by ``(topic, type)``: a dict of counters, updated as
+    each batch is read and read at scrape time."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def count(self, batch: EventBatch) -> None:
+        """Count the batch's events."""
+        counts = self._counts
+        for event in batch.events:
+            topic = event.topic if event.topic in NOMAD_EVENT_TOPICS else OTHER
+            kind = event.type if event.type in NOMAD_EVENT_TYPES else OTHER
+            counts[topic, kind] = counts.get((topic, kind), 0) + 1
+
+    def items(self) -> list[tuple[tuple[str, str], int]]:
+        """Each ``((topic, type), count)`` counted so far, in order."""
+        return sorted(self._counts.items())
 
 
 def topic_params(topics: Mapping[str, str | list[str]]) -> list[tuple[str, str]]:
@@ -69,8 +126,10 @@ class EventStream:
         heartbeat_timeout: float,
         max_line_bytes: int,
         start_index: int,
+        counts: EventCounts | None = None,
     ) -> None:
         self._chunks = response.aiter_bytes()
+        self._counts = EventCounts() if counts is None else counts
         self._heartbeat_timeout = heartbeat_timeout
         self._max_line_bytes = max_line_bytes
         self._lines: deque[bytes] = deque()
@@ -92,6 +151,7 @@ class EventStream:
             batch = self._decode(line)
             if batch is not None:
                 self.statistics.last_index = batch.index
+                self._counts.count(batch)
                 return batch
 
     def _decode(self, line: bytes) -> EventBatch | None:
@@ -187,8 +247,10 @@ async def open_event_stream(
     index: int = 0,
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    counts: EventCounts | None = None,
 ) -> AsyncIterator[EventStream]:
-    """Subscribe on the client's current server; the response is closed when the block exits."""
+    """Subscribe on the client's current server; the response is closed when the block exits. The
+    events read are counted into ``counts`` (the stream's own, when not given)."""
     params: list[tuple[str, str | int | float | bool | None]] = [("index", str(index)), *topic_params(topics)]
     params.extend(client.common_params().items())
     url = client.address + "/v1/event/stream"
@@ -215,7 +277,11 @@ async def open_event_stream(
             assert error is not None
             raise error
         yield EventStream(
-            response, heartbeat_timeout=heartbeat_timeout, max_line_bytes=max_line_bytes, start_index=index
+            response,
+            heartbeat_timeout=heartbeat_timeout,
+            max_line_bytes=max_line_bytes,
+            start_index=index,
+            counts=counts,
         )
     finally:
         with trio.move_on_after(client.settings.close_timeout, shield=True):

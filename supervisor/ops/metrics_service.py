@@ -1,5 +1,6 @@
 """The active term's figures for ``/metrics``: the event stream, the pools, the executions, Nomad's
-exec sessions and the factory, read from the runner service at scrape time.
+exec sessions and the factory, read from the runner service at scrape time; the work per
+environment and Nomad's events from ``metrics_work``.
 
 A scrape walks the runners twice (their counts by state, the suspect ones) and writes nothing per
 runner, so that it stays cheap with ten thousand runners. Label values are identifiers
@@ -21,6 +22,7 @@ from ..base.levels import StreamState
 from ..core.runners import FOUND_BY, RunnerState
 from ..desk.service import RunnerService
 from ..effects.factory import START_PATIENCE
+from .metrics_work import work_metrics
 
 __all__ = ["identifier", "runner_service_metrics"]
 
@@ -69,6 +71,7 @@ def runner_service_metrics(service: RunnerService) -> Iterator[Metric]:
     yield from _pool_metrics(service, now)
     yield from _execution_metrics(service)
     yield from _factory_metrics(service)
+    yield from work_metrics(service)
 
 
 def _stream_metrics(service: RunnerService, now: float) -> Iterator[Metric]:
@@ -160,13 +163,6 @@ def _execution_metrics(service: RunnerService) -> Iterator[Metric]:
         service.stops.waiting,
     )
     yield _gauge("supervisor_executions_running", "Executions running now.", executions.running_count)
-    yield _by(
-        CounterMetricFamily,
-        "supervisor_executions_total",
-        "Ended executions by terminal message (closed: the client left first).",
-        "outcome",
-        _counts(executions.outcomes),
-    )
 
 
 def _factory_metrics(service: RunnerService) -> Iterator[Metric]:

@@ -90,7 +90,9 @@ async def test_metrics_in_prometheus_text_by_its_conventions(harness: Harness) -
     assert found_gone[(("path", "exec_refusal"),)] == 0
     assert found_gone.keys() == {(("path", p),) for p in ("event", "listing", "node_restart", "exec_refusal")}
     outcomes = sample_values(text, "supervisor_executions_total")
-    assert outcomes.keys() == {(("outcome", o),) for o in ("exit", "timeout", "error", "closed")}
+    assert outcomes.keys() == {
+        (("environment", "10"), ("outcome", o)) for o in ("exit", "timeout", "error", "closed")
+    }
 
 
 async def test_http_requests_are_counted_by_route_template(harness: Harness) -> None:
