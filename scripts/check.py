@@ -57,7 +57,11 @@ def main() -> int:
             ("simulation", [python, "scenarios/dst.py", "--seeds", "1-30", "--jobs", "2", "--output", "dst"]),
             # 40 examples over Poseidon's swagger.yaml send a PATCH whose base64 content is past ASCII.
             ("fuzz", [python, "scripts/fuzz_api.py", "--max-examples", "20", "--poseidon-examples", "40"]),
-            ("tests", [python, "-m", "pytest", "--numprocesses", "auto", *sys.argv[1:]]),
+            # loadgroup: the tests of one xdist_group (the one that runs Prometheus) share a worker.
+            (
+                "tests",
+                [python, "-m", "pytest", "--numprocesses", "auto", "--dist", "loadgroup", *sys.argv[1:]],
+            ),
         ]
     )
 
