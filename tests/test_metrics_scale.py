@@ -51,13 +51,13 @@ def running_service(nursery: trio.Nursery, runners_each: int) -> RunnerService:
         )
         service.effects.tell(AllocationSeen(alloc))
     figures = service.figures
-    for environment in map(str, range(1, ENVIRONMENTS + 1)):
-        figures.claims.add(environment, "claimed", 3)
-        figures.claim_seconds.observe(environment, 0.02)
-        figures.executions.add(environment, "exit", 5)
-        figures.execution_seconds.observe(environment, 1.5)
-        figures.transfers.add(environment, "upload")
-        figures.transfer_bytes.add(environment, "upload", 1000)
+    for label in map(str, range(1, ENVIRONMENTS + 1)):
+        figures.claims.add(label, "claimed", 3)
+        figures.claim_seconds.observe(label, 0.02)
+        figures.executions.add(label, "exit", 5)
+        figures.execution_seconds.observe(label, 1.5)
+        figures.transfers.add(label, "upload")
+        figures.transfer_bytes.add(label, "upload", 1000)
     return service
 
 

@@ -139,7 +139,7 @@ class RunnerDesk:
             raise
         finally:
             if outcome:
-                known = self._pool.environment(environment_id) is not None
+                known = outcome == "claimed" or self._pool.environment(environment_id) is not None
                 environment = str(environment_id) if known else UNKNOWN_ENVIRONMENT
                 self._figures.claims.add(environment, outcome)
                 if outcome == "claimed":
@@ -147,6 +147,7 @@ class RunnerDesk:
         return runner
 
     async def _claim(self, environment_id: int, inactivity_timeout: int) -> Runner:
+        """The claim itself, uncounted."""
         if self._pool.environment(environment_id) is None and not self._informer.is_synced():
             await self._synced()  # a restarted daemon learns its environments from its first listing
         if self._pool.environment(environment_id) is None:
