@@ -6,10 +6,11 @@ test rules`` on alerts.test.yml, the unit tests of every rule.
 promtool comes with Debian's ``prometheus`` package (2.42 on Debian 12), as does the ``prometheus``
 the tests start. When it is missing and this runs as root on a system with apt, the package is
 installed; otherwise the script fails with the command that installs it. The package's maintainer
-script starts its service (through ``invoke-rc.d``, or ``deb-systemd-invoke`` under systemd) and
-enables it at boot: both helpers ask ``/usr/sbin/policy-rc.d`` first, so one that forbids every
-action (exit 101, as Debian's policy-rc.d interface defines it) is put in place for the install and
-the one there before is put back after, and the service is then disabled at boot. No prometheus
+script enables its service at boot and starts it, through ``invoke-rc.d`` (or ``deb-systemd-invoke``
+under systemd); both ask ``/usr/sbin/policy-rc.d`` before they start anything, so one that forbids
+every action (exit 101, as Debian's policy-rc.d interface defines it) is put in place for the
+install, the one there before put back after, and ``update-rc.d`` then disables the service at boot.
+No prometheus
 process is left running: the script checks that none started meanwhile.
 """
 
