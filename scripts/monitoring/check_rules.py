@@ -10,8 +10,7 @@ script enables its service at boot and starts it, through ``invoke-rc.d`` (or ``
 under systemd); both ask ``/usr/sbin/policy-rc.d`` before they start anything, so one that forbids
 every action (exit 101, as Debian's policy-rc.d interface defines it) is put in place for the
 install, the one there before put back after, and ``update-rc.d`` then disables the service at boot.
-No prometheus
-process is left running: the script checks that none started meanwhile.
+No prometheus process is left running: the script checks that none started meanwhile.
 """
 
 from __future__ import annotations
