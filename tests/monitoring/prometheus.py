@@ -77,9 +77,10 @@ async def running_prometheus(where: Path) -> AsyncIterator[str]:
         with log.open("ab") as output:
             process = await trio.lowlevel.open_process(argv, stdout=output, stderr=subprocess.STDOUT)
         try:
-            if await _wait_ready(process, port):
-                yield f"http://127.0.0.1:{port}"
-                return
+            async with _ends_with_this_process(process.pid):
+                if await _wait_ready(process, port):
+                    yield f"http://127.0.0.1:{port}"
+                    return
         finally:
             with trio.move_on_after(10, shield=True) as waited:
                 process.terminate()
@@ -89,6 +90,23 @@ async def running_prometheus(where: Path) -> AsyncIterator[str]:
         if b"address already in use" not in log.read_bytes():
             break
     pytest.fail(f"prometheus did not start:\n{log.read_text()[-2000:]}")
+
+
+@asynccontextmanager
+async def _ends_with_this_process(pid: int) -> AsyncIterator[None]:
+    """A watcher that kills ``pid`` once this process is gone, however it ends (a test run killed
+    leaves no Prometheus behind): the watcher reads its stdin, whose other end only this process
+    holds, so the read ends when this process does. Stopped first on the way out, so that it never
+    signals a pid the system may have given to another process."""
+    watcher = await trio.lowlevel.open_process(["sh", "-c", f"read _; kill {pid}"], stdin=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        with trio.move_on_after(5, shield=True):
+            watcher.terminate()
+            await watcher.wait()
+            assert watcher.stdin is not None
+            await watcher.stdin.aclose()
 
 
 async def _wait_ready(process: trio.Process, port: int) -> bool:
