@@ -125,12 +125,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = commands.add_parser(
         "config",
-        help="the configuration file: `config example` prints one, complete and commented",
+        help="the configuration file: `config example` prints one, `config import-poseidon` "
+        "translates Poseidon's",
         description="`supervisor config example` prints a complete configuration file: every key at its "
-        "default, with what it takes.",
+        "default, with what it takes. `supervisor config import-poseidon FILE` translates Poseidon's.",
     )
     config_commands = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
     config_commands.add_parser("example", help="print every key at its default, commented")
+    imported = config_commands.add_parser(
+        "import-poseidon",
+        help="translate Poseidon's configuration.yaml into ours, on stdout",
+        description="Print Poseidon's configuration (its YAML file and, with --env, its POSEIDON_* "
+        "variables) as this daemon's configuration file: each key with a counterpart, each without one "
+        "as a comment saying what to do instead. Keys and variables Poseidon ignores are named on "
+        "stderr. A file Poseidon would not start with (not YAML, a value of the wrong type) is one line "
+        "on stderr and exit 2.",
+    )
+    imported.add_argument("file", metavar="FILE", help="Poseidon's configuration.yaml")
+    imported.add_argument(
+        "--env",
+        action="store_true",
+        help="apply this environment's POSEIDON_* variables over the file, as Poseidon applies them",
+    )
 
     health = commands.add_parser(
         "health",
@@ -307,7 +323,7 @@ def _run(args: argparse.Namespace) -> int:
     from .core.config import config_path
     from .ops.logs import configure_logging
     from .ops.reload import Reloader, startup_line
-    from .ops.sentry import init_sentry
+    from .ops.sentry import init_sentry, sentry_options
     from .ops.signals import run_until_signalled
     from .tree.api_serving import ApiEndpoint
     from .tree.daemon import Daemon
@@ -315,6 +331,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
         endpoint = ApiEndpoint.of(settings, activated=True)
+        sentry_options(os.environ)  # a wrong SENTRY_* value stops the start, as a wrong key does
     except ConfigError as error:
         raise UsageError(f"configuration: {error}") from None
     nomad = settings.nomad_settings(os.environ)
@@ -378,6 +395,38 @@ def _check(args: argparse.Namespace) -> int:
     code = _run_trio(check_all, None, what="supervisor check")
     print(summary(results), flush=True)
     return code or exit_code(results)
+
+
+def _import_poseidon(args: argparse.Namespace) -> int:
+    """Poseidon's configuration as ours on stdout, checked by our loader; notes on stderr."""
+    import tempfile
+
+    from .base.errors import ConfigError
+    from .core.config import load_settings
+    from .core.poseidon_config import translate
+    from .core.poseidon_settings import read_poseidon_settings
+
+    try:
+        text = Path(args.file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"import-poseidon: {args.file}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        settings = read_poseidon_settings(text, source=args.file, environ=os.environ if args.env else None)
+        translation = translate(settings, source=args.file)
+    except ConfigError as error:
+        raise UsageError(f"import-poseidon: {error}") from None
+    with tempfile.NamedTemporaryFile("w", suffix=".toml") as written:
+        written.write(translation.text)
+        written.flush()
+        try:
+            load_settings(written.name, {})
+        except ConfigError as error:
+            refusal = str(error).replace(f"config file {written.name}", "the translation")
+            raise UsageError(f"import-poseidon: {args.file}: this daemon refuses {refusal}") from None
+    for note in (*settings.notes, *translation.notes):
+        print(f"{program_name()} config import-poseidon: {note}", file=sys.stderr)
+    print(translation.text, end="")
+    return 0
 
 
 # Both services keep a large, long-lived heap (tens of thousands of jobs and allocations): with
@@ -470,6 +519,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "check":
             return _check(args)
+        if args.command == "config" and args.config_command == "import-poseidon":
+            return _import_poseidon(args)
         if args.command == "config":
             from .core.config_example import example_config
 

@@ -14,6 +14,7 @@ from supervisor.core.environments import ExecutionEnvironment
 from supervisor.core.pool import RunnerPool
 from supervisor.core.runners import CreateRunner, DestroyRunner, MarkUsed
 from supervisor.effects.factory import RunnerFactory
+from supervisor.nomad import Indexed
 from supervisor.nomad.models import JobDeregisterResponse, JobRegisterResponse
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 1, 100.0, 256, False, ())
@@ -37,6 +38,10 @@ class SlowNomad:
     async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
         self.calls.append(("deregister", job_id))
         return JobDeregisterResponse()
+
+    async def read_job(self, job_id: str) -> Indexed[dict[str, Any]]:
+        self.calls.append(("read", job_id))
+        raise AssertionError(f"this test reads no job ({job_id})")
 
 
 class QuickNomad(SlowNomad):

@@ -42,6 +42,9 @@ class NomadDouble:
     async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
         _unexpected("deregister_job")
 
+    async def read_job(self, job_id: str) -> Indexed[dict[str, Any]]:
+        _unexpected("read_job")
+
     async def list_jobs(
         self, prefix: str = "", *, meta: bool = False, per_page: int | None = None
     ) -> Indexed[list[JobListStub]]:

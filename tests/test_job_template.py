@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import attrs
 import pytest
 
 from supervisor.base.errors import ConfigError
 from supervisor.core.environments import ExecutionEnvironment, runner_job, template_job
 from supervisor.core.job_template import POSEIDON_TEMPLATE, JobShape, checked_template
+from supervisor.dst.poseidon_jobs import poseidon_loads
 
 OFFLINE = ExecutionEnvironment(10, "python:3.12", 2, 20.0, 512, network_access=False)
 NETWORKED = ExecutionEnvironment(11, "python:3.12", 2, 20.0, 512, network_access=True)
@@ -80,12 +82,40 @@ def test_force_pull_is_written_as_asked_and_never_when_disabled() -> None:
     assert task(template_job(OFFLINE, disabled))["Config"]["force_pull"] is False
 
 
-def test_the_template_job_holds_the_definition_and_runs_nothing() -> None:
+def test_the_template_job_holds_the_definition_and_runs_one_container() -> None:
+    """As Poseidon's template job: its runner group at count 1 (Poseidon loads running templates
+    only), a service job (never garbage-collected while not stopped) whose allocation is always
+    replaced, its shape named in its meta."""
     job = template_job(OFFLINE)
     assert job["ID"] == "template-10"
     assert job["Type"] == "service"
-    assert all(g["Count"] == 0 for g in job["TaskGroups"])
+    assert {g["Name"]: g["Count"] for g in job["TaskGroups"]} == {"default-group": 1, "config": 0}
+    assert group(job, "default-group")["ReschedulePolicy"]["Unlimited"] is True
+    assert group(job, "default-group")["ReschedulePolicy"]["Attempts"] == 0
     assert "supervisor.environment" in job["Meta"]
+    assert job["Meta"]["supervisor.template"] == "2"
+
+
+@pytest.mark.parametrize("environment", [OFFLINE, NETWORKED, WITH_PORTS])
+def test_poseidons_loader_reads_our_template_as_the_same_environment(
+    environment: ExecutionEnvironment,
+) -> None:
+    assert poseidon_loads(template_job(environment), "running") == {
+        **environment.to_api(),
+        "exposedPorts": list(environment.exposed_ports) or None,
+    }
+
+
+def test_poseidons_loader_reads_a_cpu_limit_rounded() -> None:
+    """Nomad takes whole MHz; our meta holds the exact limit, Poseidon reads the task's."""
+    loaded = poseidon_loads(template_job(attrs.evolve(OFFLINE, cpu_limit=20.6)), "running")
+    assert loaded is not None
+    assert loaded["cpuLimit"] == 21
+
+
+def test_poseidons_loader_skips_a_template_that_does_not_run() -> None:
+    assert poseidon_loads(template_job(OFFLINE), "dead") is None
+    assert poseidon_loads(template_job(OFFLINE), "pending") is None
 
 
 def test_an_operators_template_keeps_what_it_says_and_takes_the_environment() -> None:

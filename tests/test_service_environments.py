@@ -7,7 +7,8 @@ when its template job is in Nomad.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import functools
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -26,8 +27,9 @@ from supervisor.core.environments import (
     runner_job,
     template_job,
 )
-from supervisor.core.runners import CreateRunner, DestroyRunner
+from supervisor.core.runners import Action, CreateRunner, DestroyRunner
 from supervisor.desk.service import RunnerService
+from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 from supervisor.nomad.client import Indexed
 from supervisor.nomad.models import (
     AllocListStub,
@@ -83,7 +85,9 @@ class _GatedNomad(NomadDouble):
     ) -> Indexed[list[JobListStub]]:
         listing = [
             # A claimed runner's job was updated after its registration: the claim's write.
-            JobListStub(id=i, meta=j["Meta"], create_index=1, job_modify_index=1 + self._updated(i, j))
+            JobListStub(
+                id=i, meta=j.get("Meta") or {}, create_index=1, job_modify_index=1 + self._updated(i, j)
+            )
             for i, j in self.jobs.items()
             if i.startswith(prefix)
         ]
@@ -97,7 +101,7 @@ class _GatedNomad(NomadDouble):
         if job_id not in self.jobs:
             raise NomadNotFound(f"job {job_id} not found", status_code=404)
         job = self.jobs[job_id]
-        return Indexed(Job(id=job_id, meta=job["Meta"], raw_task_groups=job["TaskGroups"]), 10)
+        return Indexed(Job(id=job_id, meta=job.get("Meta") or {}, raw_task_groups=job["TaskGroups"]), 10)
 
     async def list_nodes(self) -> Indexed[list[Any]]:
         return Indexed([], 10)
@@ -329,3 +333,65 @@ async def test_a_relist_whose_read_fails_raises_that_error_alone(nursery: trio.N
     service = _service(nomad, nursery)
     with trio.fail_after(5), pytest.raises(NomadUnavailableError, match="no cluster leader"):
         await service.informer.relist()
+
+
+def _poseidons(nomad: _GatedNomad) -> list[str]:
+    """Poseidon's template of ENVIRONMENT and two runners of it, one claimed, as Poseidon left them."""
+    definition = {**ENVIRONMENT.to_api(), "cpuLimit": 100}
+    nomad.jobs[TEMPLATE] = poseidon_template_job(definition)
+    runners = [new_runner_id(ENVIRONMENT.id, Entropy().uuid()) for _ in range(2)]
+    for runner in runners:
+        nomad.jobs[runner] = poseidon_runner_job(definition, runner.partition("-")[2])
+    nomad.jobs[runners[1]] = claimed_by_poseidon(nomad.jobs[runners[1]], 60)
+    return runners
+
+
+async def test_a_put_over_poseidons_template_loses_no_runner_in_its_window(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Poseidon's batch template is purged, then ours registered, under the store's lock: a relist
+    asked for in between waits, and no runner is destroyed."""
+    nomad = _GatedNomad()
+    runners = _poseidons(nomad)
+    service = _service(nomad, nursery)
+    await service.informer.relist()
+    assert service.pool.environment(ENVIRONMENT.id) == ENVIRONMENT
+    assert set(service.pool.runners) == set(runners)
+    destroyed: list[str] = []
+    real_apply = service.effects.apply
+
+    def apply(actions: Iterable[Action]) -> None:
+        actions = list(actions)
+        destroyed.extend(a.runner_id for a in actions if isinstance(a, DestroyRunner))
+        real_apply(actions)
+
+    monkeypatch.setattr(service.effects, "apply", apply)
+    registered = nomad.hold("register")
+    with trio.fail_after(5):
+        async with trio.open_nursery() as inner:
+            inner.start_soon(functools.partial(service.environments.put, ENVIRONMENT, roll_out=False))
+            await nomad.reached["register"].wait()
+            assert TEMPLATE not in nomad.jobs, "purged first: Nomad refuses a type change"
+            inner.start_soon(service.informer.relist)
+            await trio.testing.wait_all_tasks_blocked()
+            registered.set()
+    assert nomad.jobs[TEMPLATE]["Type"] == "service"
+    assert destroyed == []
+    assert service.pool.used_runner(runners[1]) is not None
+
+
+async def test_a_restart_between_the_purge_and_the_registration_keeps_poseidons_runners(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash in that window leaves no template: the environment is unknown until the client
+    sends it again, and Poseidon's runner jobs (no meta naming their environment) are no orphans."""
+    nomad = _GatedNomad()
+    runners = _poseidons(nomad)
+    del nomad.jobs[TEMPLATE]
+    service = _service(nomad, nursery)
+    actions: list[object] = []
+    monkeypatch.setattr(service.effects, "apply", actions.extend)
+    await service.informer.relist()
+    assert service.pool.environment(ENVIRONMENT.id) is None
+    assert not any(isinstance(a, DestroyRunner) for a in actions)
+    assert all(r in nomad.jobs for r in runners)

@@ -23,6 +23,7 @@ import trio
 from loguru import logger
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
@@ -43,6 +44,7 @@ from ..base.errors import (
 )
 from ..base.levels import StreamState
 from ..core.config import Settings
+from ..core.environments import runner_environment_id
 from ..core.runners import Runner
 from ..desk.desk import RUNNER_GONE
 from ..desk.executions import CLOSE_STALLED, REASON_STALLED, ExecutionRequest
@@ -50,6 +52,7 @@ from ..desk.files import Download, resolve_patch
 from ..desk.service import RunnerService
 from ..ops.metrics import DaemonMetrics
 from ..ops.observability import health_details, pool_statistics
+from ..ops.tracing import TracedRoute, run_span, tag_environment, tracing_enabled
 from .forwarded import is_secure, trusted_proxies
 from .http_connection import WEBSOCKET_ENDED
 from .http_metrics import CountRequests, serve_metrics
@@ -257,6 +260,7 @@ class _Routes:
 
     async def put_environment(self, request: Request) -> Response:
         environment_id = ENVIRONMENT_ID.read(request.path_params)
+        tag_environment(environment_id)
         body = read_body(await request.body(), ENVIRONMENT)
         created = await self.desk.store.put(body.environment(environment_id))
         return Response(status_code=201 if created else 204)
@@ -274,6 +278,7 @@ class _Routes:
     async def provide_runner(self, request: Request) -> Response:
         claim = read_body(await request.body(), RUNNER_CLAIM)
         environment_id = claim.execution_environment_id
+        tag_environment(environment_id)
         try:
             runner = await self.desk.claim(environment_id, claim.inactivity_timeout)
         except NoIdleRunner:
@@ -284,7 +289,9 @@ class _Routes:
 
     async def _runner(self, request: Request) -> Runner:
         """The request's runner, if it may start something new; a suspect one is proven first."""
-        return await self.desk.runner_for_work(RUNNER_ID.read(request.path_params))
+        runner = await self.desk.runner_for_work(RUNNER_ID.read(request.path_params))
+        tag_environment(runner.environment_id)
+        return runner
 
     async def delete_runner(self, request: Request) -> Response:
         try:
@@ -369,8 +376,11 @@ class _Routes:
         except RunnerGoneError:
             await websocket.send_denial_response(client_error(410, RUNNER_GONE))
             return
+        if (environment_id := runner_environment_id(runner_id)) is not None:
+            tag_environment(environment_id)
         await websocket.accept()
-        code = await self.executions.serve(_ClientSocket(websocket), execution)
+        with run_span("nomad.execute.tty", "Interactive Execution"):
+            code = await self.executions.serve(_ClientSocket(websocket), execution)
         # A client that closes as soon as it reads the terminal message races our close frame: then
         # the socket is closing either way.
         with contextlib.suppress(RuntimeError, *_CLIENT_GONE):
@@ -477,6 +487,13 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
     routes = _Routes(service, settings, metrics)
     runner = f"{PREFIX}/runners/{{runner_id}}"
     environment = f"{PREFIX}/execution-environments/{{environment_id}}"
+
+    def traced(path: str, op: str, description: str) -> list[Middleware] | None:
+        """The route as a Sentry transaction with Poseidon's span, when tracing is on."""
+        if not tracing_enabled():
+            return None
+        return [Middleware(TracedRoute, path=path, op=op, description=description)]
+
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/health", routes.health, methods=["GET"], name="health"),
@@ -491,13 +508,54 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
                 methods=["GET"],
                 name="statistics",
             ),
-            Route(f"{PREFIX}/runners", routes.provide_runner, methods=["POST"], name="provideRunner"),
-            Route(runner, routes.delete_runner, methods=["DELETE"], name="destroyRunner"),
-            Route(f"{runner}/files", routes.list_files, methods=["GET"], name="listFiles"),
-            Route(f"{runner}/files", routes.update_files, methods=["PATCH"], name="updateFiles"),
-            Route(f"{runner}/files/raw", routes.download_file, methods=["GET"], name="downloadFile"),
-            Route(f"{runner}/execute", routes.execute, methods=["POST"], name="execute"),
-            WebSocketRoute(f"{runner}/websocket", routes.websocket, name="connectExecution"),
+            Route(
+                f"{PREFIX}/runners",
+                routes.provide_runner,
+                methods=["POST"],
+                name="provideRunner",
+                middleware=traced(f"{PREFIX}/runners", "api.runner.claim", "Claim Runner"),
+            ),
+            Route(
+                runner,
+                routes.delete_runner,
+                methods=["DELETE"],
+                name="destroyRunner",
+                middleware=traced(runner, "api.runner.delete", "Return Runner"),
+            ),
+            Route(
+                f"{runner}/files",
+                routes.list_files,
+                methods=["GET"],
+                name="listFiles",
+                middleware=traced(f"{runner}/files", "api.fs.list", "List File System"),
+            ),
+            Route(
+                f"{runner}/files",
+                routes.update_files,
+                methods=["PATCH"],
+                name="updateFiles",
+                middleware=traced(f"{runner}/files", "api.fs.update", "Update File System"),
+            ),
+            Route(
+                f"{runner}/files/raw",
+                routes.download_file,
+                methods=["GET"],
+                name="downloadFile",
+                middleware=traced(f"{runner}/files/raw", "api.fs.read", "File Content"),
+            ),
+            Route(
+                f"{runner}/execute",
+                routes.execute,
+                methods=["POST"],
+                name="execute",
+                middleware=traced(f"{runner}/execute", "api.runner.exec", "Store Execution"),
+            ),
+            WebSocketRoute(
+                f"{runner}/websocket",
+                routes.websocket,
+                name="connectExecution",
+                middleware=traced(f"{runner}/websocket", "api.runner.connect", "Execute Interactively"),
+            ),
             Route(
                 f"{runner}/websocket",
                 routes.websocket_without_upgrade,
@@ -511,7 +569,13 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
                 name="listEnvironments",
             ),
             Route(environment, routes.get_environment, methods=["GET"], name="getEnvironment"),
-            Route(environment, routes.put_environment, methods=["PUT"], name="putEnvironment"),
+            Route(
+                environment,
+                routes.put_environment,
+                methods=["PUT"],
+                name="putEnvironment",
+                middleware=traced(environment, "api.env.update", "Create Environment"),
+            ),
             Route(environment, routes.delete_environment, methods=["DELETE"], name="deleteEnvironment"),
         ],
         exception_handlers={

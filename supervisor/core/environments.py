@@ -1,11 +1,15 @@
 """Execution environments and the Nomad jobs that carry them.
 
-An environment is stored in Nomad as the template job ``template-<id>``: a service job whose task
-group has count 0 (it runs nothing; a service job that is dead without ``Stop`` is never garbage
-collected) and whose meta holds the environment's definition. Its runners are batch jobs
-``<id>-<uuid>``, each running ``sleep infinity`` in the environment's image. Both are built from
-the runner job's template (``job_template.py``: Poseidon's, or the operator's ``[nomad]
-job_template``).
+An environment is stored in Nomad as the template job ``template-<id>``, in a shape Poseidon's loader
+reads too: the runner job's template with the environment applied (image, CPU, memory, network,
+``prewarmingPoolSize`` in the meta of its group ``config``), its group ``default-group`` at count 1,
+as Poseidon's template job is (Poseidon loads a template only while it runs), and our definition,
+exact, in its meta. It is a service job, unlike Poseidon's batch one: a service job that is dead but
+not stopped is never garbage-collected (Nomad's ``jobIsGCable``), and Nomad replaces its allocation
+when that ends (its reschedule policy is unlimited), so the job keeps running. It so holds one
+container per environment, as under Poseidon. Its runners are batch jobs ``<id>-<uuid>``, each
+running ``sleep infinity`` in the environment's image. Both are built from the runner job's
+template (``job_template.py``: Poseidon's, or the operator's ``[nomad] job_template``).
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ __all__ = [
     "DEFAULT_SHAPE",
     "RUNNER_GROUP",
     "TEMPLATE_PREFIX",
+    "TEMPLATE_SHAPE",
+    "TEMPLATE_SHAPE_META",
     "ExecutionEnvironment",
     "claim_meta",
     "environment_from_dict",
     "environment_from_template",
+    "has_environment_meta",
+    "is_current_template",
     "new_runner_id",
     "runner_environment_id",
     "runner_job",
@@ -39,6 +47,20 @@ TEMPLATE_PREFIX: Final = "template-"
 # The runner job of the daemon's default settings: Poseidon's template, networks in bridge mode.
 DEFAULT_SHAPE: Final = JobShape()
 _META_KEY: Final = "supervisor.environment"
+# The template job's meta key naming its shape: "2" runs at count 1 (Poseidon's loader reads it);
+# one without the key is of the first shape (count 0), which an adopting daemon registers anew.
+TEMPLATE_SHAPE_META: Final = "supervisor.template"
+TEMPLATE_SHAPE: Final = "2"
+_SECOND: Final = 10**9
+# The template's reschedule policy: its allocation is always replaced, however often it ended.
+_RESCHEDULE_ALWAYS: Final = {
+    "Attempts": 0,
+    "Interval": 0,
+    "Delay": 30 * _SECOND,
+    "DelayFunction": "exponential",
+    "MaxDelay": 3600 * _SECOND,
+    "Unlimited": True,
+}
 # The largest environment ID: Go's int, as Poseidon's IDs are.
 MAX_ID: Final = 2**63 - 1
 # The largest CPU (MHz), memory (MB) or time (s) taken: within every integer field of Nomad's API.
@@ -147,15 +169,33 @@ def environment_from_dict(
 
 
 def template_job(environment: ExecutionEnvironment, shape: JobShape = DEFAULT_SHAPE) -> dict[str, Any]:
-    """The environment's template job: a count-0 service job whose meta holds the definition, built
-    from the runner job's template (so that Nomad checks it) with ``force_pull``, as Poseidon
-    registers an environment."""
+    """The environment's template job: a service job running one runner-like container, built from
+    the runner job's template (so that Nomad checks it) with ``force_pull``, as Poseidon registers
+    an environment, and its definition in its meta. Poseidon's getters read it as the same
+    environment, but for a CPU limit that is no integer, which its ``Resources.CPU`` holds rounded
+    (Nomad takes whole MHz)."""
     job = build_job(
-        shape, environment, f"{TEMPLATE_PREFIX}{environment.id}", count=0, force_pull=True, claim={}
+        shape, environment, f"{TEMPLATE_PREFIX}{environment.id}", count=1, force_pull=True, claim={}
     )
     job["Type"] = "service"
-    job["Meta"] = {**(job.get("Meta") or {}), _META_KEY: orjson.dumps(environment.to_api()).decode()}
+    runner = next(g for g in job["TaskGroups"] if g["Name"] == RUNNER_GROUP)
+    runner["ReschedulePolicy"] = dict(_RESCHEDULE_ALWAYS)
+    job["Meta"] = {
+        **(job.get("Meta") or {}),
+        _META_KEY: orjson.dumps(environment.to_api()).decode(),
+        TEMPLATE_SHAPE_META: TEMPLATE_SHAPE,
+    }
     return job
+
+
+def is_current_template(meta: Mapping[str, str]) -> bool:
+    """Whether a template job of ours (its meta) is of the current shape."""
+    return meta.get(TEMPLATE_SHAPE_META) == TEMPLATE_SHAPE
+
+
+def has_environment_meta(meta: Mapping[str, str]) -> bool:
+    """Whether a template job's meta holds an environment of ours (Poseidon's holds none)."""
+    return _META_KEY in meta
 
 
 def environment_from_template(meta: Mapping[str, str]) -> ExecutionEnvironment | None:

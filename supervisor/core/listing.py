@@ -147,11 +147,15 @@ class ListingReconcile:
         return [DestroyRunner(runner_id, "a removed runner's job outlived its purge")]
 
     def _adopt(self, job: JobListStub, environment_id: int, now: float) -> Runner:
-        """A runner job this process did not know: its meta says whether a client holds it."""
+        """A runner job this process did not know: its meta says whether a client holds it. One
+        without our ``forcePull`` job meta is not of our shape (Poseidon's runner jobs have no job
+        meta at all): rebuilt from our template, its claim would change its task (job meta,
+        network, memory) and Nomad would replace its allocation, so its claims are written in place."""
         used = job.meta.get("used") == "true"
         state = RunnerState.USED if used else RunnerState.STARTING
         runner = Runner(own(job.id), environment_id, state, registered_index=max(job.create_index, 1))
         runner.force_pull = job.meta.get(FORCE_PULL_META) == "true"
+        runner.foreign_shape = FORCE_PULL_META not in job.meta
         if used:
             timeout = job.meta.get("timeout", "0")
             seconds = decimal(timeout)

@@ -298,7 +298,9 @@ class RunnerPool(ListingReconcile, PoolView):
         runner.inactivity_timeout = float(inactivity_timeout)
         runner.last_activity = now
         spec = runner.environment or self.environments[environment_id]
-        actions: list[Action] = [MarkUsed(runner.id, spec, inactivity_timeout, runner.force_pull)]
+        actions: list[Action] = [
+            MarkUsed(runner.id, spec, inactivity_timeout, runner.force_pull, in_place=runner.foreign_shape)
+        ]
         return runner, actions + self.fill(
             environment_id, force_pull=not self.pulled_everywhere(environment_id)
         )

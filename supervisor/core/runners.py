@@ -58,12 +58,15 @@ class DestroyRunner:
 @frozen
 class MarkUsed:
     """Record the claim in the job's meta, re-registering the spec the runner was created with: a
-    spec change would replace its allocation under its client."""
+    spec change would replace its allocation under its client. ``in_place``: the job is not of our
+    shape (Poseidon wrote it), so the claim is written as Poseidon writes it: the job read back
+    from Nomad with only its claim group's meta changed."""
 
     runner_id: str
     environment: ExecutionEnvironment
     timeout: int
     force_pull: bool = False
+    in_place: bool = False
 
 
 @frozen
@@ -178,6 +181,8 @@ class Runner:
     environment: ExecutionEnvironment | None = None
     # Whether its job pulls the image anew (a claim's write must not change it).
     force_pull: bool = False
+    # Its job is not of our shape (Poseidon wrote it): a claim changes only its claim group's meta.
+    foreign_shape: bool = False
     # Its node drains: running executions go on, but nothing new starts on it (410 for its client).
     moving: bool = False
     # The index of its agent's restart, until newer evidence proves it alive (0: proven).

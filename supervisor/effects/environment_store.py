@@ -1,5 +1,10 @@
 """Execution environments in Nomad: their template jobs written, read and adopted into the pool.
 
+A template job of ours holds its environment in its meta; one that Poseidon wrote holds it in its
+own fields (``core.poseidon_templates``), which the listing's stub does not carry: it is read with
+one GET, and again only when its ModifyIndex changed, so a relist costs no more reads than
+templates changed since the last one.
+
 Writes (PUT, DELETE) and the reads that update the pool from templates (a relist, ``fetch``) take
 turns under one lock: a read answered before a write must not be applied after it, or a deleted
 environment would come back.
@@ -8,7 +13,7 @@ environment would come back.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 import trio
 from loguru import logger
@@ -20,6 +25,7 @@ from ..base.errors import (
     NomadNotFound,
     NomadPermissionDenied,
     NomadRequestError,
+    NomadUnavailableError,
     TerminalError,
     TransientError,
 )
@@ -29,13 +35,20 @@ from ..core.environments import (
     TEMPLATE_PREFIX,
     ExecutionEnvironment,
     environment_from_template,
+    has_environment_meta,
+    is_current_template,
     template_job,
 )
 from ..core.job_template import JobShape
 from ..core.orders import Change, RemoveEnvironment, SetEnvironment
 from ..core.pool_view import PoolView
+from ..core.poseidon_templates import (
+    PoseidonTemplateError,
+    environment_from_poseidon_job,
+    template_environment_id,
+)
 from ..core.runners import Action, DestroyRunner
-from ..nomad import JobListStub
+from ..nomad import Job, JobListStub
 from ..nomad.api import NomadApi
 from ..nomad.boundary import in_one_line, token_refused
 
@@ -44,6 +57,8 @@ __all__ = ["JOB_WRITES", "JOB_WRITES_NEED", "EnvironmentStore"]
 # The subject of a refused token's fault met writing jobs, and what those writes need.
 JOB_WRITES: Final = "job writes"
 JOB_WRITES_NEED: Final = "submit-job in the daemon's namespace"
+# Nomad's refusal of a registration that changes an existing job's type (validateJobUpdate).
+_TYPE_CHANGE: Final = "cannot update job from type"
 
 
 class EnvironmentStore:
@@ -67,6 +82,11 @@ class EnvironmentStore:
         # The retries' jitter.
         self._entropy = Entropy() if entropy is None else entropy
         self.lock = trio.Lock()
+        # Poseidon's template jobs read so far, by job ID: the ModifyIndex read at, and the
+        # environment (None: it holds none, told once).
+        self._poseidon: dict[str, tuple[int, ExecutionEnvironment | None]] = {}
+        # Our template jobs of an older shape registered anew, by job ID: the JobModifyIndex tried.
+        self._reshaped: dict[str, int] = {}
 
     async def put(self, environment: ExecutionEnvironment, *, roll_out: bool = True) -> bool:
         """Store the environment in Nomad (its template job), then warm its pool; True if new.
@@ -76,7 +96,7 @@ class EnvironmentStore:
         with Nomad's word, and changes nothing; a refused token is a fault as well (health tells it)."""
         async with self.lock:
             try:
-                await self._client.register_job(template_job(environment, self._shape))
+                await self._register_template(environment)
             except NomadPermissionDenied as exc:
                 self._faults.report(
                     FaultKind.TOKEN_REFUSED, JOB_WRITES, *token_refused(exc.body, JOB_WRITES_NEED)
@@ -100,6 +120,38 @@ class EnvironmentStore:
         )
         return created
 
+    async def _register_template(self, environment: ExecutionEnvironment) -> None:
+        """Register the environment's template job, in place of Poseidon's if it is there.
+
+        Nomad refuses to change a job's type (``cannot update job from type "batch" to
+        "service"``), even a stopped one's: Poseidon's batch template is purged first, then ours
+        registered, both under ``lock``, as Poseidon itself purges and registers its template on
+        every PUT. A crash between the two leaves the environment without a template job: a
+        restarted daemon answers 404 for it until the client sends it again, which CodeOcean does
+        on a 404. Poseidon's runners of it are left alone then: their jobs have no meta naming
+        their environment, so they are never taken for orphans; but runner jobs this daemon made
+        for it since the takeover (each claim's replacement) name it, and the restarted daemon
+        destroys those as orphans. Without a crash nothing is lost in between: a relist waits for
+        ``lock``, and ``adopt`` only adds environments.
+        """
+        job_id = f"{TEMPLATE_PREFIX}{environment.id}"
+        job = template_job(environment, self._shape)
+        if job_id in self._poseidon:
+            await self._replace_poseidons(job_id, job)
+            return
+        try:
+            await self._client.register_job(job)
+        except (NomadRequestError, NomadUnavailableError) as exc:
+            if _TYPE_CHANGE not in exc.body:
+                raise
+            await self._replace_poseidons(job_id, job)  # one this daemon had not listed yet
+
+    async def _replace_poseidons(self, job_id: str, job: dict[str, Any]) -> None:
+        await self._client.deregister_job(job_id, purge=True)
+        logger.info("template job {} of Poseidon purged, to be registered as this daemon's", job_id)
+        self._poseidon.pop(job_id, None)
+        await self._client.register_job(job)
+
     async def delete(self, environment_id: int) -> None:
         """Forget the environment and its runners, and purge its template job."""
         async with self.lock:
@@ -111,19 +163,73 @@ class EnvironmentStore:
 
     async def load(self) -> None:
         """Adopt every environment stored in Nomad, whatever its template job's status (a template
-        job that ended dead but still exists is still a valid definition)."""
+        job that ended dead but still exists is still a valid definition; Poseidon's loader takes
+        only running ones)."""
         async with self.lock:
-            self.adopt((await self._client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
+            await self.adopt((await self._client.list_jobs(TEMPLATE_PREFIX, meta=True)).value)
 
-    def adopt(self, jobs: Iterable[JobListStub], *, fill: bool = True) -> None:
-        """The environments of listed template jobs into the pool; call it holding ``lock``. Without
-        ``fill``, their pools are refilled by the reconcile of their runner jobs that follows."""
+    async def adopt(self, jobs: Iterable[JobListStub], *, fill: bool = True) -> None:
+        """The environments of the listed template jobs (all of them) into the pool; call it
+        holding ``lock``. Without ``fill``, their pools are refilled by the reconcile of their
+        runner jobs that follows. Poseidon's are read when new or changed since they were last."""
+        listed: set[str] = set()
         for job in jobs:
             if job.stop or not job.id.startswith(TEMPLATE_PREFIX):
                 continue
-            environment = environment_from_template(job.meta)
+            listed.add(job.id)
+            if has_environment_meta(job.meta):
+                environment = environment_from_template(job.meta)
+                if environment is not None and not is_current_template(job.meta):
+                    await self._reshape(job, environment)
+            else:
+                environment = await self._poseidon_environment(job)
             if environment is not None and self._pool.environment(environment.id) != environment:
                 self._tell(SetEnvironment(environment, fill=fill))
+        for job_id in set(self._poseidon) - listed:
+            del self._poseidon[job_id]
+        for job_id in set(self._reshaped) - listed:
+            del self._reshaped[job_id]
+
+    async def _reshape(self, stub: JobListStub, environment: ExecutionEnvironment) -> None:
+        """Register anew a template job of ours in the first shape (count 0: dead, which Poseidon's
+        loader skips), so that a switch back to Poseidon finds the environment. Tried once per
+        version of the job; a failure is logged, and the template keeps serving as it is."""
+        if self._reshaped.get(stub.id) == stub.job_modify_index:
+            return
+        self._reshaped[stub.id] = stub.job_modify_index
+        try:
+            await self._client.register_job(template_job(environment, self._shape))
+        except (TransientError, TerminalError) as exc:
+            logger.warning("template job {} left in its older shape: {}", stub.id, exc)
+        else:
+            logger.info("template job {} registered anew in the current shape", stub.id)
+
+    async def _poseidon_environment(self, stub: JobListStub) -> ExecutionEnvironment | None:
+        """The environment of a template job without our meta (Poseidon's), read by one GET unless
+        it was read at the listed ModifyIndex already."""
+        if template_environment_id(stub.id) is None:
+            return None
+        known = self._poseidon.get(stub.id)
+        if known is not None and known[0] == stub.modify_index:
+            return known[1]
+        try:
+            job = (await self._client.get_job(stub.id)).value
+        except NomadNotFound:
+            return None  # purged since the listing: the next one will not show it
+        return self._read_poseidon(job, stub.modify_index)
+
+    def _read_poseidon(self, job: Job, modify_index: int) -> ExecutionEnvironment | None:
+        """The environment of Poseidon's template ``job``, kept for ``modify_index``; a template that
+        holds none is told once (until it changes)."""
+        try:
+            environment: ExecutionEnvironment | None = environment_from_poseidon_job(
+                {"ID": job.id, "TaskGroups": job.raw_task_groups}
+            )
+        except PoseidonTemplateError as exc:
+            environment = None
+            logger.warning("template job {} holds no valid execution environment, skipped: {}", job.id, exc)
+        self._poseidon[job.id] = (modify_index, environment)
+        return environment
 
     async def fetch(self, environment_id: int) -> ExecutionEnvironment | None:
         """The environment as Nomad holds it now (None if it does not), adopted into the pool."""
@@ -132,7 +238,12 @@ class EnvironmentStore:
                 job = (await self._client.get_job(f"{TEMPLATE_PREFIX}{environment_id}")).value
             except NomadNotFound:
                 return None
-            environment = environment_from_template(job.meta) if not job.stop else None
+            if job.stop:
+                return None
+            if has_environment_meta(job.meta):
+                environment = environment_from_template(job.meta)
+            else:
+                environment = self._read_poseidon(job, job.modify_index)
             if environment is not None:
                 self._tell(SetEnvironment(environment))
             return environment

@@ -13,7 +13,7 @@ is leaked).
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Any, Final
 
 import trio
 from loguru import logger
@@ -24,7 +24,7 @@ from ..base.errors import NomadPermissionDenied, NomadRequestError, TerminalErro
 from ..base.faults import FaultKind, Faults
 from ..base.histogram import Histogram
 from ..core.config import FactorySettings
-from ..core.environments import DEFAULT_SHAPE, runner_job
+from ..core.environments import CLAIM_GROUP, DEFAULT_SHAPE, runner_job
 from ..core.evidence import JobPurged, JobRefused, JobRegistered, Moment, WriteAnswered
 from ..core.job_template import JobShape
 from ..core.orders import PoolDoor
@@ -311,14 +311,17 @@ class RunnerFactory:
             return
         if isinstance(action, MarkUsed):
             # A claim's meta update is an in-place update: no placement, so not paced.
-            job = runner_job(
-                action.environment,
-                action.runner_id,
-                used=True,
-                timeout=action.timeout,
-                force_pull=action.force_pull,
-                shape=self._shape,
-            )
+            if action.in_place:
+                job = await self._claimed_in_place(action)
+            else:
+                job = runner_job(
+                    action.environment,
+                    action.runner_id,
+                    used=True,
+                    timeout=action.timeout,
+                    force_pull=action.force_pull,
+                    shape=self._shape,
+                )
             await self._client.register_job(job)
             if self._pool.used_runner(action.runner_id) is None:
                 # Released while the write was under way: its purge may have come first and this
@@ -352,6 +355,24 @@ class RunnerFactory:
             await self._purge(action.runner_id)
             return
         self._answered(JobRegistered(action.runner_id, registered.index))
+
+    async def _claimed_in_place(self, action: MarkUsed) -> dict[str, Any]:
+        """The runner job as Nomad holds it, with the claim in its claim group's meta and nothing
+        else changed, as Poseidon writes a claim (``SetRunnerMetaUsed``): Nomad replaces an
+        allocation whose task's meta (its job's, group's or own) or config changes, and a job
+        Poseidon wrote is not of our shape. A job purged meanwhile is NomadNotFound: the claim
+        fails, and its runner goes, rather than writing the job anew."""
+        job = (await self._client.read_job(action.runner_id)).value
+        groups = job.get("TaskGroups") or []
+        group = next((g for g in groups if isinstance(g, dict) and g.get("Name") == CLAIM_GROUP), None)
+        if group is None:
+            # As Poseidon's FindAndValidateConfigTaskGroup adds it; a new group replaces no other's
+            # allocation.
+            task = {"Name": CLAIM_GROUP, "Driver": "exec", "Config": {"command": "true"}}
+            group = {"Name": CLAIM_GROUP, "Count": 0, "Tasks": [task]}
+            job["TaskGroups"] = [*groups, group]
+        group["Meta"] = {**(group.get("Meta") or {}), "used": "true", "timeout": str(action.timeout)}
+        return job
 
     async def _purge(self, runner_id: str, *, registration_may_follow: bool = False) -> None:
         response = await self._client.deregister_job(runner_id, purge=True)

@@ -320,7 +320,7 @@ class Informer:
         nodes = await self.client.list_nodes()
         self._apply(NodesListed(nodes.value, nodes.index))
         templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
-        self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
+        await self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
         jobs: list[JobListStub] = []
         index = min(nodes.index, templates.index)
         listed: list[Indexed[list[AllocListStub]]] = []

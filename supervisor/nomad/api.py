@@ -87,6 +87,11 @@ class JobWriter(Protocol):
     async def deregister_job(self, job_id: str, *, purge: bool = False) -> JobDeregisterResponse:
         """Stop, or with ``purge`` delete, a job; index 0 for a job Nomad does not know."""
 
+    async def read_job(self, job_id: str) -> Indexed[dict[str, Any]]:
+        """The job as Nomad answers ``GET /v1/job/:id``, undecoded: what an update that must
+        change nothing else registers back."""
+        ...
+
 
 class NomadApi(JobWriter, ExecOpener, Protocol):
     """Everything the runner service and its children use: writes, exec, listings and the stream."""

@@ -288,6 +288,13 @@ class NomadClient:
         data, at = await self._read(f"/v1/job/{_escape(job_id)}", index=index, wait=wait)
         return Indexed(structure(data, Job), at)
 
+    async def read_job(self, job_id: str) -> Indexed[dict[str, Any]]:
+        """The job as Nomad answers it, undecoded (every field kept, for a write that changes one)."""
+        data, at = await self._read(f"/v1/job/{_escape(job_id)}")
+        if not isinstance(data, dict):
+            raise TerminalError(f"GET /v1/job/{job_id} answered no object")
+        return Indexed(data, at)
+
     async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
         """Register (or update) ``job``, an api.Job in Nomad's JSON form."""
         response = await self.request("POST", "/v1/jobs", body={"Job": job})

@@ -8,10 +8,10 @@ configuration that does not load never gets here (the command line exits 2, as `
 does).
 
 The order: the configuration (every key, and where its value came from), the user students' code
-runs as, the embedded simulated cluster if that is what runs, the servers, the leader,
-Nomad's version, the token and each capability the daemon needs, the event stream, the client
-agents' HTTP ports (direct exec), the scheduler's configuration, and the nodes the runner jobs can
-be placed on.
+runs as, the API's certificate and Sentry's variables when set, the embedded simulated cluster if
+that is what runs, the servers, the leader, Nomad's version, the token and each capability the
+daemon needs, the event stream, the client agents' HTTP ports (direct exec), the scheduler's
+configuration, and the nodes the runner jobs can be placed on.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -43,6 +44,7 @@ from .check_nomad import (
 )
 from .check_result import CheckResult, Status, exit_code, format_result, summary
 from .check_token import check_token
+from .sentry import RATE, sentry_options
 
 __all__ = [
     "CheckResult",
@@ -53,6 +55,7 @@ __all__ = [
     "exit_code",
     "format_result",
     "run_checks",
+    "sentry_result",
     "simulated_cluster_result",
     "summary",
     "tls_result",
@@ -183,6 +186,40 @@ def tls_result(settings: Settings) -> CheckResult | None:
     )
 
 
+def sentry_result(environ: Mapping[str, str]) -> CheckResult | None:
+    """``supervisor check``'s line on Sentry; None when no ``SENTRY_*`` variable is set."""
+    if not any(name.startswith("SENTRY_") for name in environ):
+        return None
+    fix = f"set {RATE} to a number from 0 (no tracing) to 1 (every request)."
+    try:
+        options = sentry_options(environ)
+    except ConfigError as error:
+        return CheckResult("sentry", Status.FAIL, f"{error}.", fix=fix)
+    if not options.dsn:
+        return CheckResult("sentry", Status.OK, "off: SENTRY_DSN is not set, nothing is reported.")
+    try:
+        import sentry_sdk  # noqa: F401
+    except ImportError:
+        return CheckResult(
+            "sentry",
+            Status.WARN,
+            "SENTRY_DSN is set, but sentry-sdk is not installed: nothing is reported.",
+            fix="pip install 'nomad-runner-supervisor[sentry]'.",
+        )
+    traced = (
+        f"traces {options.traces_sample_rate:g} of the API's requests that come without a sample decision"
+        if options.traces_sample_rate > 0
+        else "no traces"
+    )
+    host = urlsplit(options.dsn).hostname or "?"
+    return CheckResult(
+        "sentry",
+        Status.OK,
+        f"reports errors to {host} as release {options.release}"
+        f"{f', environment {options.environment}' if options.environment else ''}; {traced}.",
+    )
+
+
 def simulated_cluster_result(settings: Settings, *, loopback: bool) -> CheckResult:
     """The embedded simulated cluster (no Nomad address anywhere): a laptop's cluster, whose exec
     runs commands as local processes; off loopback ``supervisor run`` refuses it."""
@@ -233,6 +270,8 @@ async def run_checks(
     add(execution_user_result(settings))
     if (tls := tls_result(settings)) is not None:
         add(tls)
+    if (sentry := sentry_result(environ)) is not None:
+        add(sentry)
     if embedded:
         add(simulated_cluster_result(settings, loopback=is_loopback(settings.server.address)))
     servers, answering = await check_servers(nomad, network=network, embedded=embedded)

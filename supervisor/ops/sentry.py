@@ -6,22 +6,65 @@ it names its cause (``logger.bind(cause=...)``): the event stream lost (by the e
 an exec Nomad refused, a runner job the factory could not write. Those are grouped by that cause,
 whatever the message's details (runner IDs, addresses), so that one outage is one issue. INFO lines
 are breadcrumbs. Tokens are masked in events as in the log (``logs.redact``).
+
+With ``SENTRY_TRACES_SAMPLE_RATE`` above 0 the API's requests are traced too (``tracing.py``);
+``SENTRY_RELEASE`` names the release (else ``nomad-runner-supervisor@<version>``). The variables are
+read once, by ``sentry_options``, which ``supervisor run`` calls before anything starts (a wrong
+value is a usage error) and ``supervisor check`` shows (``check.sentry_result``). sentry-sdk's Starlette
+integration, which it would enable by itself, stays off: it would attach request headers and bodies
+(the token, the runner's files) to events; ``tracing.py`` says more.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, final
 
+from attrs import frozen
 from loguru import logger
 
 from .. import __version__
+from ..base.errors import ConfigError
 from .logs import redact
+from .tracing import enable_tracing
 
-__all__ = ["CAUSE", "init_sentry"]
+__all__ = ["CAUSE", "RATE", "SentryOptions", "init_sentry", "sentry_options"]
 
 # The loguru ``extra`` key that names a warning's cause.
 CAUSE: Final = "cause"
+
+
+RATE: Final = "SENTRY_TRACES_SAMPLE_RATE"
+
+
+@final
+@frozen
+class SentryOptions:
+    """What the ``SENTRY_*`` variables ask for; an empty ``dsn`` reports nothing."""
+
+    dsn: str
+    environment: str | None
+    release: str
+    # 0 traces nothing; 1 every request that carries no sample decision of its caller's.
+    traces_sample_rate: float
+
+
+def sentry_options(environ: Mapping[str, str]) -> SentryOptions:
+    """The ``SENTRY_*`` variables read; ConfigError, one line, for a rate that is not a number in 0..1."""
+    text = environ.get(RATE, "").strip()
+    try:
+        rate = float(text) if text else 0.0
+    except ValueError:
+        raise ConfigError(f"{RATE}: {text!r} is not a number (a rate in 0..1)") from None
+    if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
+        raise ConfigError(f"{RATE}: {text!r} is outside 0..1")
+    return SentryOptions(
+        dsn=environ.get("SENTRY_DSN", "").strip(),
+        environment=environ.get("SENTRY_ENVIRONMENT") or None,
+        release=environ.get("SENTRY_RELEASE", "").strip() or f"nomad-runner-supervisor@{__version__}",
+        traces_sample_rate=rate,
+    )
 
 
 def _grouped(secrets: list[str]) -> Any:
@@ -38,6 +81,13 @@ def _grouped(secrets: list[str]) -> Any:
     return before_send
 
 
+def _masked_transaction(secrets: list[str]) -> Any:
+    def before_send_transaction(event: dict[str, Any], hint: dict[str, Any]) -> dict[str, Any]:
+        return _masked(event, secrets) if secrets else event
+
+    return before_send_transaction
+
+
 def _masked(value: Any, secrets: list[str]) -> Any:
     """``value`` with every secret masked in every string it holds (messages, breadcrumbs, frames)."""
     if isinstance(value, str):
@@ -51,21 +101,30 @@ def _masked(value: Any, secrets: list[str]) -> Any:
 
 def init_sentry(environ: Mapping[str, str], secrets: Iterable[str] = (), *, transport: Any = None) -> bool:
     """Start reporting to Sentry if ``SENTRY_DSN`` is set; True if it does. Call it after the log
-    is configured (that removes loguru's handlers, the integration's included)."""
-    dsn = environ.get("SENTRY_DSN", "")
-    if not dsn:
+    is configured (that removes loguru's handlers, the integration's included), and before the API's
+    app is made (its routes are traced only if tracing is on by then). ConfigError for a wrong
+    ``SENTRY_*`` value."""
+    options = sentry_options(environ)
+    enable_tracing(False)
+    if not options.dsn:
         return False
     try:
         import sentry_sdk
         from sentry_sdk.integrations.logging import LoggingIntegration
         from sentry_sdk.integrations.loguru import LoggingLevels, LoguruIntegration
+        from sentry_sdk.integrations.starlette import StarletteIntegration
     except ImportError:
         logger.warning("SENTRY_DSN is set, but sentry-sdk is not installed: pip install '.[sentry]'")
         return False
+    tracing = options.traces_sample_rate > 0
+    secrets_by_length = sorted({s for s in secrets if s}, key=len, reverse=True)
     sentry_sdk.init(
-        dsn=dsn,
-        release=f"nomad-runner-supervisor@{__version__}",
-        environment=environ.get("SENTRY_ENVIRONMENT") or None,
+        dsn=options.dsn,
+        release=options.release,
+        environment=options.environment,
+        traces_sample_rate=options.traces_sample_rate if tracing else None,
+        # The request's body is the runner's files, or a command and its environment variables.
+        max_request_body_size="never",
         integrations=[
             LoguruIntegration(
                 level=LoggingLevels.INFO.value,
@@ -76,8 +135,15 @@ def init_sentry(environ: Mapping[str, str], secrets: Iterable[str] = (), *, tran
             # The standard library's lines reach loguru first (logs.py): report them once, from there.
             LoggingIntegration(level=None, event_level=None),
         ],
-        before_send=_grouped(sorted({s for s in secrets if s}, key=len, reverse=True)),
+        disabled_integrations=[StarletteIntegration],
+        before_send=_grouped(secrets_by_length),
+        before_send_transaction=_masked_transaction(secrets_by_length),
         transport=transport,
     )
-    logger.info("reporting errors to Sentry")
+    enable_tracing(tracing)
+    if tracing:
+        rate = options.traces_sample_rate
+        logger.info("reporting errors, and traces of {} of the API's requests, to Sentry", rate)
+    else:
+        logger.info("reporting errors to Sentry")
     return True

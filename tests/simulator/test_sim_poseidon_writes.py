@@ -1,4 +1,4 @@
-"""The jobs Poseidon writes (``supervisor/simulator/poseidon_jobs.py``) against the strict simulated
+"""The jobs Poseidon writes (``supervisor/dst/poseidon_jobs.py``) against the strict simulated
 cluster: its template job runs (so Poseidon's loader takes it), its runner jobs run, and a claim
 written as Poseidon writes it (the job read back, its ``config`` meta changed) keeps the runner's
 allocation.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import httpx
 
+from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 from supervisor.nomad import NomadClient
 from supervisor.simulator import SimulatedCluster
-from supervisor.simulator.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 
 from .conftest import settle
 

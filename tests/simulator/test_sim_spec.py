@@ -27,7 +27,7 @@ import httpx
 import jsonschema
 import pytest
 import trio
-import yaml  # type: ignore[import-untyped]
+import yaml
 from attrs import frozen
 from jsonschema.exceptions import best_match
 

@@ -153,8 +153,15 @@ class Agents:
                 self._schedule(alloc)
 
     def _ready_after_start(self, node: SimNode) -> None:
+        """Ready again. Nomad evaluates every job with an allocation on a node that moves from
+        initializing to ready (``createNodeEvals``), which replaces a service job's allocation
+        that ended complete (the reconciler's ``shouldFilter``; a batch job's is kept). Only
+        service jobs here: a batch job's evaluation changes nothing the simulator models."""
         if node.agent_up and node.status == "initializing":
             self._set_status(node, "ready")
+            keys = {(a.namespace, a.job_id) for a in self.state.every_alloc() if a.node_id == node.id}
+            services = {k for k in keys if (job := self.state.job(k)) is not None and job.type == "service"}
+            self._evaluate(services, "node-update", node_id=node.id)
             self.scheduler.unblock()
 
     def restart_agent(
@@ -225,8 +232,8 @@ class Agents:
                     state.eval_changed(tx, state.evals[evaluation_id], status="complete")
                 for alloc in state.allocs_by_job.get(key, {}).values():
                     if alloc.client_status in ("pending", "running", "lost") and not alloc.next_allocation:
-                        # The restored client finds the task gone and reports it complete: the job ends
-                        # dead but still exists, and nothing replaces it.
+                        # The restored client finds the task gone and reports it complete: a batch
+                        # job ends dead, a service job's is replaced once its node is ready.
                         self._finish_tasks(alloc, "Terminated", "Exit Code: 0")
                         state.alloc_changed(
                             tx,

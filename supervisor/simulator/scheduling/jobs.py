@@ -5,7 +5,8 @@ A job is made canonical (``canonical.py``), given the constraints Nomad's server
 (``constraints.py``) and validated as Nomad's server validates it (``validation.py``), its docker
 tasks' configs as the docker driver decodes them (``driver_config.py``); what Nomad refuses, or the
 simulator cannot model (a constraint it cannot check), is a 500 in go-multierror's text, and
-nothing is written.
+nothing is written. An existing job keeps its type: a registration that changes it is refused (a 500,
+Nomad's ``validateJobUpdate``), even while the job is stopped and not yet purged.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ class JobService:
         job = state.jobs.get(key)
         if enforce_index:
             self._enforce_index(job, job_modify_index)
+        if job is not None and job.type != spec.get("Type"):
+            # Nomad's validateJobUpdate, after the index check: a stopped job that is not purged
+            # still holds its type.
+            raise NomadError(500, f'cannot update job from type "{job.type}" to "{spec.get("Type")}"')
         unchanged = job is not None and not job.stop and _comparable(job.spec) == _comparable(spec)
         with state.write("EvaluationUpdated" if unchanged else "JobRegistered") as tx:
             if job is None:

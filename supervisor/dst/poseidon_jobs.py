@@ -12,6 +12,9 @@ with a dynamic port per exposed port and docker's ``network_mode = ""``, or ``ne
 - An environment is the batch job ``template-<id>`` whose group ``default-group`` keeps the
   template's count of 1 (so the job runs, and Poseidon's loader takes only running template jobs),
   registered with ``force_pull`` (``NomadEnvironment.Register``).
+- Poseidon's loader (``NomadEnvironmentManager.load``) takes a template job only while its status is
+  ``running``, and reads the environment back with the getters of ``NomadEnvironment``
+  (``poseidon_loads``): what a switch back to Poseidon finds of the templates a daemon wrote.
 - A runner is the batch job ``<id>-<uuid>``, ``force_pull`` as asked (true when a PUT fills the
   pool, false when a claim replaces a runner), the meta of its group ``config`` replaced by
   ``{"used": "false"}`` (``APIClient.RegisterRunnerJob``). A claim reads the job back from Nomad
@@ -30,6 +33,7 @@ from ..core.job_template import CLAIM_GROUP, POSEIDON_TEMPLATE, RUNNER_GROUP, RU
 __all__ = [
     "POSEIDON_NETWORK",
     "claimed_by_poseidon",
+    "poseidon_loads",
     "poseidon_runner_job",
     "poseidon_template_job",
 ]
@@ -104,3 +108,58 @@ def claimed_by_poseidon(job: Mapping[str, Any], timeout: int) -> dict[str, Any]:
     group = _named(marked["TaskGroups"], CLAIM_GROUP)
     group["Meta"] = {**(group.get("Meta") or {}), "used": "true", "timeout": str(timeout)}
     return marked
+
+
+# nomadApi.DefaultResources(): what FindAndValidateDefaultTask gives a task without resources.
+_DEFAULT_CPU: Final = 100
+_MAX_PORT: Final = 65535
+
+
+def _atoi(text: Any) -> int | None:
+    """Go's ``strconv.Atoi``: an optional sign, then ASCII digits; None where it errs."""
+    if not isinstance(text, str):
+        return None
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    return -int(digits) if text.startswith("-") else int(digits)
+
+
+def _find(items: Any, name: str) -> dict[str, Any]:
+    """The item named ``name``, or an empty one: Poseidon's FindAndValidate* add what is missing."""
+    found = next((i for i in items or [] if isinstance(i, dict) and i.get("Name") == name), None)
+    return found if found is not None else {"Name": name}
+
+
+def poseidon_loads(job: Mapping[str, Any], status: str) -> dict[str, Any] | None:
+    """The environment Poseidon's loader recovers from a template job as ``GET /v1/job/:id``
+    answers it, while the job's status is ``status``: None when it skips the job (not
+    ``running``), else the environment's JSON as Poseidon answers it (``MarshalJSON`` of its
+    getters). Poseidon skips a job without the group ``config`` too, but its own
+    ``FindAndValidateConfigTaskGroup`` adds that group first, so no job is skipped for it: the
+    pool size of such a job reads 0. Every getter's fallback is Poseidon's: an ID that does not
+    parse is 0, a pool size that does not parse (or is negative) 0, no ``MemoryMaxMB`` 0, a task
+    without resources has Nomad's default 100 MHz, a port beyond 65535 is left out."""
+    if status != "running":
+        return None
+    parts = str(job.get("ID", "")).split("-")
+    environment_id = _atoi(parts[1]) if len(parts) > 1 else None
+    group = _find(job.get("TaskGroups"), RUNNER_GROUP)
+    task = _find(group.get("Tasks"), RUNNER_TASK)
+    config = task.get("Config") or {}
+    resources = task.get("Resources")
+    cpu = resources.get("CPU") if resources else _DEFAULT_CPU
+    memory = (resources or {}).get("MemoryMaxMB")
+    meta = _find(job.get("TaskGroups"), CLAIM_GROUP).get("Meta") or {}
+    pool_size = _atoi(meta.get("prewarmingPoolSize"))
+    networks = group.get("Networks") or []
+    ports = [p.get("To", 0) for p in (networks[0].get("DynamicPorts") or [])] if networks else []
+    return {
+        "prewarmingPoolSize": max(pool_size or 0, 0),
+        "cpuLimit": max(cpu or 0, 0),
+        "memoryLimit": max(memory or 0, 0),
+        "image": config.get("image") if isinstance(config.get("image"), str) else "",
+        "networkAccess": config.get("network_mode") != "none",
+        "exposedPorts": [p for p in ports if p <= _MAX_PORT] or None,
+        "id": environment_id or 0,
+    }
