@@ -6,9 +6,9 @@ second, a daemon on a simulated cluster, both in this test's trio run and servin
 tests/daemon's do, and evaluates a copy of alerts.yml whose every ``for:`` is 2 s and whose stream
 grace is 3 s instead of 30 s (the daemon gets ``health.stream_down_grace = 3`` to match): the
 thresholds stay the shipped ones, only the waits shrink, so that the run takes seconds. The pool
-depletes because the cluster's one node holds exactly the pool: each claimed runner's replacement
-finds no room until runners are released. The stream goes down when the cluster's one server
-restarts through the simulator's fault-injection API.
+depletes because the cluster's one node holds exactly the pool and the environment's template job:
+each claimed runner's replacement finds no room until runners are released. The stream goes down
+when the cluster's one server restarts through the simulator's fault-injection API.
 
 Real clock, as in tests/daemon: Prometheus is another process, whose state is polled through its
 HTTP API (``/api/v1/alerts``, ``/api/v1/query``). The module runs in one xdist group, so that one
@@ -40,7 +40,6 @@ pytestmark = pytest.mark.xdist_group("prometheus")
 DASHBOARD: Final = Path(__file__).resolve().parents[2] / "scripts" / "monitoring" / "grafana-dashboard.json"
 ENVIRONMENT: Final = 10
 POOL: Final = 4
-# One server (its restart takes the stream down), one node with room for the pool and no more.
 ENVIRONMENT_BODY: Final = {
     "image": "python:3.12-slim",
     "prewarmingPoolSize": POOL,
@@ -58,11 +57,13 @@ QUIET: Final = (
     "SupervisorExecutionErrors",
     "SupervisorOnSimulatedCluster",
 )
+# One server (its restart takes the stream down), one node with room for the pool and the
+# environment's template job (it runs one container, as Poseidon's does) and no more.
 SIM: Final = SimConfig(
     seed=7,
     servers=1,
     nodes=1,
-    node_capacity=POOL,
+    node_capacity=POOL + 1,
     alloc_start_delay=0.01,
     task_kill_delay=0.01,
     eval_delay=0.001,
