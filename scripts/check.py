@@ -1,7 +1,8 @@
 """Every check the project has: lint, formatting, types, the systemd units as systemd reads them,
-the wheel installed outside the checkout running the README's walk-through, the quick scenarios, 30
-seeds of the deterministic simulation, a short fuzzing pass of the API (over its own document and
-Poseidon's swagger.yaml), then the test suite.
+the alert rules as Prometheus reads them (with their unit tests), the wheel installed outside the
+checkout running the README's walk-through, the quick scenarios, 30 seeds of the deterministic
+simulation, a short fuzzing pass of the API (over its own document and Poseidon's swagger.yaml),
+then the test suite.
 
     python scripts/check.py [pytest arguments...]
 
@@ -9,7 +10,9 @@ Stops at the first failing step and exits with its code; the last line sums up e
 scenarios run for seeds 1 to 5, six at a time (each mostly waits on its cluster's timers). The
 tests run in one worker per core (pytest-xdist): the daemon tests spend most of their time waiting
 on the simulated cluster's real processes, so two workers halve the wall time on two cores. ``-n 0``
-runs them in one process.
+runs them in one process. The monitoring step installs Debian's ``prometheus`` package when its
+``promtool`` is missing and this runs as root (as CI does), since a test of the suite runs a real
+Prometheus; elsewhere it fails with the command that installs it.
 """
 
 from __future__ import annotations
@@ -48,12 +51,17 @@ def main() -> int:
             ("format", [python, "-m", "ruff", "format", "--check", *SOURCES]),
             ("types", [python, "-m", "mypy"]),
             ("units", [python, "scripts/check_units.py"]),
+            ("monitoring", [python, "scripts/monitoring/check_rules.py"]),
             ("install", [python, "scripts/check_install.py"]),
             ("scenarios", [python, "scenarios/run_all.py", "--quick", "--jobs", "6"]),
             ("simulation", [python, "scenarios/dst.py", "--seeds", "1-30", "--jobs", "2", "--output", "dst"]),
             # 40 examples over Poseidon's swagger.yaml send a PATCH whose base64 content is past ASCII.
             ("fuzz", [python, "scripts/fuzz_api.py", "--max-examples", "20", "--poseidon-examples", "40"]),
-            ("tests", [python, "-m", "pytest", "--numprocesses", "auto", *sys.argv[1:]]),
+            # loadgroup: the tests of one xdist_group (the one that runs Prometheus) share a worker.
+            (
+                "tests",
+                [python, "-m", "pytest", "--numprocesses", "auto", "--dist", "loadgroup", *sys.argv[1:]],
+            ),
         ]
     )
 
