@@ -23,10 +23,10 @@ import httpx
 import trio
 
 from supervisor.core.job_template import RUNNER_TASK
+from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 from supervisor.nomad import NomadClient
 from supervisor.nomad.exec import ExecExited
 from supervisor.simulator import SimulatedCluster
-from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 
 __all__ = [
     "PoseidonCluster",

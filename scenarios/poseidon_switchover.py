@@ -36,9 +36,9 @@ import trio_websocket
 from harness import EXIT_0, Scenario, daemon_logs, parse_arguments, run, start_daemon, terminal_messages
 from poseidon_cluster import PoseidonCluster, created_environment, environments_of, live_runner_jobs
 
+from supervisor.dst.poseidon_jobs import poseidon_loads
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.dst.poseidon_jobs import poseidon_loads
 
 # A management token, as a deployment gives both Poseidon and the daemon.
 TOKEN: Final = "4f8a2c1e-9b7d-4e3a-8c5f-0d6b1a2e3f47"
