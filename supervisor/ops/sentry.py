@@ -27,7 +27,6 @@ from loguru import logger
 from .. import __version__
 from ..base.errors import ConfigError
 from .logs import redact
-from .tracing import enable_tracing
 
 __all__ = ["CAUSE", "RATE", "SentryOptions", "init_sentry", "sentry_options"]
 
@@ -105,7 +104,6 @@ def init_sentry(environ: Mapping[str, str], secrets: Iterable[str] = (), *, tran
     app is made (its routes are traced only if tracing is on by then). ConfigError for a wrong
     ``SENTRY_*`` value."""
     options = sentry_options(environ)
-    enable_tracing(False)
     if not options.dsn:
         return False
     try:
@@ -140,7 +138,6 @@ def init_sentry(environ: Mapping[str, str], secrets: Iterable[str] = (), *, tran
         before_send_transaction=_masked_transaction(secrets_by_length),
         transport=transport,
     )
-    enable_tracing(tracing)
     if tracing:
         rate = options.traces_sample_rate
         logger.info("reporting errors, and traces of {} of the API's requests, to Sentry", rate)

@@ -22,13 +22,14 @@ not on its list of sensitive headers, nor are the files of a PATCH anything it k
 it patches Starlette itself for every app in the process; and it names a transaction by route
 without its method. It is switched off (``sentry.py``) and the routes are traced here, each
 wrapped in ``TracedRoute`` when ``create_app`` builds it. With tracing off no route is wrapped and
-sentry-sdk is not imported by this module: what is left is ``tag_environment``'s test of one flag
+sentry-sdk is not imported by this module: what is left is ``tag_environment``'s look for it in ``sys.modules``
 and ``run_span``'s shared do-nothing context manager.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -38,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 if TYPE_CHECKING:
     from sentry_sdk.tracing import Transaction
 
-__all__ = ["TracedRoute", "enable_tracing", "run_span", "tag_environment", "tracing_enabled"]
+__all__ = ["TracedRoute", "run_span", "tag_environment", "tracing_enabled"]
 
 # The headers a trace continues from; no other header is read.
 _PROPAGATION: Final = (b"sentry-trace", b"baggage")
@@ -47,24 +48,22 @@ _ERROR_BODY_LIMIT: Final = 4096
 _ENVIRONMENT_TAG: Final = "environment_id"
 _OUTCOME_TAG: Final = "outcome"
 
-_enabled = False
 _NO_SPAN: Final = contextlib.nullcontext()
 
 
-def enable_tracing(enabled: bool) -> None:
-    """Trace the routes ``create_app`` builds from now on (``init_sentry`` calls it)."""
-    global _enabled
-    _enabled = enabled
-
-
 def tracing_enabled() -> bool:
-    """Whether ``create_app`` wraps its routes in ``TracedRoute``."""
-    return _enabled
+    """Whether Sentry traces requests. Its client is one per process (``sentry_sdk.init``), so it
+    is asked rather than mirrored here; with sentry-sdk never imported, nothing traces."""
+    sdk = sys.modules.get("sentry_sdk")
+    if sdk is None:
+        return False
+    client = sdk.get_client()
+    return bool(client.is_active() and client.options.get("traces_sample_rate"))
 
 
 def tag_environment(environment_id: int) -> None:
     """Tag the request's transaction (and any error reported while it runs) with its environment."""
-    if _enabled:
+    if tracing_enabled():
         import sentry_sdk
 
         sentry_sdk.set_tag(_ENVIRONMENT_TAG, str(environment_id))
@@ -73,7 +72,7 @@ def tag_environment(environment_id: int) -> None:
 def run_span(op: str, description: str) -> contextlib.AbstractContextManager[object]:
     """A span of the request's transaction, for a part of it worth timing on its own; with tracing
     off, one shared context manager that does nothing."""
-    if not _enabled:
+    if not tracing_enabled():
         return _NO_SPAN
     import sentry_sdk
 
