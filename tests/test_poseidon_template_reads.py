@@ -53,6 +53,10 @@ class _Templates(NomadDouble):
         ]
         return Indexed(stubs, 1)
 
+    async def read_job(self, job_id: str) -> Indexed[dict[str, Any]]:
+        job, index = self.jobs[job_id]
+        return Indexed({**job, "ModifyIndex": index, "Status": "running"}, index)
+
     async def get_job(self, job_id: str) -> Indexed[Job]:
         self.reads.append(job_id)
         job, index = self.jobs[job_id]
@@ -178,3 +182,66 @@ async def test_another_refusal_of_the_template_is_no_type_change() -> None:
     with pytest.raises(NomadUnavailableError, match="no leader"):
         await store.put(ExecutionEnvironment(3, "python:3.12", 1, 1.0, 256, False))
     assert nomad.writes == []
+
+
+class _FailingOnce(_Refusing):
+    """Fails the first registration of ours after a purge, as a Nomad without a leader does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next_service = True
+
+    async def register_job(self, job: Mapping[str, Any]) -> JobRegisterResponse:
+        if job["Type"] == "service" and self.fail_next_service:
+            self.fail_next_service = False
+            raise NomadUnavailableError("register", status_code=500, body="rpc error: no leader")
+        return await super().register_job(job)
+
+
+async def test_a_failed_registration_after_the_purge_brings_poseidons_template_back() -> None:
+    nomad = _FailingOnce()
+    nomad.jobs["template-3"] = (poseidon_template_job(POSEIDONS), 20)
+    store, pool = _store(nomad)
+    await store.load()
+    known = pool.environments[3]
+    ours = ExecutionEnvironment(3, "openhpi/co_execenv_java:21", 4, 30.0, 512, False)
+    with pytest.raises(NomadUnavailableError, match="no leader"):
+        await store.put(ours)
+    assert nomad.writes == [("purge", "template-3"), ("register", "template-3")]
+    restored = nomad.jobs["template-3"][0]
+    assert restored["Type"] == "batch", "Poseidon's own job, as it was read"
+    assert restored["TaskGroups"] == poseidon_template_job(POSEIDONS)["TaskGroups"]
+    assert pool.environments[3] == known, "a refused PUT changes nothing"
+    await store.put(ours)  # the client tries again
+    assert nomad.jobs["template-3"][0]["Type"] == "service"
+    assert pool.environments[3] == ours
+
+
+class _Flaky(_Templates):
+    """Its next GET of a job fails as a Nomad server without a leader answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    async def get_job(self, job_id: str) -> Indexed[Job]:
+        if self.failing:
+            self.reads.append(job_id)
+            raise NomadUnavailableError("read", status_code=500, body="rpc error: no leader")
+        return await super().get_job(job_id)
+
+
+async def test_a_template_that_cannot_be_read_now_fails_no_listing() -> None:
+    nomad = _Flaky()
+    nomad.jobs["template-3"] = (poseidon_template_job(POSEIDONS), 20)
+    nomad.jobs["template-4"] = (poseidon_template_job({**POSEIDONS, "id": 4}), 21)
+    store, pool = _store(nomad)
+    await store.load()
+    nomad.jobs["template-3"] = (poseidon_template_job({**POSEIDONS, "prewarmingPoolSize": 1}), 25)
+    nomad.failing = True
+    await store.load()  # no error: template-4 needs no read, template-3's read fails
+    assert pool.environments[3].prewarming_pool_size == 4, "kept as the pool knew it"
+    nomad.failing = False
+    await store.load()
+    assert pool.environments[3].prewarming_pool_size == 1, "read again once it can be"
+    assert set(pool.environments) == {3, 4}

@@ -132,7 +132,8 @@ class EnvironmentStore:
         their environment, so they are never taken for orphans; but runner jobs this daemon made
         for it since the takeover (each claim's replacement) name it, and the restarted daemon
         destroys those as orphans. Without a crash nothing is lost in between: a relist waits for
-        ``lock``, and ``adopt`` only adds environments.
+        ``lock``, ``adopt`` only adds environments, and a registration Nomad refuses or fails
+        brings Poseidon's job back (``_replace_poseidons``).
         """
         job_id = f"{TEMPLATE_PREFIX}{environment.id}"
         job = template_job(environment, self._shape)
@@ -147,10 +148,40 @@ class EnvironmentStore:
             await self._replace_poseidons(job_id, job)  # one this daemon had not listed yet
 
     async def _replace_poseidons(self, job_id: str, job: dict[str, Any]) -> None:
-        await self._client.deregister_job(job_id, purge=True)
-        logger.info("template job {} of Poseidon purged, to be registered as this daemon's", job_id)
-        self._poseidon.pop(job_id, None)
-        await self._client.register_job(job)
+        """Purge Poseidon's template job ``job_id``, then register ours. When ours is refused, or
+        Nomad fails meanwhile, Poseidon's job is registered back as it was read (a purged job may
+        come back of any type) and the error raised: the environment keeps the template it had, and
+        the client may try again. The writes are shielded from the request's cancellation: a client
+        that leaves between them must not leave the environment without a template job."""
+        with trio.CancelScope(shield=True):
+            try:
+                before: dict[str, Any] | None = (await self._client.read_job(job_id)).value
+            except NomadNotFound:
+                before = None
+            await self._client.deregister_job(job_id, purge=True)
+            logger.info("template job {} of Poseidon purged, to be registered as this daemon's", job_id)
+            self._poseidon.pop(job_id, None)
+            try:
+                await self._client.register_job(job)
+            except (TransientError, TerminalError):
+                if before is not None:
+                    await self._restore(job_id, before)
+                raise
+
+    async def _restore(self, job_id: str, job: dict[str, Any]) -> None:
+        """Register Poseidon's template job back after ours failed; if that fails too, the
+        environment is left without one until its next PUT (said at ERROR)."""
+        try:
+            await self._client.register_job(job)
+        except (TransientError, TerminalError) as exc:
+            logger.error(
+                "template job {} of Poseidon purged and neither ours nor its own registered ({}): "
+                "the environment lasts until this daemon stops, or until it is PUT again",
+                job_id,
+                exc,
+            )
+        else:
+            logger.warning("template job {} of Poseidon registered back: ours was not taken", job_id)
 
     async def delete(self, environment_id: int) -> None:
         """Forget the environment and its runners, and purge its template job."""
@@ -207,7 +238,8 @@ class EnvironmentStore:
     async def _poseidon_environment(self, stub: JobListStub) -> ExecutionEnvironment | None:
         """The environment of a template job without our meta (Poseidon's), read by one GET unless
         it was read at the listed ModifyIndex already."""
-        if template_environment_id(stub.id) is None:
+        environment_id = template_environment_id(stub.id)
+        if environment_id is None:
             return None
         known = self._poseidon.get(stub.id)
         if known is not None and known[0] == stub.modify_index:
@@ -216,6 +248,13 @@ class EnvironmentStore:
             job = (await self._client.get_job(stub.id)).value
         except NomadNotFound:
             return None  # purged since the listing: the next one will not show it
+        except TransientError as exc:
+            # One template unread fails no listing: the pool keeps what it knew of it (its ModifyIndex
+            # is not recorded, so the next listing reads it again).
+            logger.warning("template job {} not read this time: {}", stub.id, exc)
+            return self._pool.environment(environment_id)
+        if job.stop:
+            return None  # stopped since the listing
         return self._read_poseidon(job, stub.modify_index)
 
     def _read_poseidon(self, job: Job, modify_index: int) -> ExecutionEnvironment | None:
