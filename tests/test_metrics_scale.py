@@ -83,3 +83,36 @@ async def test_a_scrape_writes_as_many_samples_for_ten_thousand_runners_as_for_a
     assert samples["supervisor_execution_duration_seconds"] == ENVIRONMENTS * histogram
     assert samples["supervisor_claims"] == ENVIRONMENTS * 5 + 1, "each outcome, and the unknown one"
     assert samples["supervisor_file_transfers"] == ENVIRONMENTS * 2
+
+
+async def test_a_deleted_environments_counts_are_shown_under_unknown() -> None:
+    # Environments made and deleted one after another must not grow the scrape: what was counted in
+    # one the pool no longer knows is folded into ``unknown``, and no count is lost.
+    async with trio.open_nursery() as nursery:
+        service = running_service(nursery, 1)
+        figures = service.figures
+        metrics = DaemonMetrics(lambda: service)
+        samples = []
+        for deleted in (range(100, 140), range(200, 600)):
+            for gone in map(str, deleted):
+                figures.claims.add(gone, "claimed", 2)
+                figures.claim_seconds.observe(gone, 0.02)
+                figures.executions.add(gone, "exit")
+            samples.append(work_samples(metrics))
+        assert samples[0] == samples[1]
+        families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+        claims = {
+            (s.labels["environment"], s.labels["outcome"]): s.value
+            for s in families["supervisor_claims"].samples
+            if s.name == "supervisor_claims_total"
+        }
+        assert claims[("unknown", "claimed")] == 2 * 440
+        assert claims[("1", "claimed")] == 3
+        assert not any(environment == "100" for environment, _ in claims)
+        unknown_durations = next(
+            s.value
+            for s in families["supervisor_claim_duration_seconds"].samples
+            if s.name.endswith("_count") and s.labels["environment"] == "unknown"
+        )
+        assert unknown_durations == 440
+        nursery.cancel_scope.cancel()

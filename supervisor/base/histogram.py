@@ -25,6 +25,16 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def merged(self, other: Histogram) -> Histogram:
+        """A new histogram holding both one's and ``other``'s observations (the same bounds)."""
+        if other.bounds != self.bounds:
+            raise ValueError("only histograms of the same bounds merge")
+        both = Histogram(self.bounds)
+        both._counts = [a + b for a, b in zip(self._counts, other._counts, strict=True)]
+        both.total = self.total + other.total
+        both.count = self.count + other.count
+        return both
+
     def cumulative(self) -> list[tuple[str, int]]:
         """``(le, count)`` for each bound and ``+Inf``: observations at or below it."""
         running, rows = 0, []

@@ -5,7 +5,8 @@ their bytes.
 The desk and the execution service count here as the work ends; ``/metrics`` reads the figures when
 Prometheus scrapes. Counting is a dict update: no lock (one trio thread), no label that names a
 runner. ``environment`` is an environment's ID as decimal text, or ``unknown`` for a claim naming an
-environment the pool does not know, so that no client can grow the label set at will.
+environment the pool does not know, so that no client can grow the label set at will (``/metrics``
+shows a deleted environment's counts under it too).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ Nomad: what Poseidon's operators read from its InfluxDB measurements, in Prometh
 
 The figures are the desk's (``desk/figures.py``) and the client's (``nomad/events.py``), read at
 scrape time. Every environment the pool knows shows each of its series from the start, at 0 until
-counted, so that a rate or an alert on a series works before its first event; an environment counted
-once stays (its counts do not go away with it). The cost follows the environments and the labels'
-fixed values, never the runners.
+counted, so that a rate or an alert on a series works before its first event. The counts of an
+environment the pool no longer knows (deleted) are shown under ``unknown``: no count goes away, and
+creating and deleting environments does not grow the label set. The cost follows the environments
+the pool knows and the labels' fixed values, never the runners.
 """
 
 from __future__ import annotations
@@ -106,9 +107,12 @@ def _by_environment(
 ) -> Metric:
     """A counter by environment and ``label``: each known environment with each of ``values``, and
     ``always``, at 0 until counted, beside whatever was counted."""
-    samples = dict.fromkeys(((e, v) for e in environments for v in values), 0)
+    known = set(environments)
+    samples = dict.fromkeys(((e, v) for e in known for v in values), 0)
     samples.update(dict.fromkeys(always, 0))
-    samples.update(counts.items())
+    for (environment, value), count in counts.items():
+        key = (environment if environment in known else UNKNOWN_ENVIRONMENT, value)
+        samples[key] = samples.get(key, 0) + count
     family = CounterMetricFamily(name, help_text, labels=["environment", label])
     for labels, count in sorted(samples.items()):
         family.add_metric(list(labels), count)
@@ -116,9 +120,13 @@ def _by_environment(
 
 
 def _durations(name: str, help_text: str, durations: Durations, environments: Iterable[str]) -> Metric:
-    """A histogram by environment: each known environment's, empty until its first duration."""
+    """A histogram by environment: each known environment's, empty until its first duration; those
+    of environments no longer known merged under ``unknown``."""
     histograms = {environment: Histogram(durations.bounds) for environment in environments}
-    histograms.update(durations.items())
+    for environment, histogram in durations.items():
+        key = environment if environment in histograms else UNKNOWN_ENVIRONMENT
+        earlier = histograms.get(key)
+        histograms[key] = histogram if earlier is None else earlier.merged(histogram)
     family = HistogramMetricFamily(name, help_text, labels=["environment"])
     for environment, histogram in sorted(histograms.items()):
         family.add_metric([environment], histogram.cumulative(), histogram.total)
