@@ -37,6 +37,7 @@ import yaml
 from attrs import field, frozen
 
 from ..base.errors import ConfigError
+from .poseidon_templates import go_atoi
 
 __all__ = ["CONFIGURATION", "Field", "Kind", "PoseidonSettings", "read_poseidon_settings", "variables"]
 
@@ -330,14 +331,6 @@ def resolve(text: str) -> tuple[str, Any]:
     return "str", text
 
 
-def _go_atoi(text: str) -> int | None:
-    """Go's ``strconv.Atoi``: decimal, a sign allowed, within 64 bits."""
-    if re.fullmatch(r"[+-]?[0-9]+", text) is None:
-        return None
-    number = int(text)
-    return number if _INT64[0] <= number <= _INT64[1] else None
-
-
 # -- the file -------------------------------------------------------------------------------------
 
 
@@ -521,7 +514,7 @@ def _apply_environment(
         text = environ[variable]
         if f.kind is Kind.STRING:
             value: Any = text
-        elif f.kind is Kind.INT and (number := _go_atoi(text)) is not None:
+        elif f.kind is Kind.INT and (number := go_atoi(text)) is not None:
             value = number
         elif f.kind is Kind.BOOL and text in _GO_TRUE | _GO_FALSE:
             value = text in _GO_TRUE

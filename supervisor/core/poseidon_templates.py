@@ -30,7 +30,7 @@ from ..base.errors import InvalidRequest
 from .environments import MAX_ID, ExecutionEnvironment, decimal, environment_from_dict
 from .job_template import CLAIM_GROUP, RUNNER_GROUP, RUNNER_TASK
 
-__all__ = ["PoseidonTemplateError", "environment_from_poseidon_job", "template_environment_id"]
+__all__ = ["PoseidonTemplateError", "environment_from_poseidon_job", "go_atoi", "template_environment_id"]
 
 _TEMPLATE_WORD: Final = "template"
 _POOL_SIZE_KEY: Final = "prewarmingPoolSize"
@@ -50,13 +50,15 @@ def template_environment_id(job_id: str) -> int | None:
     return environment_id if environment_id is not None and environment_id <= MAX_ID else None
 
 
-def _go_atoi(text: str) -> int | None:
-    """``text`` as Go's ``strconv.Atoi`` reads it (an optional sign, then decimal ASCII digits)."""
+def go_atoi(text: str) -> int | None:
+    """``text`` as Go's ``strconv.Atoi`` reads it on 64 bits: an optional sign, then decimal ASCII
+    digits, within an int64; None where it errs."""
     digits = text[1:] if text[:1] in ("+", "-") else text
     value = decimal(digits)
     if value is None:
         return None
-    return -value if text.startswith("-") else value
+    value = -value if text.startswith("-") else value
+    return value if -(2**63) <= value < 2**63 else None
 
 
 def _named(items: Any, name: str) -> Mapping[str, Any] | None:
@@ -78,7 +80,7 @@ def _pool_size(groups: Sequence[Any]) -> int:
     config = _named(groups, CLAIM_GROUP) or {}
     meta = config.get("Meta")
     raw = meta.get(_POOL_SIZE_KEY) if isinstance(meta, Mapping) else None
-    size = _go_atoi(raw) if isinstance(raw, str) else None
+    size = go_atoi(raw) if isinstance(raw, str) else None
     return size if size is not None and size > 0 else 0
 
 

@@ -29,6 +29,7 @@ from typing import Any, Final
 import orjson
 
 from ..core.job_template import CLAIM_GROUP, POSEIDON_TEMPLATE, RUNNER_GROUP, RUNNER_TASK
+from ..core.poseidon_templates import go_atoi
 
 __all__ = [
     "POSEIDON_NETWORK",
@@ -115,16 +116,6 @@ _DEFAULT_CPU: Final = 100
 _MAX_PORT: Final = 65535
 
 
-def _atoi(text: Any) -> int | None:
-    """Go's ``strconv.Atoi``: an optional sign, then ASCII digits; None where it errs."""
-    if not isinstance(text, str):
-        return None
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not digits.isascii() or not digits.isdigit():
-        return None
-    return -int(digits) if text.startswith("-") else int(digits)
-
-
 def _find(items: Any, name: str) -> dict[str, Any]:
     """The item named ``name``, or an empty one: Poseidon's FindAndValidate* add what is missing."""
     found = next((i for i in items or [] if isinstance(i, dict) and i.get("Name") == name), None)
@@ -143,7 +134,7 @@ def poseidon_loads(job: Mapping[str, Any], status: str) -> dict[str, Any] | None
     if status != "running":
         return None
     parts = str(job.get("ID", "")).split("-")
-    environment_id = _atoi(parts[1]) if len(parts) > 1 else None
+    environment_id = go_atoi(parts[1]) if len(parts) > 1 else None
     group = _find(job.get("TaskGroups"), RUNNER_GROUP)
     task = _find(group.get("Tasks"), RUNNER_TASK)
     config = task.get("Config") or {}
@@ -151,7 +142,8 @@ def poseidon_loads(job: Mapping[str, Any], status: str) -> dict[str, Any] | None
     cpu = resources.get("CPU") if resources else _DEFAULT_CPU
     memory = (resources or {}).get("MemoryMaxMB")
     meta = _find(job.get("TaskGroups"), CLAIM_GROUP).get("Meta") or {}
-    pool_size = _atoi(meta.get("prewarmingPoolSize"))
+    raw_size = meta.get("prewarmingPoolSize")
+    pool_size = go_atoi(raw_size) if isinstance(raw_size, str) else None
     networks = group.get("Networks") or []
     ports = [p.get("To", 0) for p in (networks[0].get("DynamicPorts") or [])] if networks else []
     return {

@@ -22,8 +22,8 @@ not on its list of sensitive headers, nor are the files of a PATCH anything it k
 it patches Starlette itself for every app in the process; and it names a transaction by route
 without its method. It is switched off (``sentry.py``) and the routes are traced here, each
 wrapped in ``TracedRoute`` when ``create_app`` builds it. With tracing off no route is wrapped and
-sentry-sdk is not imported by this module: what is left is ``tag_environment``'s look for it in ``sys.modules``
-and ``run_span``'s shared do-nothing context manager.
+sentry-sdk is not imported by this module: what is left is a look for it in ``sys.modules`` and
+``run_span``'s shared do-nothing context manager.
 """
 
 from __future__ import annotations
