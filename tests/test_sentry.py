@@ -36,6 +36,10 @@ class CapturingTransport(Transport):
 @pytest.fixture
 def transport() -> Iterator[CapturingTransport]:
     captured = CapturingTransport()
+    # Breadcrumbs that earlier tests in this process left in the scopes (an HTTP call's has no
+    # message) are not this test's.
+    sentry_sdk.get_isolation_scope().clear()
+    sentry_sdk.get_current_scope().clear()
     configure_logging(LogSettings(), [SECRET], io.StringIO())
     environ = {"SENTRY_DSN": "https://public@sentry.invalid/1"}
     assert init_sentry(environ, [SECRET], transport=captured)

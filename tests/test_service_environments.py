@@ -103,6 +103,11 @@ class _GatedNomad(NomadDouble):
         job = self.jobs[job_id]
         return Indexed(Job(id=job_id, meta=job.get("Meta") or {}, raw_task_groups=job["TaskGroups"]), 10)
 
+    async def read_job(self, job_id: str) -> Indexed[dict[str, Any]]:
+        if job_id not in self.jobs:
+            raise NomadNotFound(f"job {job_id} not found", status_code=404)
+        return Indexed(dict(self.jobs[job_id]), 10)
+
     async def list_nodes(self) -> Indexed[list[Any]]:
         return Indexed([], 10)
 

@@ -111,6 +111,7 @@ def init_sentry(environ: Mapping[str, str], secrets: Iterable[str] = (), *, tran
         from sentry_sdk.integrations.logging import LoggingIntegration
         from sentry_sdk.integrations.loguru import LoggingLevels, LoguruIntegration
         from sentry_sdk.integrations.starlette import StarletteIntegration
+        from sentry_sdk.integrations.stdlib import StdlibIntegration
     except ImportError:
         logger.warning("SENTRY_DSN is set, but sentry-sdk is not installed: pip install '.[sentry]'")
         return False
@@ -133,7 +134,10 @@ def init_sentry(environ: Mapping[str, str], secrets: Iterable[str] = (), *, tran
             # The standard library's lines reach loguru first (logs.py): report them once, from there.
             LoggingIntegration(level=None, event_level=None),
         ],
-        disabled_integrations=[StarletteIntegration],
+        # Starlette's would attach requests' headers and bodies (tracing.py); the standard library's
+        # patches subprocess for the whole process, giving every child SUBPROCESS_SENTRY_TRACE and
+        # SUBPROCESS_BAGGAGE, so the simulated cluster's containers, where students' code runs.
+        disabled_integrations=[StarletteIntegration, StdlibIntegration],
         before_send=_grouped(secrets_by_length),
         before_send_transaction=_masked_transaction(secrets_by_length),
         transport=transport,
