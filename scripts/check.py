@@ -1,14 +1,14 @@
 """Every check the project has: lint, formatting, types, the systemd units as systemd reads them,
 the alert rules as Prometheus reads them (with their unit tests), the wheel installed outside the
-checkout running the README's walk-through, the quick scenarios, 20 seeds of the deterministic
+checkout running the README's walk-through, the quick scenarios, 15 seeds of the deterministic
 simulation, a short fuzzing pass of the API (over its own document and Poseidon's swagger.yaml),
 then the test suite.
 
     python scripts/check.py [pytest arguments...]
 
 Stops at the first failing step and exits with its code; the last line sums up every step. The
-scenarios run for seeds 1 to 3, six at a time (each mostly waits on its cluster's timers); seeds 4
-and 5, and the simulation's seeds past 20, are `run_all.py --quick` and `dst.py --seeds` of their
+scenarios run for seeds 1 and 2, six at a time (each mostly waits on its cluster's timers); seeds 3
+to 5, and the simulation's seeds past 15, are `run_all.py --quick` and `dst.py --seeds` of their
 own, kept out of the check so that it stays within ten minutes on two cores. The
 tests run in one worker per core (pytest-xdist): the daemon tests spend most of their time waiting
 on the simulated cluster's real processes, so two workers halve the wall time on two cores. ``-n 0``
@@ -55,8 +55,8 @@ def main() -> int:
             ("units", [python, "scripts/check_units.py"]),
             ("monitoring", [python, "scripts/monitoring/check_rules.py"]),
             ("install", [python, "scripts/check_install.py"]),
-            ("scenarios", [python, "scenarios/run_all.py", "--quick", "--seeds", "1,2,3", "--jobs", "6"]),
-            ("simulation", [python, "scenarios/dst.py", "--seeds", "1-20", "--jobs", "2", "--output", "dst"]),
+            ("scenarios", [python, "scenarios/run_all.py", "--quick", "--seeds", "1,2", "--jobs", "6"]),
+            ("simulation", [python, "scenarios/dst.py", "--seeds", "1-15", "--jobs", "2", "--output", "dst"]),
             # 40 examples over Poseidon's swagger.yaml send a PATCH whose base64 content is past ASCII.
             ("fuzz", [python, "scripts/fuzz_api.py", "--max-examples", "20", "--poseidon-examples", "40"]),
             # loadgroup: the tests of one xdist_group (the one that runs Prometheus) share a worker.
