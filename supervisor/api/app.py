@@ -496,6 +496,10 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
             return None
         return [Middleware(TracedRoute, path=path, op=op, description=description)]
 
+    def traced_route(path: str, endpoint: Any, method: str, name: str, op: str, description: str) -> Route:
+        """A route Sentry traces under Poseidon's span ``op`` when tracing is on."""
+        return Route(path, endpoint, methods=[method], name=name, middleware=traced(path, op, description))
+
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/health", routes.health, methods=["GET"], name="health"),
@@ -510,47 +514,38 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
                 methods=["GET"],
                 name="statistics",
             ),
-            Route(
+            traced_route(
                 f"{PREFIX}/runners",
                 routes.provide_runner,
-                methods=["POST"],
-                name="provideRunner",
-                middleware=traced(f"{PREFIX}/runners", "api.runner.claim", "Claim Runner"),
+                "POST",
+                "provideRunner",
+                "api.runner.claim",
+                "Claim Runner",
             ),
-            Route(
-                runner,
-                routes.delete_runner,
-                methods=["DELETE"],
-                name="destroyRunner",
-                middleware=traced(runner, "api.runner.delete", "Return Runner"),
+            traced_route(
+                runner, routes.delete_runner, "DELETE", "destroyRunner", "api.runner.delete", "Return Runner"
             ),
-            Route(
-                f"{runner}/files",
-                routes.list_files,
-                methods=["GET"],
-                name="listFiles",
-                middleware=traced(f"{runner}/files", "api.fs.list", "List File System"),
+            traced_route(
+                f"{runner}/files", routes.list_files, "GET", "listFiles", "api.fs.list", "List File System"
             ),
-            Route(
+            traced_route(
                 f"{runner}/files",
                 routes.update_files,
-                methods=["PATCH"],
-                name="updateFiles",
-                middleware=traced(f"{runner}/files", "api.fs.update", "Update File System"),
+                "PATCH",
+                "updateFiles",
+                "api.fs.update",
+                "Update File System",
             ),
-            Route(
+            traced_route(
                 f"{runner}/files/raw",
                 routes.download_file,
-                methods=["GET"],
-                name="downloadFile",
-                middleware=traced(f"{runner}/files/raw", "api.fs.read", "File Content"),
+                "GET",
+                "downloadFile",
+                "api.fs.read",
+                "File Content",
             ),
-            Route(
-                f"{runner}/execute",
-                routes.execute,
-                methods=["POST"],
-                name="execute",
-                middleware=traced(f"{runner}/execute", "api.runner.exec", "Store Execution"),
+            traced_route(
+                f"{runner}/execute", routes.execute, "POST", "execute", "api.runner.exec", "Store Execution"
             ),
             WebSocketRoute(
                 f"{runner}/websocket",
@@ -571,12 +566,13 @@ def create_app(service: RunnerService, settings: Settings, metrics: DaemonMetric
                 name="listEnvironments",
             ),
             Route(environment, routes.get_environment, methods=["GET"], name="getEnvironment"),
-            Route(
+            traced_route(
                 environment,
                 routes.put_environment,
-                methods=["PUT"],
-                name="putEnvironment",
-                middleware=traced(environment, "api.env.update", "Create Environment"),
+                "PUT",
+                "putEnvironment",
+                "api.env.update",
+                "Create Environment",
             ),
             Route(environment, routes.delete_environment, methods=["DELETE"], name="deleteEnvironment"),
         ],
