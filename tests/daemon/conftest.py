@@ -11,6 +11,7 @@ wakes on the task step that makes it true (``tests/waiting.py``), never by polli
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -163,6 +164,16 @@ async def harness(
     nursery: trio.Nursery, sim_config: SimConfig, settings: Settings, tree: Tree
 ) -> AsyncIterator[Harness]:
     cluster = await nursery.start(SimulatedCluster(sim_config).run)
+    async with daemon_on(cluster, nursery, settings, tree) as harness:
+        yield harness
+
+
+@contextlib.asynccontextmanager
+async def daemon_on(
+    cluster: SimulatedCluster, nursery: trio.Nursery, settings: Settings, tree: Tree = TREE
+) -> AsyncIterator[Harness]:
+    """The daemon started on a running cluster (one a test has written to first), with its
+    clients; stopped at the end."""
     daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)}, tree=tree)
     await nursery.start(daemon.run)
     base = daemon.addresses[0] + "/api/v1"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 import trio
 
@@ -18,10 +17,9 @@ from supervisor.core.runners import RunnerState
 from supervisor.dst.poseidon_jobs import claimed_by_poseidon, poseidon_runner_job, poseidon_template_job
 from supervisor.nomad import NomadClient, NomadSettings
 from supervisor.simulator import SimConfig, SimulatedCluster
-from supervisor.tree.daemon import Daemon
 
 from ..waiting import wait_until
-from .conftest import Harness, output
+from .conftest import Harness, daemon_on, output
 
 ENVIRONMENT: dict[str, Any] = {
     "id": 10,
@@ -58,15 +56,8 @@ async def poseidons_cluster(cluster: SimulatedCluster) -> None:
 async def harness(nursery: trio.Nursery, sim_config: SimConfig) -> AsyncIterator[Harness]:
     cluster = await nursery.start(SimulatedCluster(sim_config).run)
     await poseidons_cluster(cluster)
-    settings = Settings(server=ServerSettings(port=0))
-    daemon = Daemon(settings, environ={"NOMAD_ADDR": ",".join(cluster.addresses)})
-    await nursery.start(daemon.run)
-    async with (
-        httpx.AsyncClient(base_url=daemon.addresses[0] + "/api/v1", timeout=30) as http,
-        NomadClient(NomadSettings(addresses=tuple(cluster.addresses))) as nomad,
-    ):
-        yield Harness(cluster, daemon, http, nomad)
-    daemon.stop()
+    async with daemon_on(cluster, nursery, Settings(server=ServerSettings(port=0))) as harness:
+        yield harness
 
 
 async def test_poseidons_environment_is_listed_with_its_fields(harness: Harness) -> None:
