@@ -1,9 +1,10 @@
 """The promises, checked as the run goes (each claim, each message, each answer) and at its end.
 
 1. No runner ID is handed out twice.
-2. A claimed runner is alive in the cluster's ground truth, unless it died less than the evidence
-   bound before the claim (EVENT_BOUND when Nomad wrote its death, SILENT_BOUND when Nomad lost the
-   job without a word, which only a relist shows).
+2. A claimed runner is alive in the cluster's ground truth (its container runs), unless Nomad wrote
+   of its death less than EVENT_BOUND before the claim. A death Nomad has not written (a job it
+   forgot, a container an agent came back without) has no tolerance: the runners of a restarted
+   agent are never handed out before evidence newer than the restart proves them.
 3. No execution is ended by the daemon (an error, a timeout not asked for, a socket dropped) unless
    a fault on its runner, its node, a server or the daemon itself explains it; exactly one terminal
    message per execution.
@@ -26,13 +27,10 @@ from .faults import FaultLog
 from .trace import Trace
 from .truth import Truth
 
-__all__ = ["EVENT_BOUND", "SILENT_BOUND", "Checks", "Execution", "Violation"]
+__all__ = ["EVENT_BOUND", "Checks", "Execution", "Violation"]
 
 # A runner's death that Nomad wrote (an event, a listing) is known within this many seconds.
 EVENT_BOUND: Final = 10.0
-# A runner job Nomad lost without any event is known at the next relist: watcher.resync_interval
-# (60 s) and the relist's own time.
-SILENT_BOUND: Final = 65.0
 _FINE_REFUSALS: Final = ("NOMAD_OVERLOAD", "NOMAD_UNREACHABLE", "STANDBY")
 _ENDED: Final = "3 no execution or request ended by the daemon"
 _LOST: Final = "4 output never lost"
@@ -136,19 +134,16 @@ class Checks:
         if self.truth.is_alive(runner):
             return
         died = self.truth.died_at.get(runner)
-        silent = runner in self.truth.silent_deaths
-        lost = self.faults.recent("all_agents", now, SILENT_BOUND)
-        if died is None and lost is not None and not self.truth.exists(runner):
-            # Registered while every agent was away, forgotten without a word as they came back.
-            died, silent = lost, True
-        bound = SILENT_BOUND if silent else EVENT_BOUND
-        if died is None or now - died >= bound:
-            since = (
-                "never alive"
-                if died is None
-                else f"dead since {died:.3f} ({'silently' if silent else 'written'})"
-            )
-            self.violate("2 a claimed runner is alive", f"{runner}: {since}")
+        written = self.truth.known_dead_since(runner)
+        if written is not None and now - written < EVENT_BOUND:
+            return
+        if died is None:
+            since = "never alive"
+        elif written is None:
+            since = f"dead since {died:.3f}, which Nomad has not written"
+        else:
+            since = f"dead since {died:.3f}, written at {written:.3f}"
+        self.violate("2 a claimed runner is alive", f"{runner}: {since}")
 
     @staticmethod
     def for_now(status: int, text: str) -> bool:

@@ -15,6 +15,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+import attrs
 import trio
 from attrs import define, field, frozen
 
@@ -39,6 +40,8 @@ KINDS: Final = (
     "drain",
     "daemon_kill",
 )
+# The faults that restart agents, which may come back to containers gone.
+_RESTARTS: Final = ("agent_restart", "agent_drain_restart", "rolling_agents", "all_agents")
 # Not one of KINDS, which every seed's schedule draws from: its own stream draws it.
 TROUBLE: Final = "server_trouble"
 # How long after a fault heals its consequences may still show (a node's heartbeat grace, the
@@ -56,10 +59,16 @@ class Fault:
     duration: float
     fraction: float = 0.0
     trouble: Trouble | None = None  # the servers' trouble, for TROUBLE
+    # For an agent's restart: the share of its running tasks whose containers are gone when it comes
+    # back, and how long it takes to write so (``simulator/agents/restarts.py``).
+    lose_containers: float = 0.0
+    report_delay: float = 1.0
 
     def describe(self) -> str:
         """One line for the trace and the report."""
         line = f"{self.kind} target={self.target} duration={self.duration:.1f} fraction={self.fraction:.2f}"
+        if self.lose_containers:
+            line += f" lose_containers={self.lose_containers:.2f} report_delay={self.report_delay:.1f}"
         if self.trouble is None:
             return line
         return f"{line} {'one server' if self.fraction < 0.5 else 'every server'} {self.trouble.describe()}"
@@ -107,15 +116,28 @@ class FaultLog:
 def plan_faults(rng: random.Random, *, start: float, end: float) -> list[Fault]:
     """Between 2 and 12 faults at random times in [start, end), each healed by ``end``; and up to
     two windows of the servers' trouble, drawn from a stream forked off ``rng`` as it comes."""
-    trouble = random.Random(f"trouble {copy.copy(rng).getrandbits(64)}")
+    fork = copy.copy(rng).getrandbits(64)
+    trouble = random.Random(f"trouble {fork}")
+    restores = random.Random(f"restores {fork}")
     faults = []
     for _ in range(rng.randrange(2, 13)):
         at = round(rng.uniform(start, end - 30.0), 3)
         kind = rng.choice(KINDS)
         duration = round(min(rng.uniform(1.0, 40.0), end - at - 5.0), 3)
-        faults.append(Fault(at, kind, rng.randrange(1000), duration, round(rng.random(), 3)))
+        fault = Fault(at, kind, rng.randrange(1000), duration, round(rng.random(), 3))
+        faults.append(_with_lost_containers(restores, fault))
     faults += _plan_trouble(trouble, start=start, end=end)
     return sorted(faults, key=lambda f: f.at)
+
+
+def _with_lost_containers(rng: random.Random, fault: Fault) -> Fault:
+    """Half of the agents' restarts find containers gone (their hosts rebooted): a fifth to all of
+    the running tasks, written 0.5 to 15 s after the agent is back (Nomad's client writes once it
+    has reached the servers: at once, or late when they answer slowly)."""
+    if fault.kind not in _RESTARTS or rng.random() < 0.5:
+        return fault
+    lose = round(rng.uniform(0.2, 1.0), 3)
+    return attrs.evolve(fault, lose_containers=lose, report_delay=round(rng.uniform(0.5, 15.0), 3))
 
 
 def _plan_trouble(rng: random.Random, *, start: float, end: float) -> list[Fault]:
@@ -166,7 +188,14 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
             return
         downtime = duration if kind != "node_down" else cluster.config.heartbeat_grace + duration
         drain = kind == "agent_drain_restart"
-        agents.restart_agent(node, downtime=downtime, drain_on_shutdown=drain, drain_deadline=duration)
+        agents.restarts.restart_agent(
+            node,
+            downtime=downtime,
+            drain_on_shutdown=drain,
+            drain_deadline=duration,
+            lose_containers=fault.lose_containers,
+            report_delay=fault.report_delay,
+        )
         heals = now + downtime + (duration + 5.0 if drain else 0.0)
         if drain:  # the node stays ineligible after its own drain: the operator's runbook ends it
             _later(nursery, heals - now, _undrain(world, node.name))
@@ -174,12 +203,17 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
     elif kind == "rolling_agents":
         gap = duration / max(len(nodes), 1)
         for i, each in enumerate(nodes):
-            _later(nursery, i * gap, _restarting(world, each.name, min(gap, 10.0)))
+            _later(nursery, i * gap, _restarting(world, each.name, min(gap, 10.0), fault))
         log.add(kind, now, now + duration + 10.0)
     elif kind == "all_agents":
         if all(n.agent_up for n in nodes):
             downtime = min(duration, 20.0)
-            agents.restart_all(downtime=downtime, lose_fraction=fault.fraction * 0.5)
+            agents.restarts.restart_all(
+                downtime=downtime,
+                lose_fraction=fault.fraction * 0.5,
+                lose_containers=fault.lose_containers,
+                report_delay=fault.report_delay,
+            )
             log.add(kind, now, now + downtime)
     elif kind in ("server_restart", "leader_restart"):
         serving = [s for s in cluster.servers if s.up]
@@ -230,11 +264,16 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
             log.add(kind, now, now + downtime)
 
 
-def _restarting(world: World, name: str, downtime: float) -> Callable[[], Awaitable[None]]:
+def _restarting(world: World, name: str, downtime: float, fault: Fault) -> Callable[[], Awaitable[None]]:
     async def restart() -> None:
         node = world.cluster.state.node_by_name(name)
         if node is not None and node.agent_up:
-            world.cluster.agents.restart_agent(node, downtime=downtime)
+            world.cluster.agents.restarts.restart_agent(
+                node,
+                downtime=downtime,
+                lose_containers=fault.lose_containers,
+                report_delay=fault.report_delay,
+            )
 
     return restart
 

@@ -107,7 +107,7 @@ async def test_an_agent_back_within_the_wait_serves_the_request(harness: Harness
     await harness.environment(10)
     runner = await harness.runner(10)
     node = harness.cluster.state.nodes[harness.service.pool.runners[runner].node_id]
-    harness.cluster.agents.restart_agent(node, downtime=1.0)
+    harness.cluster.agents.restarts.restart_agent(node, downtime=1.0)
     response = await harness.http.get(f"/runners/{runner}/files")
     assert response.status_code == 200, response.text
     messages = await harness.execute(runner, command="echo ok")
@@ -120,7 +120,7 @@ async def test_an_execution_cut_by_its_agent_restarting_says_so(harness: Harness
     node = harness.cluster.state.nodes[harness.service.pool.runners[runner].node_id]
 
     async def restart_the_agent() -> None:
-        harness.cluster.agents.restart_agent(node, downtime=1.0)
+        harness.cluster.agents.restarts.restart_agent(node, downtime=1.0)
 
     messages = await harness.run_until_end(runner, "echo started; sleep 30", restart_the_agent)
     assert messages[-1] == {"type": "error", "data": MESSAGE_AGENT_RESTARTED}, messages

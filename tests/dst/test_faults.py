@@ -1,11 +1,12 @@
-"""The fault schedule: the servers' trouble is drawn from a stream of its own, so that every seed
-keeps the faults it drew before; each window heals before the quiet period and explains any
-failure in it."""
+"""The fault schedule: the servers' trouble and the containers lost to agents' restarts are drawn
+from streams of their own, so that every seed keeps the faults it drew before; each window heals
+before the quiet period and explains any failure in it."""
 
 from __future__ import annotations
 
 import random
 
+import attrs
 import pytest
 
 from supervisor.dst.faults import KINDS, TROUBLE, Fault, FaultLog, plan_faults
@@ -29,7 +30,8 @@ def test_every_seed_keeps_its_faults_and_its_stream(seed: int) -> None:
     old, new = random.Random(seed), random.Random(seed)
     expected = schedule_before_trouble(old)
     planned = plan_faults(new, start=_START, end=_END)
-    assert [f for f in planned if f.kind != TROUBLE] == expected
+    unlost = [attrs.evolve(f, lose_containers=0.0, report_delay=1.0) for f in planned]
+    assert [f for f in unlost if f.kind != TROUBLE] == expected
     assert new.random() == old.random(), "what the seed draws next is what it drew before"
 
 
@@ -60,3 +62,16 @@ def test_a_window_of_trouble_explains_any_failure_in_it_and_its_aftermath() -> N
     assert log.explains("worker-01", 105.0, 106.0) is not None
     assert log.explains("worker-02", 135.0, 139.0) is not None
     assert log.explains("worker-02", 141.0, 150.0) is None
+
+
+def test_some_agent_restarts_come_back_to_containers_gone_and_write_so_late() -> None:
+    lost = 0
+    for seed in range(1, 100):
+        for fault in plan_faults(random.Random(seed), start=_START, end=_END):
+            if fault.lose_containers:
+                lost += 1
+                assert fault.kind in ("agent_restart", "agent_drain_restart", "rolling_agents", "all_agents")
+                assert 0.2 <= fault.lose_containers <= 1.0
+                assert 0.5 <= fault.report_delay <= 15.0
+                assert "lose_containers=" in fault.describe()
+    assert lost >= 50, "about half of the agents' restarts, in 99 seeds"

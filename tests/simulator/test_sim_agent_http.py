@@ -96,7 +96,7 @@ async def test_an_agent_restart_cuts_its_sessions_and_its_port_refuses_until_it_
     url = exec_url(agent_of(cluster, alloc_id), alloc_id, ["sh", "-c", "echo started; sleep 30"])
     async with trio_websocket.open_websocket_url(url) as ws:
         await ws.get_message()
-        cluster.agents.restart_agent(node, downtime=1.0)
+        cluster.agents.restarts.restart_agent(node, downtime=1.0)
         frames = await collect(ws)
     assert not any("exited" in f for f in frames)
     with pytest.raises(trio_websocket.HandshakeError) as refused:

@@ -222,7 +222,7 @@ async def test_node_status_changes_are_node_stream_events(
 ) -> None:
     node = next(iter(cluster.state.nodes.values()))
     async with client.open_event_stream({"Node": node.id}, index=cluster.state.index + 1) as stream:
-        cluster.agents.restart_agent(node, downtime=60)
+        cluster.agents.restarts.restart_agent(node, downtime=60)
         seen: list[tuple[str, str]] = []
         while [s for _, s in seen[-1:]] != ["ready"] or len(seen) < 2:
             for event in (await stream.receive()).events:

@@ -65,7 +65,7 @@ async def test_a_task_waiting_for_its_restart_is_restarted_when_its_agent_comes_
     node = cluster.state.nodes[alloc.node_id]
     cluster.agents.fail(alloc, "crash")
     assert alloc.client_status == "pending"
-    cluster.agents.restart_agent(node, downtime=5)  # away when the restart delay ends
+    cluster.agents.restarts.restart_agent(node, downtime=5)  # away when the restart delay ends
     await trio.sleep(10)
     assert node.agent_up
     assert alloc.client_status == "running"

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final
+from typing import Any
 
 from ..scheduling.scheduler import Scheduler, restart_policy
 from ..state.encode import ZERO_TIME, rfc3339
 from ..state.objects import TASK_EVENT_LIMIT, SimAlloc, SimNode
 from ..state.store import ClusterState, JobKey, Write
 from .exec_hooks import ExecHooks, NoExec
+from .restarts import AgentRestarts
 from .task_events import task_event
 
 __all__ = ["Agents"]
-
-_SELF_DRAIN_POLL: Final = 1.0
 
 
 class Agents:
@@ -42,6 +41,7 @@ class Agents:
         # Called when an agent stops and when it starts again (its HTTP port closes and opens).
         self._on_agent_stopped: list[Callable[[SimNode], None]] = []
         self._on_agent_started: list[Callable[[SimNode], None]] = []
+        self.restarts = AgentRestarts(self)
         state.after_write.append(self._after_write)
 
     def call_when_an_agent_stops(self, hook: Callable[[SimNode], None]) -> None:
@@ -122,11 +122,19 @@ class Agents:
         }
         self._evaluate(jobs, "node-update", node_id=node.id)
 
-    def start_agent(self, node: SimNode, *, recreate_containers: bool = False) -> None:
+    def start_agent(
+        self,
+        node: SimNode,
+        *,
+        recreate_containers: bool = False,
+        lose_containers: float = 0.0,
+        report_delay: float = 1.0,
+    ) -> None:
         """The agent is back. A Nomad client registers on every start, whatever its node's status
         (nomad-api.md §4): ``NodeRegistration`` with status ``initializing`` and the node event
         "Node re-registered", then, once fingerprinted, ``NodeStreamEvent`` with ``ready``. It
-        restores its allocations meanwhile."""
+        restores its allocations meanwhile: ``lose_containers`` of its running tasks have no
+        container left (``restarts.py``)."""
         if node.agent_up:
             return
         node.agent_up = True
@@ -134,6 +142,7 @@ class Agents:
             hook(node)
         node.back_since = self.state.now()
         state = self.state
+        self.restarts.restore(node, lose_containers, report_delay)
         with state.write("NodeRegistration") as tx:
             node.status = "initializing"
             node.status_updated_at = int(state.now_ns() // 10**9)
@@ -148,7 +157,7 @@ class Agents:
             elif alloc.client_status == "pending" and alloc.task_states and not alloc.server_terminal:
                 # A task that waited for its restart when the agent stopped: the restored task
                 # runner runs it again (a restart still due meanwhile finds it running).
-                state.timers.call_later(state.config.alloc_start_delay, partial(self._restarted, alloc.id))
+                state.timers.call_later(state.config.alloc_start_delay, partial(self.restarted, alloc.id))
             else:
                 self._schedule(alloc)
 
@@ -163,87 +172,6 @@ class Agents:
             services = {k for k in keys if (job := self.state.job(k)) is not None and job.type == "service"}
             self._evaluate(services, "node-update", node_id=node.id)
             self.scheduler.unblock()
-
-    def restart_agent(
-        self,
-        node: SimNode,
-        *,
-        downtime: float,
-        drain_on_shutdown: bool = False,
-        drain_deadline: float = 3600.0,
-        recreate_containers: bool = False,
-    ) -> None:
-        """Restart the node's agent: it stops (after draining itself, if asked), and starts again
-        after ``downtime``."""
-
-        def shut_down() -> None:
-            self.stop_agent(node)
-            self.state.call_later(
-                downtime, lambda: self.start_agent(node, recreate_containers=recreate_containers)
-            )
-
-        if not drain_on_shutdown:
-            shut_down()
-            return
-        self.drain(
-            node,
-            deadline_ns=round(drain_deadline * 1e9),
-            mark_eligible=False,
-            meta={"message": "shutting down"},
-            accessor=f"client:{node.id}",
-        )
-        give_up = self.state.now() + drain_deadline + 5.0
-
-        def poll() -> None:
-            if node.drain_strategy is None or self.state.now() >= give_up:
-                shut_down()
-            else:
-                self.state.call_later(_SELF_DRAIN_POLL, poll)
-
-        self.state.call_later(0, poll)
-
-    def restart_all(self, *, downtime: float, lose_fraction: float) -> None:
-        """Every agent at once, with the field's failure mode on return (hashicorp/nomad#23937)."""
-        for node in self.state.every_node():
-            self.stop_agent(node)
-        self.state.call_later(downtime, lambda: self._return_all(lose_fraction))
-
-    def _return_all(self, lose_fraction: float) -> None:
-        """The agents start again and register; while they are still initializing, the restored
-        clients drop some runner jobs for good: so a listing taken between an agent's registration
-        and its node's ready still shows jobs that are about to vanish."""
-        for node in self.state.every_node():
-            self.start_agent(node)
-        self.state.call_later(self.config.agent_ready_delay / 2, lambda: self._lose_on_restore(lose_fraction))
-
-    def _lose_on_restore(self, lose_fraction: float) -> None:
-        state = self.state
-        runners = sorted(k for k in state.jobs if not self.scheduler.is_environment_job(k))
-        lost = state.rng.sample(runners, round(len(runners) * min(max(lose_fraction, 0.0), 1.0)))
-        for key in lost:
-            # Gone without a JobDeregistered or any other event.
-            state.forget_job_silently(key)
-            self.scheduler.forget_blocked(key)
-        environments = [k for k in state.jobs if self.scheduler.is_environment_job(k)]
-        with state.write("AllocationUpdated") as tx:
-            for key in environments:
-                self.scheduler.forget_blocked(key)
-                for evaluation_id in list(state.open_evals_by_job.get(key, ())):
-                    state.eval_changed(tx, state.evals[evaluation_id], status="complete")
-                for alloc in state.allocs_by_job.get(key, {}).values():
-                    if alloc.client_status in ("pending", "running", "lost") and not alloc.next_allocation:
-                        # The restored client finds the task gone and reports it complete: a batch
-                        # job ends dead, a service job's is replaced once its node is ready.
-                        self._finish_tasks(alloc, "Terminated", "Exit Code: 0")
-                        state.alloc_changed(
-                            tx,
-                            alloc,
-                            client_status="complete",
-                            desired_status="run",
-                            desired_description="",
-                            client_description="All tasks have completed",
-                        )
-                        self.exec.kill_alloc(alloc.id)
 
     def _check_flood(self, node: SimNode) -> None:
         if not self.config.flood_limit or not node.agent_up:
@@ -438,7 +366,7 @@ class Agents:
         if alloc is None or alloc.client_terminal or not self._agent_up(alloc):
             return
         self.exec.kill_alloc(alloc.id)
-        self._finish_tasks(alloc, "Killed", "Task successfully killed", killing=True)
+        self.finish_tasks(alloc, "Killed", "Task successfully killed", killing=True)
         with self.state.write("AllocationUpdated") as tx:
             self.state.alloc_changed(
                 tx, alloc, client_status="complete", client_description="All tasks have completed"
@@ -448,9 +376,11 @@ class Agents:
         node = self.state.node(alloc.node_id)
         return node is not None and node.agent_up
 
-    def _finish_tasks(
+    def finish_tasks(
         self, alloc: SimAlloc, kind: str, display: str, *, killing: bool = False, **fields: Any
     ) -> None:
+        """Every task of the allocation ends dead with ``kind``'s event (after the kill's, if
+        ``killing``)."""
         now_ns = self.state.now_ns()
         for task in alloc.tasks:
             state = alloc.task_states.setdefault(
@@ -507,7 +437,7 @@ class Agents:
             self._restart_tasks(alloc, reason="Restart within policy", first_event=terminated, delay=delay)
             return
         attempts = int(policy.get("Attempts") or 0)
-        self._finish_tasks(
+        self.finish_tasks(
             alloc,
             "Not Restarting",
             "Exceeded allowed attempts",
@@ -562,9 +492,11 @@ class Agents:
                 client_description="Tasks are pending",
                 task_states=dict(alloc.task_states),
             )
-        state.timers.call_later(delay, lambda: self._restarted(alloc.id))
+        state.timers.call_later(delay, lambda: self.restarted(alloc.id))
 
-    def _restarted(self, alloc_id: str) -> None:
+    def restarted(self, alloc_id: str, *, counted: bool = True) -> None:
+        """The pending task runs again in a new container: a restart by its policy (``counted``),
+        or a run after a failed restore, which Nomad does not count."""
         alloc = self._pending_to_run(alloc_id)
         if alloc is None:
             return
@@ -572,12 +504,13 @@ class Agents:
         for task in alloc.tasks:
             task_state = alloc.task_states[task]
             events = [*task_state["Events"], task_event("Started", "Task started by client", now_ns)]
-            task_state.update(
-                Events=events[-TASK_EVENT_LIMIT:],
-                State="running",
-                Restarts=int(task_state.get("Restarts", 0)) + 1,
-                LastRestart=rfc3339(now_ns),
-            )
+            task_state.update(Events=events[-TASK_EVENT_LIMIT:], State="running")
+            if counted:
+                task_state.update(
+                    Restarts=int(task_state.get("Restarts", 0)) + 1, LastRestart=rfc3339(now_ns)
+                )
+            else:
+                task_state.update(StartedAt=rfc3339(now_ns))
         with self.state.write("AllocationUpdated") as tx:
             self.state.alloc_changed(
                 tx,

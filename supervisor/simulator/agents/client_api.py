@@ -106,7 +106,7 @@ class ExecRoute:
         task_state = alloc.task_states.get(task, {}).get("State", "pending")
         if task_state == "pending":
             return 1008, f'task "{task}" not started yet.'
-        if task_state != "running":
+        if task_state != "running" or alloc.container_lost:
             return 1008, f'task "{task}" is not running.'
         return None
 

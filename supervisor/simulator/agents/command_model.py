@@ -2,8 +2,8 @@
 
 A workspace is a dictionary of paths (a file's bytes, or None for a directory); a command is a trio
 task on the cluster's clock. The model understands the scripts the daemon sends (an execution, the
-file commands, the stop commands, ``env``; see ``core/commands.py`` and ``desk/workspace.py``) by
-their shape, and runs the clients' commands of a small shell language:
+file commands, the stop commands, ``env``, the probe ``true``; see ``core/commands.py`` and
+``desk/workspace.py``) by their shape, and runs the clients' commands of a small shell language:
 
     echo WORDS [>&2]   cat [FILE]   sleep SECONDS   seq N   exit N   true   false
 
@@ -237,6 +237,8 @@ class ModelContainers:
     async def _script(
         self, running: _Command, workspace: Workspace, alloc: SimAlloc, task: str, script: str
     ) -> int:
+        if script == "true":  # the probe of a runner whose agent restarted
+            return 0
         if script == "env":
             variables = nomad_variables(self.state, alloc, task, alloc_dir=f"/alloc/{alloc.id}")
             await _write(running, "".join(f"{k}={v}\n" for k, v in variables.items()).encode())

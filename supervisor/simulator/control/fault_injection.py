@@ -76,7 +76,7 @@ class ControlAPI:
         node = self.cluster.state.node_by_name(params["name"])
         if node is None:
             raise NomadError(404, f"no node named {params['name']!r}")
-        self.cluster.agents.restart_agent(
+        self.cluster.agents.restarts.restart_agent(
             node,
             downtime=_number(body, "downtime_s", 10.0),
             drain_on_shutdown=_flag(body, "drain_on_shutdown"),
@@ -99,7 +99,7 @@ class ControlAPI:
     async def restart_all(self, request: Request, params: dict[str, str]) -> Response:
         """``POST /sim/v1/nodes/restart-all``."""
         body = _body(request)
-        self.cluster.agents.restart_all(
+        self.cluster.agents.restarts.restart_all(
             downtime=_number(body, "downtime_s", 10.0),
             lose_fraction=_number(body, "lose_fraction", 0.0, upper=1.0),
         )

@@ -177,6 +177,9 @@ class SimAlloc:
     modify_time: int = 0
     # Restarts within the restart policy's interval: (trio time of each restart).
     restart_times: list[float] = field(factory=list)
+    # The client's own knowledge, never encoded: its agent came back to find the task's container
+    # gone, and has not yet run it again.
+    container_lost: bool = False
     terminal_since: float = 0.0
     # Encoded JSON (orjson.Fragment) of parts that many encodings share; Metrics, set at placement.
     allocated_resources: Any = None
