@@ -29,6 +29,7 @@ from supervisor.core.runners import (
     CreateRunner,
     DestroyRunner,
     NodeAvoided,
+    ProbeRunner,
     RelistWanted,
     RunnerGone,
 )
@@ -108,14 +109,25 @@ async def test_the_effects_send_each_action_where_it_is_carried_out(nursery: tri
     factory = RunnerFactory(NomadDouble(), pool, FactorySettings())
     executions, relists = _Executions(), Requests()
     leftovers = LeftoverSweep(NomadDouble(), task="t", grace=1.0, alloc_of=lambda _: None, nursery=nursery)
-    effects = Effects(pool, factory, executions, relists, leftovers)
+    probed: list[tuple[str, str]] = []
+
+    class _Probes:
+        def __init__(self, tell: object) -> None:
+            pass
+
+        def probe(self, runner_id: str, alloc_id: str) -> None:
+            probed.append((runner_id, alloc_id))
+
+    effects = Effects(pool, factory, executions, relists, leftovers, _Probes)  # type: ignore[arg-type]
     actions: list[Action] = [
         RunnerGone("10-a", "the allocation stopped"),
         RelistWanted("proof"),
         NodeAvoided("worker-01", silent=True),
         CreateRunner("10-b", 10),
+        ProbeRunner("10-c", "alloc-c"),
     ]
     effects.apply(actions)
     assert executions.ended == [("10-a", "the allocation stopped")]
     assert await relists.wait() == ["proof"]
+    assert probed == [("10-c", "alloc-c")]
     assert factory.backlog == 1, "the write waits for the factory's loop"

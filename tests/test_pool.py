@@ -9,7 +9,7 @@ import pytest
 
 from supervisor.base.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from supervisor.core.environments import ExecutionEnvironment
-from supervisor.core.evidence import Moment
+from supervisor.core.evidence import Moment, RunnerProven
 from supervisor.core.pool import RunnerPool
 from supervisor.core.runners import (
     REASON_ALLOCATION_UNKNOWN,
@@ -19,6 +19,7 @@ from supervisor.core.runners import (
     DestroyRunner,
     MarkUsed,
     PoolStats,
+    ProbeRunner,
     RelistWanted,
     RunnerGone,
     RunnerState,
@@ -313,7 +314,7 @@ def test_a_purge_of_a_job_nomad_no_longer_knew_keeps_the_tombstone_above_the_job
     assert runner.id in pool.tombstones, "a listing from before the job existed proves nothing"
 
 
-def test_an_agent_restart_makes_its_runners_suspect_until_a_listing_after_its_return_proves_them() -> None:
+def test_an_agent_restart_makes_its_runners_suspect_until_a_probe_after_its_return_proves_them() -> None:
     pool, ids = warm_pool()
     pool.replace_nodes([NodeListStub(id="node-1", status="ready")], 15)
     assert pool.apply_node("NodeRegistration", node("initializing", message="Node re-registered"), 40) == []
@@ -325,9 +326,13 @@ def test_an_agent_restart_makes_its_runners_suspect_until_a_listing_after_its_re
     assert pool.stats()[10].idle == 0, "the node is still initializing: proves nothing"
     assert pool.apply_node("NodeStreamEvent", node("ready"), 42) == [RelistWanted("an agent restarted")]
     actions = pool.reconcile(jobs[:1], allocs[:1], Moment(1.0), index=41)
-    assert pool.stats()[10].idle == 1, (
-        "listed running by the listing after its return, whatever the index of the jobs table"
-    )
+    probe = ProbeRunner(ids[0], allocs[0].id)
+    assert probe in actions, "listed running after its return, whatever the index of the jobs table"
+    assert pool.stats()[10].idle == 0, "the listing repeats what the servers knew: it proves nothing"
+    pool.handle(RunnerProven(ids[0], "another allocation"), AT)
+    assert pool.stats()[10].idle == 0, "a proof of another allocation proves nothing"
+    pool.handle(RunnerProven(ids[0], allocs[0].id), AT)
+    assert pool.stats()[10].idle == 1, "a command ran in it"
     assert DestroyRunner(ids[1], "the runner's Nomad job is gone") not in actions, "it vanished with its job"
     assert ids[1] not in pool.runners
     assert pool.found_gone == {"node restart": 1}

@@ -209,9 +209,11 @@ class ExecFinding:
 
 @frozen
 class RunnerProven:
-    """One GET of the runner's allocation, newer than its agent's restart, showed it running."""
+    """Evidence newer than its agent's restart (a command that ran in it, or one GET of it) showed
+    the runner's allocation ``alloc_id`` running."""
 
     runner_id: str
+    alloc_id: str
 
 
 Fact = NomadFact | ExecFinding | RunnerProven | WriteAnswered | AgentNews

@@ -25,6 +25,7 @@ from .runners import (
     REASON_JOB_GONE,
     Action,
     DestroyRunner,
+    ProbeRunner,
     Runner,
     RunnerState,
     Tombstone,
@@ -128,11 +129,13 @@ class ListingReconcile:
             runner = self._adopt(job, environment_id, at.now)
         if job_alloc is not None:
             back = runner.suspect_since and self.nodes.back(runner.node_id)
+            probes: list[Action] = []
             if back and job_alloc.id == runner.alloc_id and is_running(job_alloc):
                 # Listed running by a listing that began after its node was ready again (the
-                # watcher applies events and listings in turn, never beside each other).
-                self.prove(runner.id)
-            return self.apply_allocation(job_alloc, at, found=found)
+                # watcher applies events and listings in turn, never beside each other): what the
+                # servers knew, which a command run in it must confirm.
+                probes.append(ProbeRunner(runner.id, runner.alloc_id))
+            return probes + self.apply_allocation(job_alloc, at, found=found)
         if runner.alloc_id and runner.alloc_create_index <= index:
             return self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)
         return []
@@ -170,10 +173,6 @@ class ListingReconcile:
         self, alloc: Allocation | AllocListStub, at: Moment, *, found: str = FOUND_BY_EVENT
     ) -> list[Action]:
         """An allocation's state (``RunnerPool.apply_allocation``)."""
-        raise NotImplementedError
-
-    def prove(self, runner_id: str) -> None:
-        """Evidence newer than its agent's restart says the runner runs (``RunnerPool.prove``)."""
         raise NotImplementedError
 
     def fill_all(self) -> list[Action]:

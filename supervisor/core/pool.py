@@ -170,8 +170,8 @@ class RunnerPool(ListingReconcile, PoolView):
                 self.purged(runner_id, index)
             case JobRefused(runner_id):
                 self.registration_failed(runner_id)
-            case RunnerProven(runner_id):
-                self.prove(runner_id)
+            case RunnerProven(runner_id, alloc_id):
+                self.prove(runner_id, alloc_id)
             case StreamResumed(flowed):
                 self.nodes.stream_paused(flowed)
             case AgentAddressLearned(route, http_addr, tls):
@@ -386,10 +386,10 @@ class RunnerPool(ListingReconcile, PoolView):
                 runner.suspect_since = max(runner.suspect_since, index)
                 self._set_state(runner, runner.state)
 
-    def prove(self, runner_id: str) -> None:
+    def prove(self, runner_id: str, alloc_id: str) -> None:
         """Evidence newer than its agent's restart says the runner's allocation runs."""
         runner = self.runners.get(runner_id)
-        if runner is not None and runner.suspect_since:
+        if runner is not None and runner.suspect_since and runner.alloc_id == alloc_id:
             runner.suspect_since = 0
             self._set_state(runner, runner.state)
 

@@ -85,6 +85,15 @@ class RelistWanted:
 
 
 @frozen
+class ProbeRunner:
+    """A suspect runner that a listing taken since its agent came back shows running: only a
+    command that runs in it proves that its container does (``effects/probes.py``)."""
+
+    runner_id: str
+    alloc_id: str
+
+
+@frozen
 class NodeAvoided:
     """New runners avoid the node for a while: its agent could not be reached, or (``silent``) said
     nothing of the runners placed there. Nothing to carry out but to say so."""
@@ -101,7 +110,7 @@ class RunnerStarted:
 
 
 FactoryAction = CreateRunner | DestroyRunner | MarkUsed
-Action = FactoryAction | RunnerGone | RelistWanted | NodeAvoided | RunnerStarted
+Action = FactoryAction | RunnerGone | RelistWanted | NodeAvoided | RunnerStarted | ProbeRunner
 
 # Why a used runner ended, as its executions' error message says it.
 REASON_DESTROYED: Final = "the runner was destroyed by request"

@@ -226,7 +226,7 @@ class RunnerDesk:
             raise RunnerGoneError(REASON_ALLOCATION_UNKNOWN) from None
         self._effects.tell(AllocationSeen(alloc, FOUND_BY_NODE_RESTART), self._informer.moment())
         if alloc.client_status == "running" and self._pool.serving_runner(runner.id) is runner:
-            self._effects.tell(RunnerProven(runner.id))
+            self._effects.tell(RunnerProven(runner.id, alloc.id))
             return
         raise RunnerGoneError(f"the runner is gone: its allocation is {alloc.client_status}")
 

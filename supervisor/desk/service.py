@@ -9,6 +9,7 @@ what it uses, in the order that needs no later assignment.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import trio
 
@@ -27,6 +28,7 @@ from ..effects.environment_store import EnvironmentStore
 from ..effects.factory import RunnerFactory
 from ..effects.job_template_file import job_shape
 from ..effects.leftovers import LeftoverSweep
+from ..effects.probes import RunnerProbes
 from ..effects.stopping import CommandStops
 from ..informer.informer import Informer
 from ..nomad.api import NomadApi
@@ -95,7 +97,8 @@ class RunnerService:
             nursery=execution_nursery,
             entropy=entropy,
         )
-        self.effects = Effects(pool, self.factory, self.executions, relists, leftovers)
+        probes = partial(RunnerProbes, client, task=execution.task, nursery=execution_nursery)
+        self.effects = Effects(pool, self.factory, self.executions, relists, leftovers, probes)
         self.environments = EnvironmentStore(
             client, pool.view, self.effects.tell, entropy=entropy, faults=faults, shape=shape
         )

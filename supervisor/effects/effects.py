@@ -10,7 +10,7 @@ once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, Protocol
 
 import trio
@@ -27,6 +27,7 @@ from ..core.runners import (
     DestroyRunner,
     MarkUsed,
     NodeAvoided,
+    ProbeRunner,
     RelistWanted,
     RunnerGone,
     RunnerStarted,
@@ -34,6 +35,7 @@ from ..core.runners import (
 from .expiry import InactivityExpiry
 from .factory import RunnerFactory
 from .leftovers import LeftoverSweep
+from .probes import RunnerProbes
 
 __all__ = ["Effects", "ExecutionEnds"]
 
@@ -60,6 +62,7 @@ class Effects:
         executions: ExecutionEnds,
         relists: Requests,
         leftovers: LeftoverSweep,
+        probes: Callable[[Callable[[Change], object]], RunnerProbes],
     ) -> None:
         self.factory = factory
         self._door = pool
@@ -70,6 +73,8 @@ class Effects:
         # The commands that cut sessions left in runners, stopped before new work starts there.
         self.leftovers = leftovers
         self.expiry = InactivityExpiry(pool.view, self.tell)
+        # Commands run in suspect runners, whose success proves them.
+        self.probes = probes(self.tell)
 
     def tell(self, change: Change, at: Moment | None = None) -> list[Action]:
         """Hand the pool one change at ``at`` (now, by trio's clock, when not given: only the
@@ -109,6 +114,8 @@ class Effects:
                 self.factory.started(action.runner_id)
             elif isinstance(action, RelistWanted):
                 self.relists.request(action.reason)
+            elif isinstance(action, ProbeRunner):
+                self.probes.probe(action.runner_id, action.alloc_id)
             elif isinstance(action, NodeAvoided):
                 why = (
                     "its agent has said nothing of the runners placed there"
