@@ -135,18 +135,23 @@ class Scenario:
         response.raise_for_status()
         return str(response.json()["runnerId"])
 
-    async def claim_run_release(self, command: str = "echo ok", *, within: float = 30.0) -> str:
+    async def claim_run_release(
+        self, command: str = "echo ok", *, within: float = 30.0, claimed: Callable[[str], None] | None = None
+    ) -> str:
         """Claim a runner as CodeOcean does (500 NOMAD_OVERLOAD: try again shortly; 410 on the
         execution: the runner is gone, claim another), run ``command`` in it and give it back;
-        returns "exit 0", or what ended it otherwise."""
+        returns "exit 0", or what ended it otherwise. ``claimed`` is told each runner handed out."""
         with trio.move_on_after(within):
             while True:
                 response = await self.http.post("/runners", json={"executionEnvironmentId": ENVIRONMENT_ID})
                 if response.status_code == 500 and response.json().get("errorCode") == "NOMAD_OVERLOAD":
                     await trio.sleep(0.1)
                     continue
-                response.raise_for_status()
+                if response.status_code != 200:
+                    return json.dumps({"claim": response.status_code, "message": response.text[:200]})
                 runner = response.json()["runnerId"]
+                if claimed is not None:
+                    claimed(runner)
                 started = await self.http.post(f"/runners/{runner}/execute", json={"command": command})
                 if started.status_code == 410:
                     continue
@@ -155,7 +160,7 @@ class Scenario:
                     ends = terminal_messages(await self.read_execution(started.json()["websocketUrl"]))
                 except trio_websocket.ConnectionRejected as refused:
                     if refused.status_code != 410:
-                        raise
+                        return json.dumps({"rejected": refused.status_code})
                     continue  # the runner went between the URL and the connection: nothing ran
                 released = await self.http.delete(f"/runners/{runner}")
                 if released.status_code != 410:

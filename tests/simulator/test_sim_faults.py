@@ -9,6 +9,8 @@ import trio
 from supervisor.base.errors import NomadUnavailableError
 from supervisor.nomad import Node, NomadClient, RetryPolicy
 from supervisor.simulator import SimConfig, SimulatedCluster
+from supervisor.simulator.agents.client_api import ExecRoute
+from supervisor.simulator.agents.restarts import RESTORE_FAILED
 from supervisor.simulator.state.objects import SimNode
 
 from .conftest import batch_job, make_client, settle
@@ -281,3 +283,34 @@ async def test_control_api_rejects_bad_input(
     assert {n["status"] for n in state["nodes"]} == {"ready"}
     assert set(state["nodes"][0]) >= {"id", "name", "status", "eligibility"}
     assert state["registrations"] == []
+
+
+async def test_an_agent_back_without_a_container_writes_so_late_and_runs_it_again(
+    autojump_clock: trio.abc.Clock, cluster: SimulatedCluster, client: NomadClient
+) -> None:
+    ids = await place(client, cluster, 1)
+    alloc = allocs_of(cluster, ids[0])[0]
+    node = cluster.state.nodes[alloc.node_id]
+    body = {"downtime_s": 1, "lose_containers": 1.0, "report_delay_s": 8}
+    await control(cluster, f"/sim/v1/nodes/{node.name}/restart", body)
+    await settle(cluster, lambda: node.agent_up and node.status == "ready")
+    modified = alloc.modify_index
+    assert alloc.client_status == "running", "the servers still list it as its client last wrote it"
+    refused = ExecRoute(cluster).refusal(alloc.id, "default-task")
+    assert refused == (1008, 'task "default-task" is not running.')
+    await settle(cluster, lambda: alloc.modify_index > modified)
+    task = alloc.task_states["default-task"]
+    assert task["Events"][-1]["Type"] == "Failed Restoring Task"
+    assert task["Events"][-1]["DisplayMessage"] == RESTORE_FAILED
+    assert alloc.client_status == "pending"
+    await settle(cluster, lambda: alloc.client_status == "running")
+    assert ExecRoute(cluster).refusal(alloc.id, "default-task") is None, "run again, in a new container"
+    assert task["Restarts"] == 0, "Nomad does not count it as a restart"
+    assert alloc.next_allocation == ""
+
+
+async def test_lost_containers_must_be_a_share(cluster: SimulatedCluster) -> None:
+    node = next(iter(cluster.state.nodes.values()))
+    answer = await control(cluster, f"/sim/v1/nodes/{node.name}/restart", {"lose_containers": 2})
+    assert answer.status_code == 400
+    assert "lose_containers must be at most 1.0" in answer.text

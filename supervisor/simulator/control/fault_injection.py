@@ -82,6 +82,8 @@ class ControlAPI:
             drain_on_shutdown=_flag(body, "drain_on_shutdown"),
             drain_deadline=_number(body, "drain_deadline_s", 3600.0),
             recreate_containers=_flag(body, "recreate_containers"),
+            lose_containers=_number(body, "lose_containers", 0.0, upper=1.0),
+            report_delay=_number(body, "report_delay_s", 1.0),
         )
         return json_response({"node": node.name, "id": node.id})
 
@@ -102,6 +104,8 @@ class ControlAPI:
         self.cluster.agents.restarts.restart_all(
             downtime=_number(body, "downtime_s", 10.0),
             lose_fraction=_number(body, "lose_fraction", 0.0, upper=1.0),
+            lose_containers=_number(body, "lose_containers", 0.0, upper=1.0),
+            report_delay=_number(body, "report_delay_s", 1.0),
         )
         return json_response({"nodes": len(self.cluster.state.nodes)})
 
