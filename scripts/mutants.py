@@ -1,7 +1,7 @@
 """Switch each safety mechanism off, one at a time, and see whether the checks notice.
 
-    python scripts/mutants.py [NAME ...] [--seeds 1-100] [--jobs 1] [--first] [--no-scenario]
-                              [--output DIR]
+    python scripts/mutants.py [NAME ...] [--seeds 1-100] [--jobs 1] [--first] [--baseline]
+                              [--no-scenario] [--no-simulation] [--output DIR]
     python scripts/mutants.py --check
 
 For each mutant of ``scripts/mutant_catalogue.py`` (or those named), the project's package and
@@ -13,8 +13,10 @@ the promises broken at that first seed, and the scenario's verdict: ``ok``, the 
 failed, ``crashed`` (no report) or ``none`` (no scenario tells the mechanism's story). A seed that
 prints nothing for ``--seed-timeout`` seconds is a failure of its own (``hung``). The full output of
 every run is kept under ``--output``: ``NAME-dst.log`` (and its pictures in ``NAME-dst/``),
-``NAME-scenario.log`` and ``NAME-scenario.json``. It ends with a markdown table and exits 0 only if
-the simulation and the scenario both killed every mutant.
+``NAME-scenario.log`` and ``NAME-scenario.json``. With ``--baseline`` the unmutated code runs the
+seeds first (``unmutated-dst.log``), and each mutant says at how many seeds its trace hash is the
+unmutated one's: there the mechanism switched off changed nothing the simulation records. It ends
+with a markdown table and exits 0 only if the simulation and the scenario both killed every mutant.
 
 ``--check`` only applies every patch to a scratch copy and byte-compiles it: a patch whose old text
 is not in its file exactly once fails, so the catalogue cannot drift from the code unseen.
@@ -47,7 +49,7 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 # What the runs need of the project: the package and the scenarios (which put the copy's root on
 # their path, or are given it on PYTHONPATH, so the copy's package is the one imported).
 _COPIED: Final = ("supervisor", "scenarios")
-_SEED_LINE: Final = re.compile(r"^seed +(\d+) .* (PASS|FAIL \(\d+\)) ")
+_SEED_LINE: Final = re.compile(r"^seed +(\d+) .* (PASS|FAIL \(\d+\)) +trace ([0-9a-f]+) ")
 _BROKE_LINE: Final = re.compile(r"^    broke (.+?) at ([\d.]+) s: (.*)$")
 _REPLAY_LINE: Final = "    replay: "
 _SUMMARY_LINE: Final = re.compile(r"^\d+ seeds, \d+ failed, in \d+ s")
@@ -67,6 +69,8 @@ class SimulationVerdict:
     hung: int | None = None
     crashed: bool = False
     seconds: float = 0.0
+    # Each seed's trace hash: a mutant's equal to the unmutated code's did nothing that seed.
+    hashes: dict[int, str] = field(default_factory=dict)
 
     @property
     def killed(self) -> bool:
@@ -198,6 +202,7 @@ def run_simulation(
                 break  # a failing seed's report has ended: --first stops here
             if seed:
                 verdict.ran += 1
+                verdict.hashes[int(seed.group(1))] = seed.group(3)
                 reading_failure = seed.group(2) != "PASS"
                 if reading_failure:
                     verdict.failed.append(int(seed.group(1)))
@@ -263,12 +268,24 @@ def _scenario_command(mutant: Mutant) -> str:
     return " ".join([mutant.scenario, *mutant.arguments])
 
 
-def table(results: list[tuple[Mutant, SimulationVerdict, ScenarioVerdict]]) -> str:
-    """The markdown table of every mutant's verdicts."""
+def unchanged(simulation: SimulationVerdict, baseline: SimulationVerdict) -> str:
+    """At how many of the seeds both ran the mutant's trace is the unmutated code's, bit for bit:
+    there, the mechanism switched off changed nothing the simulation records."""
+    both = [seed for seed in simulation.hashes if seed in baseline.hashes]
+    same = sum(simulation.hashes[seed] == baseline.hashes[seed] for seed in both)
+    return f"{same} of {len(both)}"
+
+
+def table(
+    results: list[tuple[Mutant, SimulationVerdict, ScenarioVerdict]],
+    baseline: SimulationVerdict | None = None,
+) -> str:
+    """The markdown table of every mutant's verdicts (with ``baseline``: at how many seeds each
+    mutant's trace was the unmutated code's)."""
     rows = [
         "| mechanism switched off | patch | simulation | promises broken at the first failing seed | "
-        "scenario | scenario's verdict | wall time |",
-        "|---|---|---|---|---|---|---|",
+        "scenario | scenario's verdict | wall time |" + (" traces as unmutated |" if baseline else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if baseline else ""),
     ]
     for mutant, simulation, scenario in results:
         files = ", ".join(sorted({r.path for r in mutant.replacements}))
@@ -277,6 +294,7 @@ def table(results: list[tuple[Mutant, SimulationVerdict, ScenarioVerdict]]) -> s
         rows.append(
             f"| `{mutant.name}` | `{files}`: {mutant.patch} | {simulation.describe()} | {promises} | "
             f"`{_scenario_command(mutant)}` | {scenario.cell} | {wall} |"
+            + (f" {unchanged(simulation, baseline)} |" if baseline else "")
         )
     return "\n".join(rows)
 
@@ -291,6 +309,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="the simulation's processes [1]")
     parser.add_argument("--first", action="store_true", help="stop each simulation at its first failing seed")
     parser.add_argument("--no-scenario", action="store_true", help="run the simulation only")
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="first run the unmutated code over the seeds, and say where each mutant's trace is its",
+    )
     parser.add_argument("--no-simulation", action="store_true", help="run the scenario only")
     parser.add_argument("--scenario-seed", type=int, default=1, help="[1]")
     parser.add_argument(
@@ -308,6 +331,19 @@ def main() -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     output = args.output.resolve()
     results: list[tuple[Mutant, SimulationVerdict, ScenarioVerdict]] = []
+    baseline = None
+    if args.baseline:
+        with mutated_copy(None) as copy:
+            baseline = run_simulation(
+                copy,
+                args.seeds,
+                jobs=args.jobs,
+                first=False,
+                seed_timeout=args.seed_timeout,
+                log=output / "unmutated-dst.log",
+                pictures=output / "unmutated-dst",
+            )
+        print(f"== unmutated: {baseline.describe()} ({baseline.seconds:.0f} s)", flush=True)
     for mutant in chosen:
         print(f"== {mutant.name}: {mutant.patch}", flush=True)
         with mutated_copy(mutant) as copy:
@@ -322,7 +358,10 @@ def main() -> int:
                     log=output / f"{mutant.name}-dst.log",
                     pictures=output / f"{mutant.name}-dst",
                 )
-                print(f"   simulation: {simulation.describe()} ({simulation.seconds:.0f} s)", flush=True)
+                same = f"; traces as unmutated: {unchanged(simulation, baseline)}" if baseline else ""
+                print(
+                    f"   simulation: {simulation.describe()} ({simulation.seconds:.0f} s){same}", flush=True
+                )
                 for promise in simulation.broken:
                     print(f"     broke {promise}", flush=True)
             scenario = ScenarioVerdict("not run")
@@ -335,7 +374,7 @@ def main() -> int:
                     flush=True,
                 )
         results.append((mutant, simulation, scenario))
-    print(table(results))
+    print(table(results, baseline))
     survivors = [m.name for m, sim, scen in results if not (sim.killed and scen.killed)]
     if survivors:
         print(f"mutants not killed by both: {', '.join(survivors)} (of {len(results)})")

@@ -135,6 +135,13 @@ def test_first_stops_at_the_first_failing_seed_with_its_report_kept(tmp_path: Pa
     assert "r-5" not in log
 
 
+def test_the_traces_say_where_a_mutant_changed_nothing(tmp_path: Path) -> None:
+    verdict = _simulate(tmp_path, first=False)
+    assert verdict.hashes == {seed: "ab" for seed in range(1, 8)}
+    baseline = mutants.SimulationVerdict([1, 2, 3, 9], ran=4, hashes={1: "ab", 2: "cd", 3: "ab", 9: "ab"})
+    assert mutants.unchanged(verdict, baseline) == "2 of 3"
+
+
 def test_a_survivor_is_described_by_the_seeds_it_passed() -> None:
     verdict = mutants.SimulationVerdict(list(range(1, 101)), ran=40)
     assert not verdict.killed
