@@ -157,11 +157,15 @@ async def test_stream_ends_without_a_final_line_when_its_server_restarts(
 ) -> None:
     async with client.open_event_stream({"Job": "*"}, index=1) as stream:
         await client.register_job(batch_job("runner-d"))
-        first = await stream.receive()
+        received = [await stream.receive()]
         cluster.restart_server("server-1", downtime=1)
+        # The job's status change once it is placed may have been sent before the restart, on a
+        # loaded machine: what was sent is delivered, then the stream ends.
         with pytest.raises(StreamConnectionLost) as lost:
-            await stream.receive()
-    assert lost.value.last_index == first.index
+            while True:
+                received.append(await stream.receive())
+    assert len(received) <= 2
+    assert lost.value.last_index == received[-1].index
 
 
 async def test_stream_cut_resets_every_stream(cluster: SimulatedCluster) -> None:
