@@ -1,10 +1,11 @@
 """The promises, checked as the run goes (each claim, each message, each answer) and at its end.
 
 1. No runner ID is handed out twice.
-2. A claimed runner is alive in the cluster's ground truth (its container runs), unless Nomad wrote
-   of its death less than EVENT_BOUND before the claim. A death Nomad has not written (a job it
-   forgot, a container an agent came back without) has no tolerance: the runners of a restarted
-   agent are never handed out before evidence newer than the restart proves them.
+2. A claimed runner is alive in the cluster's ground truth (its container runs), unless it died
+   less than EVENT_BOUND before the claim in a write of Nomad's that told it. A death no write told
+   (a job Nomad forgot, a container an agent came back without) has no tolerance, whatever Nomad
+   writes of it later: the runners of a restarted agent are never handed out before evidence newer
+   than the restart proves them.
 3. No execution is ended by the daemon (an error, a timeout not asked for, a socket dropped) unless
    a fault on its runner, its node, a server or the daemon itself explains it; exactly one terminal
    message per execution.
@@ -134,15 +135,13 @@ class Checks:
         if self.truth.is_alive(runner):
             return
         died = self.truth.died_at.get(runner)
-        written = self.truth.known_dead_since(runner)
-        if written is not None and now - written < EVENT_BOUND:
+        silent = runner in self.truth.silent_deaths
+        if died is not None and not silent and now - died < EVENT_BOUND:
             return
         if died is None:
             since = "never alive"
-        elif written is None:
-            since = f"dead since {died:.3f}, which Nomad has not written"
         else:
-            since = f"dead since {died:.3f}, written at {written:.3f}"
+            since = f"dead since {died:.3f} ({'no write of Nomad told it' if silent else 'written'})"
         self.violate("2 a claimed runner is alive", f"{runner}: {since}")
 
     @staticmethod

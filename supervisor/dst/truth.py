@@ -1,6 +1,6 @@
 """The cluster's ground truth about runners, kept as it changes: which runner jobs are alive (their
 job registered and not stopped, an allocation of it running in a container its agent has), since
-when each one is not, and since when Nomad says so."""
+when each one is not, and whether Nomad wrote that."""
 
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ class Truth:
     died_at: dict[str, float] = field(factory=dict)
     # Runner job ID -> the virtual time it was first seen alive.
     born_at: dict[str, float] = field(factory=dict)
-    # Runner job ID -> when Nomad first wrote something of it after its death (at once for a death
-    # Nomad wrote; never for a job it forgot; late for a container its agent came back without).
-    death_written_at: dict[str, float] = field(factory=dict)
+    # Runner jobs whose death no write of Nomad's told (a job it forgot, a container its agent came
+    # back without): whatever Nomad writes of them later, a listing or an event could not have
+    # shown the death when it happened.
+    silent_deaths: set[str] = field(factory=set)
     # Runner job ID -> the node its allocation ran on last.
     nodes: dict[str, str] = field(factory=dict)
 
@@ -53,10 +54,6 @@ class Truth:
             a.client_status == "running" and a.desired_status == "run" and not a.container_lost
             for a in state.allocs_by_job.get(("default", job_id), {}).values()
         )
-
-    def known_dead_since(self, job_id: str) -> float | None:
-        """When Nomad first wrote something of the runner since it died; None if it never did."""
-        return self.death_written_at.get(job_id)
 
     def exists(self, job_id: str) -> bool:
         """Nomad still has the job (stopped or not)."""
@@ -87,12 +84,12 @@ class Truth:
                 self.alive.add(job_id)
                 self.born_at.setdefault(job_id, now)
                 self.died_at.pop(job_id, None)
-                self.death_written_at.pop(job_id, None)
+                self.silent_deaths.discard(job_id)
             elif not alive and job_id in self.alive:
                 self.alive.discard(job_id)
                 self.died_at[job_id] = now
-            if not alive and job_id in self.died_at and job_id in touched:
-                self.death_written_at.setdefault(job_id, now)
+                if job_id not in touched:
+                    self.silent_deaths.add(job_id)
             if alive:
                 running = (
                     a.node_name
