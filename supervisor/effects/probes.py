@@ -28,10 +28,12 @@ __all__ = ["PROBE_COMMAND", "RunnerProbes"]
 PROBE_COMMAND: Final = ("/bin/sh", "-c", "true")
 # A probe that has not answered by then says nothing; the next listing probes again.
 _PATIENCE: Final = 10.0
+# Probes at once: every agent back at once makes every runner suspect, and each probe is an exec.
+PARALLEL_PROBES: Final = 16
 
 
 class RunnerProbes:
-    """At most one probe per runner at a time, in the background."""
+    """At most one probe per runner at a time and ``PARALLEL_PROBES`` in all, in the background."""
 
     def __init__(
         self, client: ExecOpener, tell: Callable[[Change], object], *, task: str, nursery: trio.Nursery
@@ -41,6 +43,7 @@ class RunnerProbes:
         self._tell = tell
         self._nursery = nursery
         self._probing: set[str] = set()
+        self._limiter = trio.CapacityLimiter(PARALLEL_PROBES)
         self.proven = 0
 
     def probe(self, runner_id: str, alloc_id: str) -> None:
@@ -50,6 +53,13 @@ class RunnerProbes:
             self._nursery.start_soon(self._probe, runner_id, alloc_id)
 
     async def _probe(self, runner_id: str, alloc_id: str) -> None:
+        try:
+            async with self._limiter:
+                await self._run(runner_id, alloc_id)
+        finally:
+            self._probing.discard(runner_id)
+
+    async def _run(self, runner_id: str, alloc_id: str) -> None:
         try:
             with trio.move_on_after(_PATIENCE):
                 async with self._client.open_exec(
@@ -65,5 +75,3 @@ class RunnerProbes:
             logger.info("runner {}: a probe had no answer within {:g}s; still suspect", runner_id, _PATIENCE)
         except SupervisorError as exc:
             logger.info("runner {}: a probe could not run ({}); still suspect", runner_id, exc)
-        finally:
-            self._probing.discard(runner_id)
