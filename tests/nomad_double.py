@@ -7,7 +7,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
-from supervisor.nomad import Allocation, AllocListStub, EventStream, Indexed, Job, JobListStub, NodeListStub
+from supervisor.nomad import (
+    Allocation,
+    AllocListStub,
+    EventStream,
+    Indexed,
+    Job,
+    JobListStub,
+    Node,
+    NodeListStub,
+)
 from supervisor.nomad.agents import AgentLocator, NoAgents
 from supervisor.nomad.api import TerminalChannel
 from supervisor.nomad.events import EventCounts
@@ -55,6 +64,9 @@ class NomadDouble:
 
     async def list_nodes(self) -> Indexed[list[NodeListStub]]:
         _unexpected("list_nodes")
+
+    async def get_node(self, node_id: str) -> Indexed[Node]:
+        _unexpected("get_node")
 
     async def list_allocations(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..nomad import Allocation, AllocListStub
 from .runners import REASON_ALLOCATION_STOPPED, REASON_DRAINED, REASON_NODE_DOWN, REASON_OOM
 
-__all__ = ["end_reason", "is_live", "is_running", "restart_delay"]
+__all__ = ["end_reason", "is_live", "is_running", "restart_delay", "written_by_its_client"]
 
 
 def end_reason(alloc: Allocation | AllocListStub) -> str:
@@ -41,3 +41,10 @@ def restart_delay(alloc: Allocation | AllocListStub) -> float:
         return 0.0  # task states Nomad should not have sent: no evidence of a restart's delay
     delays = [s.events[-1].start_delay_ns for s in states if s.events and s.events[-1].type == "Restarting"]
     return max(delays, default=0) / 1e9
+
+
+def written_by_its_client(alloc: Allocation | AllocListStub) -> bool:
+    """The allocation's last change was its client's (a server-side one, such as the in-place
+    update a claim writes, bumps ``AllocModifyIndex`` too, and says nothing of the agent)."""
+    server_side = getattr(alloc, "alloc_modify_index", None)
+    return server_side is not None and alloc.modify_index > server_side

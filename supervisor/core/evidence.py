@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 
-from attrs import frozen
+from attrs import field, frozen
 
 from ..nomad import Allocation, AllocListStub, JobListStub, Node, NodeListStub
 from ..nomad.agents import AgentRoute
@@ -88,10 +88,12 @@ class NodeSeen:
 
 @frozen
 class NodesListed:
-    """Every node, as a listing at ``index`` showed them."""
+    """Every node, as a listing at ``index`` showed them; with ``registered``, the index of each
+    node's last registration of its agent, read once at the start of a term (its events)."""
 
     nodes: list[NodeListStub]
     index: int
+    registered: dict[str, int] = field(factory=dict)
 
 
 @frozen

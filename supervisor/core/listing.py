@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..nomad import Allocation, AllocListStub, JobListStub
-from .allocation_state import is_live, is_running
+from .allocation_state import is_live, is_running, written_by_its_client
 from .environments import MAX_AMOUNT, ExecutionEnvironment, decimal, runner_environment_id
 from .evidence import Moment
 from .job_template import FORCE_PULL_META
@@ -127,14 +127,18 @@ class ListingReconcile:
             return [DestroyRunner(job.id, "its Nomad job is dead")]
         if runner is None:
             runner = self._adopt(job, environment_id, at.now)
+            if job_alloc is not None:  # its agent may have restarted before this process began
+                server_side = not written_by_its_client(job_alloc) and isinstance(job_alloc, Allocation)
+                written = 0 if server_side else job_alloc.modify_index  # a listing's stub cannot tell
+                runner.suspect_since = self.nodes.registered_since(job_alloc.node_id, written)
         if job_alloc is not None:
-            back = runner.suspect_since and self.nodes.back(runner.node_id)
+            back = runner.suspect_since and self.nodes.back(runner.node_id or job_alloc.node_id)
             probes: list[Action] = []
-            if back and job_alloc.id == runner.alloc_id and is_running(job_alloc):
+            if back and runner.alloc_id in ("", job_alloc.id) and is_running(job_alloc):
                 # Listed running by a listing that began after its node was ready again (the
                 # watcher applies events and listings in turn, never beside each other): what the
                 # servers knew, which a command run in it must confirm.
-                probes.append(ProbeRunner(runner.id, runner.alloc_id))
+                probes.append(ProbeRunner(runner.id, job_alloc.id))
             return probes + self.apply_allocation(job_alloc, at, found=found)
         if runner.alloc_id and runner.alloc_create_index <= index:
             return self._remove(runner, REASON_ALLOCATION_STOPPED, found=found)

@@ -33,11 +33,13 @@ from ..nomad.agents import AgentRoute
 
 __all__ = [
     "AWAY_SECONDS",
+    "NODE_EVENTS_KEPT",
     "QUICK_SILENT_SECONDS",
     "SILENT_SECONDS",
     "NodeChanges",
     "NodeTracker",
     "TrackedNode",
+    "last_registration",
 ]
 
 _REREGISTERED: Final = "Node re-registered"
@@ -53,6 +55,22 @@ AWAY_SECONDS: Final = 30.0
 # than that, while other agents report, means it is not there; Nomad itself takes 20 s or more to tell.
 QUICK_SILENT_SECONDS: Final = 5.0
 SILENT_SECONDS: Final = 12.0
+
+
+# How many events Nomad keeps of a node: past them, older ones are gone.
+NODE_EVENTS_KEPT: Final = 10
+_REGISTRATIONS: Final = ("Node registered", "Node re-registered")
+
+
+def last_registration(node: Node) -> int:
+    """The index of the node's last registration of its agent, from its events. When Nomad has
+    dropped it (it keeps ten), the oldest event kept: the registration may be no older."""
+    registered = [e.create_index for e in node.events if e.message in _REGISTRATIONS]
+    if registered:
+        return max(registered)
+    if len(node.events) >= NODE_EVENTS_KEPT:
+        return min(e.create_index for e in node.events)
+    return 0
 
 
 @define
@@ -73,6 +91,9 @@ class TrackedNode:
     awaiting_ready: bool = False
     # The node's ModifyIndex as last seen: an older event is a replay, and changes nothing.
     modify_index: int = 0
+    # The index of its agent's last registration, read from its events at the start of a term: a
+    # restart this tracker did not see (0: none known).
+    registered_index: int = 0
     # Until when new runners avoid the node: an exec could not reach its agent (0: not away).
     away_until: float = 0.0
     # When its agent last reported an allocation (an AllocationUpdated event), by the stream's flow.
@@ -134,6 +155,14 @@ class NodeTracker:
         """Whether the node drains now."""
         node = self.nodes.get(node_id)
         return node is not None and node.draining
+
+    def registered_since(self, node_id: str, index: int) -> int:
+        """The index of the node's last known registration of its agent (read at the start of the
+        term, or seen since) if it came after ``index`` (its client's last write of an allocation;
+        0 when unknown), else 0: a restart of which a runner adopted now carries no proof."""
+        node = self.nodes.get(node_id)
+        registered = max(node.registered_index, node.restarted_at) if node is not None else 0
+        return registered if registered > index else 0
 
     def back(self, node_id: str) -> bool:
         """Whether the node is ready with no restart awaiting its return: a listing begun now can
@@ -302,8 +331,11 @@ class NodeTracker:
         )
         return self._changes(tracked, was_draining, node.status, restarted, index)
 
-    def replace(self, listed: Iterable[NodeListStub], index: int) -> NodeChanges:
-        """The whole set from a listing at ``index``: status, eligibility and drain of every node."""
+    def replace(
+        self, listed: Iterable[NodeListStub], index: int, registered: dict[str, int] | None = None
+    ) -> NodeChanges:
+        """The whole set from a listing at ``index``: status, eligibility and drain of every node;
+        with ``registered``, the index of each one's last registration of its agent."""
         began: list[str] = []
         stopped: list[str] = []
         restarted: list[tuple[str, int]] = []
@@ -316,6 +348,7 @@ class NodeTracker:
             was_draining, previous_status = tracked.draining, tracked.status
             tracked.modify_index = max(tracked.modify_index, stub.modify_index)
             tracked.name, tracked.eligible, tracked.draining = stub.name, stub.eligible, stub.drain
+            tracked.registered_index = (registered or {}).get(stub.id, tracked.registered_index)
             came_back = bool(previous_status) and _agent_gone_or_back(previous_status, stub.status)
             changes = self._changes(tracked, was_draining, stub.status, came_back, index)
             began += changes.began_draining

@@ -31,7 +31,7 @@ from attrs import define, field
 from ..base.entropy import Entropy
 from ..base.errors import NoIdleRunner, RunnerGoneError, UnknownEnvironment
 from ..nomad import Allocation, AllocListStub, Node, NodeListStub
-from .allocation_state import end_reason, is_live, is_running, restart_delay
+from .allocation_state import end_reason, is_live, is_running, restart_delay, written_by_its_client
 from .environments import ExecutionEnvironment, new_runner_id
 from .evidence import (
     AgentAddressLearned,
@@ -85,13 +85,6 @@ from .runners import (
 )
 
 __all__ = ["RunnerPool"]
-
-
-def _written_by_its_client(alloc: Allocation | AllocListStub) -> bool:
-    """The allocation's last change was its client's (a server-side one, such as the in-place
-    update a claim writes, bumps ``AllocModifyIndex`` too, and says nothing of the agent)."""
-    server_side = getattr(alloc, "alloc_modify_index", None)
-    return server_side is not None and alloc.modify_index > server_side
 
 
 @define
@@ -194,8 +187,8 @@ class RunnerPool(ListingReconcile, PoolView):
                 return self.apply_job(job_id, deleted=deleted, stopped=stopped)
             case NodeSeen(event_type, node, index):
                 return self.apply_node(event_type, node, index)
-            case NodesListed(nodes, index):
-                return self.replace_nodes(nodes, index)
+            case NodesListed(nodes, index, registered):
+                return self.replace_nodes(nodes, index, registered)
             case RunnersListed(jobs, allocs, index):
                 return self.reconcile(jobs, allocs, at, index=index)
             case JobsListed(jobs):
@@ -353,9 +346,11 @@ class RunnerPool(ListingReconcile, PoolView):
         """A Node event: drains, agent restarts and returns, as the node tracker reads them."""
         return self._node_changes(self.nodes.apply_event(event_type, node, index))
 
-    def replace_nodes(self, nodes: Iterable[NodeListStub], index: int) -> list[Action]:
-        """Every node, from a listing at ``index``."""
-        return self._node_changes(self.nodes.replace(nodes, index))
+    def replace_nodes(
+        self, nodes: Iterable[NodeListStub], index: int, registered: dict[str, int] | None = None
+    ) -> list[Action]:
+        """Every node, from a listing at ``index`` (``registered``: ``NodesListed``'s)."""
+        return self._node_changes(self.nodes.replace(nodes, index, registered or {}))
 
     def _node_changes(self, changes: NodeChanges) -> list[Action]:
         actions: list[Action] = []
@@ -529,7 +524,7 @@ class RunnerPool(ListingReconcile, PoolView):
             alloc.modify_index > runner.suspect_since > 0
             and is_running(alloc)
             and alloc.id == runner.alloc_id
-            and _written_by_its_client(alloc)
+            and written_by_its_client(alloc)
         ):
             runner.suspect_since = 0  # its client reported the allocation running since the restart
         if runner.alloc_id != alloc.id:

@@ -50,10 +50,21 @@ from ..core.evidence import (
     SilentAgent,
     StreamResumed,
 )
+from ..core.nodes import last_registration
 from ..core.runners import RunnerState
 from ..effects.effects import Effects
 from ..effects.environment_store import EnvironmentStore
-from ..nomad import Allocation, AllocListStub, EventBatch, EventStream, Indexed, Job, JobListStub, Node
+from ..nomad import (
+    Allocation,
+    AllocListStub,
+    EventBatch,
+    EventStream,
+    Indexed,
+    Job,
+    JobListStub,
+    Node,
+    NodeListStub,
+)
 from ..nomad.api import NomadApi
 from ..nomad.boundary import token_refused
 from .admission import AdmissionGate
@@ -313,12 +324,34 @@ class Informer:
         self.synced.set()
         return self.last_index
 
+    async def _registrations(self, nodes: list[NodeListStub]) -> dict[str, int]:
+        """Each node's last registration of its agent, from its events, once, at the start of a
+        term: an agent that restarted before this process began left no event it saw, and the
+        servers list a container its agent came back without as running until its client says."""
+        registered: dict[str, int] = {}
+        reads = trio.CapacityLimiter(_CLAIM_READS)
+
+        async def read(node_id: str) -> None:
+            async with reads:
+                try:
+                    node = (await self.client.get_node(node_id)).value
+                except NomadNotFound:
+                    return  # purged meanwhile: it holds no runner
+                registered[node_id] = last_registration(node)
+
+        async with trio.open_nursery() as nursery:
+            for stub in nodes:
+                if stub.status != "down":
+                    nursery.start_soon(read, stub.id)
+        return registered
+
     async def _list_and_reconcile(self) -> int:
         """The listing and its reconcile; the listing (tens of MB at 10,000 runners) is freed on
         return, before anything else is listed."""
         seen = self.last_index
         nodes = await self.client.list_nodes()
-        self._apply(NodesListed(nodes.value, nodes.index))
+        registered = {} if self.synced.is_set() else await self._registrations(nodes.value)
+        self._apply(NodesListed(nodes.value, nodes.index, registered))
         templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
         await self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
         jobs: list[JobListStub] = []

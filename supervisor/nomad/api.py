@@ -23,6 +23,7 @@ from .models import (
     JobDeregisterResponse,
     JobListStub,
     JobRegisterResponse,
+    Node,
     NodeListStub,
 )
 
@@ -128,6 +129,9 @@ class NomadApi(JobWriter, ExecOpener, Protocol):
 
     async def list_nodes(self) -> Indexed[list[NodeListStub]]:
         """Every node's stub."""
+
+    async def get_node(self, node_id: str) -> Indexed[Node]:
+        """The full node, with its last events."""
 
     async def list_allocations(
         self,
