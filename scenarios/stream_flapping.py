@@ -41,7 +41,7 @@ from supervisor.simulator import SimConfig
 # How long Nomad's answers take to reach the daemon once computed.
 LATENCY: Final = 0.05
 # The runners held to be given back while a reconnect's listing runs, one every RELEASE_EVERY: from
-# the listing's start to past its third round of reads.
+# the listing's start to past its third round of reads (at most half the pool, which the load needs).
 HELD: Final = 8
 RELEASE_EVERY: Final = LATENCY / 2
 # How often the holder looks whether the daemon has begun to list.
@@ -124,13 +124,13 @@ async def one_client_cycle(load: Load) -> None:
         await load.release(runner)
 
 
-async def hold_and_give_back(load: Load, deadline: float) -> None:
-    """Hold HELD runners while the stream is up; once the daemon lists at a reconnect, give them
-    back one every RELEASE_EVERY, and claim as many again once the stream is up."""
+async def hold_and_give_back(load: Load, holding: int, deadline: float) -> None:
+    """Hold ``holding`` runners while the stream is up; once the daemon lists at a reconnect, give
+    them back one every RELEASE_EVERY, and claim as many again once the stream is up."""
     scenario = load.scenario
     held: list[str] = []
     while trio.current_time() < deadline:
-        while len(held) < HELD and scenario.service.gate.state is StreamState.UP:
+        while len(held) < holding and scenario.service.gate.state is StreamState.UP:
             runner = await load.claim()
             if runner is None:
                 break
@@ -173,7 +173,7 @@ async def main(args: argparse.Namespace) -> bool:
                     scenario.event("streams cut", state=scenario.service.gate.state.value)
 
             nursery.start_soon(cut)
-            nursery.start_soon(hold_and_give_back, load, deadline)
+            nursery.start_soon(hold_and_give_back, load, max(1, min(HELD, args.runners // 2)), deadline)
             while trio.current_time() < deadline:
                 nursery.start_soon(one_client_cycle, load)
                 await trio.sleep(1 / args.rate)
