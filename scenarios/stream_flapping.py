@@ -11,15 +11,16 @@ after another while that listing runs, so that the listing was taken before thei
 reconciled after their release. The daemon runs at its defaults, so its reconnect backoff grows
 with the losses, and the admission gate holds new work while the stream is down.
 
-Invariants: no execution that started is killed (each ends with exit 0); the daemon lets a claim,
-an execution or an execution's WebSocket through only once its stream is up (each was answered
-with the gate up at some moment since it was sent: it waited at the gate and went on once the
-stream was back), and refuses one (500 NOMAD_UNREACHABLE) only once it waited the gate's whole wait
-(``admission.wait_timeout``); a runner given back never comes back: the daemon's pool never holds
-it again and no claim is answered with it again, and some were given back while a listing ran; the
-stream is up within the reconnect backoff's cap of the last cut, and the pool back to strength
-within 10 s of that; no runner job leaks. The gate and the pool are watched after every step of
-the run (``daemon_watch.py``), not sampled.
+Invariants: no execution that started is killed (each ends with exit 0), and no claimed runner is
+answered 410 (gone: no fault here touches a runner); the daemon lets a claim, an execution or an
+execution's WebSocket through only once its stream is up (each was answered with the gate up at some
+moment since it was sent: it waited at the gate and went on once the stream was back), and refuses
+one (500 NOMAD_UNREACHABLE) only once it waited the gate's whole wait (``admission.wait_timeout``);
+a runner given back never comes back: the daemon's pool never holds it again and no claim is
+answered with it again, and some were given back while a listing ran; the stream is up within the
+reconnect backoff's cap of the last cut, and the pool back to strength within 10 s of that; no
+runner job leaks. The gate and the pool are watched after every step of the run
+(``daemon_watch.py``), not sampled.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Load:
         self.scenario, self.watch = scenario, watch
         self.executions = 0
         self.killed: list[object] = []
+        # Claimed runners the daemon answered 410 (gone) for: no fault here touches a runner.
+        self.gone: list[str] = []
         self.refused_waits: list[float] = []
         self.overloaded = 0
         # What the daemon let through the gate: (what, sent, answered), trio's times.
@@ -96,6 +99,8 @@ class Load:
         if prepared.status_code == 500 and prepared.json().get("errorCode") == "NOMAD_UNREACHABLE":
             self.refused_waits.append(answered - sent)
             return
+        if prepared.status_code == 410:
+            self.gone.append(f"{runner}: execution 410")
         if prepared.status_code != 200:
             return
         self.let_through.append(("execution", sent, answered))
@@ -106,6 +111,9 @@ class Load:
                 prepared.json()["websocketUrl"], opened=lambda: opened.append(trio.current_time())
             )
         except trio_websocket.ConnectionRejected as refused:
+            if refused.status_code == 410:
+                self.gone.append(f"{runner}: WebSocket 410")
+                return
             # The upgrade waits at the gate too, and is refused as a claim is: nothing ran.
             if refused.status_code != 500 or b"NOMAD_UNREACHABLE" not in (refused.body or b""):
                 raise
@@ -186,6 +194,7 @@ async def main(args: argparse.Namespace) -> bool:
         watch.remove()
         scenario.check("no_execution_killed", not load.killed, len(load.killed), 0)
         released_checks(scenario, load, watch)
+        scenario.check("claimed_runners_never_gone", not load.gone, load.gone[:3] or 0, "no 410")
         gate_checks(scenario, load, watch)
         scenario.check("executions_ran", load.executions > 0, load.executions, "> 0")
         scenario.check(
