@@ -15,23 +15,28 @@ it 503. Two runners stay claimed throughout.
 0. Refill: a burst of claims takes the active's whole pool and a new environment starts empty, so
    that ``/health`` says 503 ``PREWARMING_POOL_DEPLETING``; ``/health/ready`` stays 204 throughout
    and the balancer keeps the active up.
-1. SIGKILL the active. The standby is active within the lock's worst case, 2 x TTL + LockDelay
-   (Nomad's leader lets a lock lapse twice its TTL after the last renewal), + 2 s, and the balancer
-   has it up within its pick-up bound after that; the killed daemon's claims are adopted and their
-   next request works; claims resume; the killed daemon comes back as the standby.
+1. SIGKILL the active, a moment after it was asked for runners while Nomad had no leader (every
+   request answered 500 for 3 s: no claim's ``used`` mark could land; ``unmarked_claims.py``). The
+   standby is active within the lock's worst case, 2 x TTL + LockDelay (Nomad's leader lets a lock
+   lapse twice its TTL after the last renewal), + 2 s, and the balancer has it up within its pick-up
+   bound after that; the killed daemon's claims are adopted and their next request works; every idle
+   runner of the new active is claimed (and given back); claims resume; the killed daemon comes back
+   as the standby.
 2. Partition the active from Nomad. It steps down before its TTL has run out since its last renewal,
    and the other takes over only after it stepped down (never two active at once, from their logs).
 3. SIGTERM the active: it releases the lock, and the balancer has the other up within 2 s plus its
    pick-up bound.
 
-Invariants besides: no request the balancer routed was answered by a standby, but by a deposed
-active in the moments before the balancer saw it (its mark-down bound after it stopped being
-ready); the balancer marked a daemon down only once it had stopped being ready, and only across a
-failover; a daemon that turned ready was up at the balancer within the pick-up bound. At the end
-Nomad's runner jobs are the active's pool, all idle and as many as its size (nothing leaked,
-nothing lost, not doubled); every load cycle that ran ended in exit 0. The load claims with an
-inactivity timeout of 10 s, as CodeOcean does, so that a claim whose answer was lost with a killed
-daemon ends by itself. The report gives the time without an active daemon for each case.
+Invariants besides: no runner ID was handed out twice in the whole run (a claim answered before
+its mark was in Nomad is a runner the new active takes for an idle one); no request the balancer
+routed was answered by a standby, but by a deposed active in the moments before the balancer saw it
+(its mark-down bound after it stopped being ready); the balancer marked a daemon down only once it
+had stopped being ready, and only across a failover; a daemon that turned ready was up at the
+balancer within the pick-up bound. At the end Nomad's runner jobs are the active's pool, all idle
+and as many as its size (nothing leaked, nothing lost, not doubled); every load cycle that ran ended
+in exit 0. The load claims with an inactivity timeout of 10 s, as CodeOcean does, so that a claim
+whose answer was lost with a killed daemon ends by itself. The report gives the time without an
+active daemon for each case.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import argparse
 import json
 import signal
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
@@ -58,6 +64,7 @@ from harness import (
     run,
     start_daemon,
 )
+from unmarked_claims import claim_every_idle_runner, claims_while_nomad_has_no_leader, handed_out_once
 
 from supervisor.core.config import HaSettings
 from supervisor.nomad import NomadClient, NomadSettings
@@ -219,14 +226,15 @@ async def play(
     http, balancer = scenario.http, daemons.balancer
     outcomes: list[str] = []
     load = Load(balancer, outcomes)
+    load.handed_out.update(claimed)
     truth = Readiness(lambda: daemons.apis, http)
     failovers: list[tuple[float, float]] = []  # (from, to): when a daemon may stop being ready
     async with trio.open_nursery() as loading:
         loading.start_soon(truth.run)
         loading.start_soon(load.run)
         await trio.sleep(3)
-        await refill_case(scenario, daemons, truth, args.runners)
-        await sigkill_case(scenario, daemons, nursery, claimed, load, failovers)
+        await refill_case(scenario, daemons, truth, load, args.runners)
+        await sigkill_case(scenario, daemons, nursery, claimed, load, failovers, args.runners)
         await partition_case(scenario, daemons, nursery, load, failovers)
         await graceful_case(scenario, daemons, load, failovers)
         loading.cancel_scope.cancel()
@@ -236,6 +244,7 @@ async def play(
     stray = [f"+{a - scenario.started:.1f}s" for a, b in load.cut if not any(a <= k <= b for k in load.kills)]
     value = stray[:3] or len(load.cut)
     scenario.check("executions_lost_only_to_a_sigkill", not stray, value, "each across a SIGKILL")
+    scenario.check("no_runner_handed_out_twice", *handed_out_once(load.handed_out), "each once")
     balancer_checks(scenario, balancer, truth, failovers)
     await pool_checks(scenario, daemons, [*claimed, *load.held], args.runners)
     return scenario.report(args.report, args.plot)
@@ -257,6 +266,8 @@ class Load:
         # when a daemon was killed (which explains such a loss).
         self.cut: list[tuple[float, float]] = []
         self.kills: list[float] = []
+        # Every runner ID any daemon handed out, to anyone, with how often.
+        self.handed_out: Counter[str] = Counter()
 
     async def run(self) -> None:
         while True:
@@ -280,6 +291,7 @@ class Load:
             if claim.status_code != 200:
                 return self.refused("claim", claim)
             runner = claim.json()["runnerId"]
+            self.handed_out[runner] += 1
             self.held.add(runner)
             copy = {"delete": ["./*"], "copy": [{"path": "main.py", "content": "cHJpbnQoMSk="}]}
             self.step = "files"
@@ -354,7 +366,9 @@ async def claims_resume(load: Load, within: float) -> float | str:
     return f"none in {within:g}s; {len(refusals)} refused, the last: {refusals[-3:]}"
 
 
-async def refill_case(scenario: Scenario, daemons: Daemons, truth: Readiness, runners: int) -> None:
+async def refill_case(
+    scenario: Scenario, daemons: Daemons, truth: Readiness, load: Load, runners: int
+) -> None:
     """A burst of claims empties the active's pool and a new environment starts empty: /health is
     503 while /health/ready stays 204 and the balancer keeps the active up."""
     balancer, send = daemons.balancer, daemons.balancer.request
@@ -364,6 +378,7 @@ async def refill_case(scenario: Scenario, daemons: Daemons, truth: Readiness, ru
 
     async def claim(n: int) -> None:
         claims[n] = (await send("POST", "/runners", json=LOAD_CLAIM)).json().get("runnerId")
+        load.handed_out.update(filter(None, [claims[n]]))
 
     async with trio.open_nursery() as burst:
         for n in range(runners):
@@ -399,7 +414,13 @@ async def sigkill_case(
     claimed: list[str],
     load: Load,
     failovers: list[tuple[float, float]],
+    runners: int,
 ) -> None:
+    api = daemons.apis["a"]
+    answered = await claims_while_nomad_has_no_leader(
+        scenario.cluster, scenario.http, api, LOAD_CLAIM, load.handed_out
+    )
+    scenario.event("claims while Nomad has no leader", answered=answered)
     killed = time.monotonic()
     load.kills.append(killed)
     daemons.processes["a"].send_signal(signal.SIGKILL)
@@ -416,6 +437,10 @@ async def sigkill_case(
         for runner in claimed
     ]
     scenario.check("killed_daemons_claims_adopted", answers == [204, 204], answers, [204, 204])
+    swept = await claim_every_idle_runner(daemons.balancer.request, runners, LOAD_CLAIM, load.handed_out)
+    scenario.event("every idle runner of the new active claimed", claimed=len(swept))
+    for runner in swept:
+        await daemons.balancer.request("DELETE", f"/runners/{runner}")
     resumed = await claims_resume(load, within=30)
     scenario.check("sigkill_claims_resume_s", isinstance(resumed, float), resumed, 30)
     daemons.forget("a")

@@ -175,12 +175,18 @@ class Scenario:
         return await self.read_execution(response.json()["websocketUrl"])
 
     async def read_execution(
-        self, url: str, *, first_line: Callable[[], None] = lambda: None
+        self,
+        url: str,
+        *,
+        first_line: Callable[[], None] = lambda: None,
+        opened: Callable[[], None] = lambda: None,
     ) -> list[dict[str, Any]]:
-        """Every message of the execution at ``url``; ``first_line()`` once its first output came."""
+        """Every message of the execution at ``url``; ``opened()`` once its WebSocket's upgrade was
+        accepted, ``first_line()`` once its first output came."""
         messages: list[dict[str, Any]] = []
         start = round(time.monotonic() - self.started, 3)
         async with trio_websocket.open_websocket_url(url) as ws:
+            opened()
             try:
                 while True:
                     messages.append(json.loads(await ws.get_message()))
