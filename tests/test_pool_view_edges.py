@@ -8,7 +8,7 @@ from typing import Any
 from supervisor.core.environments import ExecutionEnvironment
 from supervisor.core.evidence import Moment
 from supervisor.core.pool import RunnerPool
-from supervisor.core.runners import FOUND_BY_EXEC_REFUSAL, CreateRunner, RunnerState
+from supervisor.core.runners import FOUND_BY_EXEC_REFUSAL, CreateRunner, PoolStats, RunnerState
 from supervisor.nomad import Allocation, Node, NodeEvent, NodeListStub, PortMapping
 from supervisor.nomad.agents import AgentRoute
 
@@ -187,3 +187,10 @@ def test_ports_are_mapped_as_poseidon_s_api_maps_them() -> None:
     runner = pool.runners[ids[0]]
     runner.ports = (PortMapping(label="a", value=23001, to=8080, host_ip="10.0.0.1"),)
     assert runner.mapped_ports() == [{"exposedPort": 8080, "hostAddress": "10.0.0.1:23001"}]
+
+
+def test_a_pool_depletes_below_the_share_of_idle_runners_and_one_of_size_0_never_does() -> None:
+    assert not PoolStats(1, size=0, idle=0, used=0).is_depleting(0.5)
+    assert PoolStats(1, size=1, idle=0, used=1).is_depleting(0.5)
+    assert PoolStats(1, size=4, idle=1, used=3).is_depleting(0.5)
+    assert not PoolStats(1, size=4, idle=2, used=2).is_depleting(0.5)
