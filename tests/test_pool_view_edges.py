@@ -194,3 +194,24 @@ def test_a_pool_depletes_below_the_share_of_idle_runners_and_one_of_size_0_never
     assert PoolStats(1, size=1, idle=0, used=1).is_depleting(0.5)
     assert PoolStats(1, size=4, idle=1, used=3).is_depleting(0.5)
     assert not PoolStats(1, size=4, idle=2, used=2).is_depleting(0.5)
+
+
+def test_a_runner_without_an_inactivity_timeout_never_expires_and_one_of_a_second_does() -> None:
+    pool, _ = warm_pool()
+    untimed, _ = pool.claim(10, 0, now=100.0)
+    assert pool.expired(10_000.0) == []
+    assert pool.next_expiry() is None
+    timed, _ = pool.claim(10, 1, now=100.0)
+    assert pool.next_expiry() == 101.0
+    assert pool.expired(101.0) == [timed.id]
+    pool.activity(timed.id, 100.0, working=1)
+    assert pool.next_expiry() is None, "an execution works in it"
+    assert untimed.id not in pool.expired(10_000.0)
+
+
+def test_a_job_is_unknown_only_when_neither_a_runner_nor_removed() -> None:
+    pool, ids = warm_pool()
+    assert not pool.unknown(ids[0])
+    pool.release(pool.claim(10, 0, now=1.0)[0].id)
+    assert not pool.unknown(ids[0]), "removed: its tombstone stays"
+    assert pool.unknown("10-never-seen")
