@@ -9,6 +9,7 @@ its reason there).
     python scripts/mutation.py            # a full run from scratch (mutants/ is made anew)
     python scripts/mutation.py --again    # runs again only the mutants that were not killed
     python scripts/mutation.py --report   # runs nothing, reads the last results
+    python scripts/mutation.py --again --only supervisor/core/   # those of one part or module
 
 The score is killed / (killed + survived). A mutant that times out counts as killed (the tests
 noticed it: it loops); one that no test reaches counts as survived. Exits 0 only if the score of
@@ -220,10 +221,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--again", action="store_true", help="run again only the mutants not killed last time")
     mode.add_argument("--report", action="store_true", help="run nothing, report the last results")
+    parser.add_argument("--only", default="", help="with --again: the modules whose path starts so")
     args = parser.parse_args(argv)
 
     if args.again:
-        names = [mutant.name for mutant in read_results() if mutant.verdict not in ("killed", "timeout")]
+        names = [
+            mutant.name
+            for mutant in read_results()
+            if mutant.verdict not in ("killed", "timeout") and mutant.module.startswith(args.only)
+        ]
         if names and run_mutmut(names) != 0:
             return 2
     elif not args.report:

@@ -1,6 +1,7 @@
 """The runner pool's decisions at their edges, as plain synchronous tests: a client's activity, an
 environment removed and put again, a destroy or a proof of a runner the pool does not know, an
-agent's silence, a draining node's idle runners, and each environment's replacement budget."""
+agent's silence, a draining node's idle runners, each environment's replacement budget, and each
+change through the pool's one door."""
 
 from __future__ import annotations
 
@@ -10,18 +11,38 @@ import pytest
 
 from supervisor.base.errors import UnknownEnvironment
 from supervisor.core.environments import ExecutionEnvironment
-from supervisor.core.evidence import Moment
+from supervisor.core.evidence import (
+    AgentAddressLearned,
+    AgentUnreachable,
+    AllocationSeen,
+    JobPurged,
+    JobRefused,
+    JobRegistered,
+    JobSeen,
+    Moment,
+    NodeSeen,
+    RunnerProven,
+    StreamResumed,
+)
+from supervisor.core.nodes import QUICK_SILENT_SECONDS
+from supervisor.core.orders import Destroy, Touch
 from supervisor.core.pool import RunnerPool
 from supervisor.core.replacements import REFILL_SECONDS, ReplacementBudget
 from supervisor.core.runners import (
+    FOUND_BY_LISTING,
+    REASON_ALLOCATION_STOPPED,
     REASON_ENVIRONMENT,
+    REASON_JOB_GONE,
     CreateRunner,
     DestroyRunner,
     NodeAvoided,
     RunnerGone,
+    RunnerStarted,
     RunnerState,
+    Tombstone,
 )
 from supervisor.nomad import Allocation, Node, NodeEvent, NodeListStub
+from supervisor.nomad.agents import AgentRoute
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 3, 100.0, 256, False, ())
 AT = Moment(0.0)
@@ -174,3 +195,146 @@ def test_each_idle_runner_on_a_node_that_begins_to_drain_is_destroyed() -> None:
     assert destroyed == ids
     assert all(a.reason == "its node is draining" for a in actions if isinstance(a, DestroyRunner))
     assert len([a for a in actions if isinstance(a, CreateRunner)]) == 3
+
+
+# -- through the pool's one door (``RunnerPool.handle``): each change does what the pool's own entry
+# for it does, with the moment and every field it carries.
+
+DOOR_ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 2, 100.0, 256, False, ())
+DOOR_AT = Moment(5.0, 5.0)
+
+
+def door_alloc(job_id: str, alloc_id: str, index: int, status: str = "running", **fields: Any) -> Allocation:
+    return Allocation(
+        id=alloc_id,
+        job_id=job_id,
+        client_status=status,
+        desired_status="run",
+        create_index=fields.pop("created", index),
+        modify_index=index,
+        node_id="n1",
+        **fields,
+    )
+
+
+def door_new_pool() -> tuple[RunnerPool, list[str]]:
+    pool = RunnerPool()
+    _, actions = pool.set_environment(DOOR_ENVIRONMENT)
+    return pool, [a.runner_id for a in actions if isinstance(a, CreateRunner)]
+
+
+def door_warm_pool() -> tuple[RunnerPool, list[str]]:
+    pool, ids = door_new_pool()
+    for i, runner_id in enumerate(ids):
+        pool.handle(JobRegistered(runner_id, 5), DOOR_AT)
+        pool.handle(AllocationSeen(door_alloc(runner_id, f"a{i}", 10 + i)), DOOR_AT)
+    return pool, ids
+
+
+def test_a_registration_and_a_purge_are_recorded_at_their_index() -> None:
+    pool, ids = door_new_pool()
+    assert pool.handle(JobRegistered(ids[0], 7), DOOR_AT) == []
+    assert pool.runners[ids[0]].registered_index == 7
+    pool.destroy(ids[0], "gone")
+    pool.handle(JobPurged(ids[0], 90), DOOR_AT)
+    assert pool.tombstones[ids[0]] == Tombstone(7, 90)
+
+
+def test_a_refused_registration_forgets_the_runner() -> None:
+    pool, ids = door_new_pool()
+    assert pool.handle(JobRefused(ids[0]), DOOR_AT) == []
+    assert ids[0] not in pool.runners
+
+
+def test_a_runner_whose_allocation_first_runs_is_started() -> None:
+    pool, ids = door_new_pool()
+    pool.handle(JobRegistered(ids[0], 5), DOOR_AT)
+    assert pool.handle(AllocationSeen(door_alloc(ids[0], "a0", 10, "pending")), DOOR_AT) == []
+    assert pool.handle(AllocationSeen(door_alloc(ids[0], "a0", 11)), DOOR_AT) == [RunnerStarted(ids[0])]
+    assert pool.handle(AllocationSeen(door_alloc(ids[0], "a0", 12)), DOOR_AT) == [], "once"
+
+
+def test_an_allocation_seen_in_a_listing_counts_as_found_there() -> None:
+    pool, ids = door_warm_pool()
+    stopped = door_alloc(ids[0], "a0", 30, "complete")
+    actions = pool.handle(AllocationSeen(stopped, FOUND_BY_LISTING), DOOR_AT)
+    assert DestroyRunner(ids[0], REASON_ALLOCATION_STOPPED) in actions
+    assert pool.found_gone_counts() == {FOUND_BY_LISTING: 1}
+
+
+def test_a_stopped_job_ends_its_runner() -> None:
+    pool, ids = door_warm_pool()
+    assert DestroyRunner(ids[0], REASON_JOB_GONE) in pool.handle(
+        JobSeen(ids[0], deleted=False, stopped=True), AT
+    )
+    assert pool.handle(JobSeen(ids[1], deleted=False, stopped=False), DOOR_AT) == []
+    assert ids[1] in pool.runners
+
+
+def test_a_touch_counts_what_works_in_the_runner_at_the_moment() -> None:
+    pool, _ = door_warm_pool()
+    runner, _ = pool.claim(10, 60, now=1.0)
+    pool.handle(Touch(runner.id, working=1), Moment(42.0))
+    assert (runner.executions, runner.last_activity) == (1, 42.0)
+
+
+def test_a_destroy_order_gives_its_reason() -> None:
+    pool, ids = door_warm_pool()
+    assert DestroyRunner(ids[0], "expired") in pool.handle(Destroy(ids[0], "expired"), DOOR_AT)
+
+
+def test_a_proof_clears_a_suspect_runner() -> None:
+    pool, ids = door_warm_pool()
+    registered = Node(id="n1", status="ready", events=[NodeEvent(message="Node registered")], modify_index=3)
+    pool.handle(NodeSeen("NodeRegistration", registered, 3), DOOR_AT)
+    again = Node(
+        id="n1", status="initializing", events=[NodeEvent(message="Node re-registered")], modify_index=40
+    )
+    assert pool.handle(NodeSeen("NodeRegistration", again, 40), DOOR_AT) == []
+    assert pool.suspect_runners() == ids
+    pool.handle(RunnerProven(ids[0]), DOOR_AT)
+    assert pool.suspect_runners() == ids[1:]
+
+
+def test_an_agent_s_address_and_its_unreachability_reach_the_node_tracker() -> None:
+    pool, _ = door_warm_pool()
+    pool.handle(AgentAddressLearned(AgentRoute("n1"), "10.0.0.2:4646", True), DOOR_AT)
+    assert pool.agent_route("a0") == AgentRoute("n1", 0, "10.0.0.2:4646", True)
+    pool.handle(AgentUnreachable(AgentRoute("n1")), DOOR_AT)
+    assert pool.agent_route("a0") is None
+
+
+def test_a_stream_that_resumed_gives_an_agent_placed_before_it_longer() -> None:
+    pool, _ = door_warm_pool()
+    pool.replace_nodes(
+        [
+            NodeListStub(id=n, name=n, status="ready", scheduling_eligibility="eligible")
+            for n in ("n1", "n2", "n3")
+        ],
+        20,
+    )
+    pool.nodes.waiting("r9", "n1", "a9", 1.0)
+    pool.nodes.heard("n2", 2.0)
+    assert pool.silent_nodes(Moment(0.0, 1.0 + QUICK_SILENT_SECONDS)) == ["n1"]
+    pool.handle(StreamResumed(2.0), DOOR_AT)
+    assert pool.silent_nodes(Moment(0.0, 1.0 + QUICK_SILENT_SECONDS)) == []
+
+
+def test_each_node_that_begins_to_drain_has_its_idle_runners_destroyed() -> None:
+    pool, ids = door_new_pool()
+    for i, runner_id in enumerate(ids):
+        pool.registered(runner_id, 5)
+        placed = Allocation(
+            id=f"a{i}",
+            job_id=runner_id,
+            client_status="running",
+            desired_status="run",
+            create_index=10 + i,
+            modify_index=10 + i,
+            node_id=f"n{i}",
+        )
+        pool.apply_allocation(placed, DOOR_AT)
+    draining = [NodeListStub(id=f"n{i}", name=f"n{i}", status="ready", drain=True) for i in range(2)]
+    actions = pool.replace_nodes(draining, 30)
+    assert sorted(a.runner_id for a in actions if isinstance(a, DestroyRunner)) == sorted(ids)
+    assert not any(isinstance(a, NodeAvoided) for a in actions)
