@@ -3,8 +3,12 @@ mark lifted by a report, and which agents are silent, in what order, at the exac
 
 from __future__ import annotations
 
-from supervisor.core.nodes import QUICK_SILENT_SECONDS, NodeTracker
-from supervisor.nomad import NodeListStub
+from typing import Any
+
+import pytest
+
+from supervisor.core.nodes import QUICK_SILENT_SECONDS, NodeChanges, NodeTracker
+from supervisor.nomad import Node, NodeEvent, NodeListStub
 
 
 def tracker_of(*node_ids: str) -> NodeTracker:
@@ -99,3 +103,103 @@ def test_a_node_whose_mark_ends_now_can_be_silent_again_and_one_skipped_does_not
     away_until = tracker.nodes["n1"].away_until
     assert tracker.silent(20.0, away_until - 0.001) == [], "still avoided"
     assert tracker.silent(20.0, away_until) == ["n1"]
+
+
+# -- node events and listings at their edges ----------------------------------------------------
+
+
+def event_node(
+    status: str, message: str | None = "Node registered", modify_index: int = 0, **fields: Any
+) -> Node:
+    events = [NodeEvent(message=message)] if message is not None else []
+    return Node(id="n1", name="n1", status=status, events=events, modify_index=modify_index, **fields)
+
+
+def test_an_event_of_an_unknown_node_at_the_index_of_the_last_listing_is_ignored() -> None:
+    tracker = NodeTracker()
+    tracker.replace([], 10)
+    assert tracker.apply_event("NodeRegistration", event_node("ready"), 10) == NodeChanges()
+    assert "n1" not in tracker.nodes
+    tracker.apply_event("NodeRegistration", event_node("ready"), 11)
+    assert "n1" in tracker.nodes
+
+
+def test_a_first_registration_without_events_is_no_restart_and_a_known_node_s_is() -> None:
+    tracker = NodeTracker()
+    assert tracker.apply_event("NodeRegistration", event_node("initializing", None, 5), 5) == NodeChanges()
+    changes = tracker.apply_event("NodeRegistration", event_node("initializing", None, 9), 9)
+    assert changes.restarted == (("n1", 9),)
+
+
+def test_a_known_node_s_first_registration_replayed_later_is_no_restart() -> None:
+    tracker = NodeTracker()
+    tracker.apply_event("NodeRegistration", event_node("ready", modify_index=5), 5)
+    assert tracker.apply_event("NodeRegistration", event_node("ready", modify_index=6), 6).restarted == ()
+
+
+def test_an_eligible_node_is_placeable_after_its_event() -> None:
+    tracker = NodeTracker()
+    tracker.apply_event("NodeRegistration", event_node("ready", scheduling_eligibility="eligible"), 5)
+    assert tracker.nodes["n1"].placeable
+
+
+def test_a_replayed_event_changes_nothing_even_at_modify_index_1() -> None:
+    tracker = NodeTracker()
+    tracker.apply_event("NodeRegistration", event_node("initializing", modify_index=1), 1)
+    tracker.replace([NodeListStub(id="n1", status="ready", modify_index=1)], 5)
+    assert (
+        tracker.apply_event("NodeRegistration", event_node("initializing", modify_index=1), 6)
+        == NodeChanges()
+    )
+    assert tracker.nodes["n1"].status == "ready"
+
+
+def test_a_duplicated_re_registration_restarts_the_node_once() -> None:
+    tracker = NodeTracker()
+    tracker.apply_event("NodeRegistration", event_node("ready", modify_index=5), 5)
+    again = event_node("initializing", "Node re-registered", 40)
+    assert tracker.apply_event("NodeRegistration", again, 40).restarted == (("n1", 40),)
+    assert tracker.apply_event("NodeRegistration", again, 41) == NodeChanges()
+
+
+@pytest.mark.parametrize("status", ["initializing", "disconnected", "down"])
+def test_an_agent_that_leaves_makes_its_node_restarted(status: str) -> None:
+    tracker = NodeTracker()
+    tracker.apply_event("NodeRegistration", event_node("ready", modify_index=5), 5)
+    assert tracker.apply_event("NodeStreamEvent", event_node(status, "x", 6), 6).restarted == (("n1", 6),)
+
+
+def test_a_drain_that_ends_by_an_event_is_told() -> None:
+    tracker = NodeTracker()
+    tracker.apply_event("NodeRegistration", event_node("ready", modify_index=5), 5)
+    assert tracker.apply_event("NodeDrain", event_node("ready", "x", 6, drain=True), 6).began_draining == (
+        "n1",
+    )
+    assert tracker.apply_event("NodeDrain", event_node("ready", "x", 7), 7).stopped_draining == ("n1",)
+
+
+def test_an_agent_back_ready_is_no_longer_avoided_from_that_moment() -> None:
+    tracker = tracker_of("n1", "n2", "n3")
+    assert tracker.mark_away("n1", 0.0)
+    tracker.apply_event("NodeStreamEvent", event_node("down", "x", 30), 30)
+    tracker.apply_event(
+        "NodeStreamEvent", event_node("ready", "x", 31, scheduling_eligibility="eligible"), 31
+    )
+    assert tracker.avoided(0.5) == ()
+
+
+def test_a_listing_tells_every_node_restarted_ready_again_and_purged_while_draining() -> None:
+    tracker = NodeTracker()
+    tracker.replace(
+        [
+            NodeListStub(id="a", status="ready"),
+            NodeListStub(id="b", status="ready"),
+            NodeListStub(id="c", status="ready", drain=True),
+        ],
+        5,
+    )
+    down = tracker.replace([NodeListStub(id="a", status="down"), NodeListStub(id="b", status="down")], 6)
+    assert down.restarted == (("a", 6), ("b", 6))
+    assert down.stopped_draining == ("c",), "purged from Nomad while draining"
+    back = tracker.replace([NodeListStub(id="a", status="ready"), NodeListStub(id="b", status="ready")], 7)
+    assert sorted(back.ready_again) == ["a", "b"]
