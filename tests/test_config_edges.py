@@ -11,7 +11,7 @@ import pytest
 
 from supervisor.base.errors import ConfigError
 from supervisor.core.config import SECTIONS, ServerSettings, load_settings
-from supervisor.core.poseidon_settings import read_poseidon_settings
+from supervisor.core.poseidon_settings import read_poseidon_settings, resolve
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -76,3 +76,34 @@ def test_a_mapping_or_a_list_where_a_number_goes_is_named_as_such(text: str, sho
     with pytest.raises(ConfigError) as refused:
         read_poseidon_settings(text, source="f.yaml")
     assert str(refused.value) == f"f.yaml {shown} is not an integer (Poseidon stops on it too)"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("nomad:\n  network:\n    dns: 5\n", "nomad.network.dns: '5' is not a mapping or null"),
+        ("nomad:\n  network:\n    mbits: x\n", "nomad.network.mbits: 'x' is not an integer"),
+    ],
+)
+def test_a_pointer_s_wrong_value_is_named_by_its_path(text: str, shown: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        read_poseidon_settings(text, source="f.yaml")
+    assert str(refused.value) == f"f.yaml line 3: {shown} (Poseidon stops on it too)"
+
+
+@pytest.mark.parametrize(
+    ("text", "resolved"),
+    [
+        ("0", ("int", 0)),
+        ("07", ("int", 7)),
+        ("0b101", ("int", 5)),
+        ("0B101", ("int", 5)),
+        ("-0x1f", ("int", -31)),
+        ("+7", ("int", 7)),
+        ("X10", ("str", "X10")),
+    ],
+)
+def test_plain_integers_resolve_by_their_prefix_as_yaml_v3_resolves_them(
+    text: str, resolved: tuple[str, object]
+) -> None:
+    assert resolve(text) == resolved

@@ -11,6 +11,7 @@ import pytest
 from supervisor.base.errors import InvalidRequest
 from supervisor.core.environments import (
     MAX_AMOUNT,
+    MAX_ID,
     ExecutionEnvironment,
     environment_from_dict,
     environment_from_template,
@@ -79,3 +80,51 @@ def test_a_template_job_keeps_its_template_s_meta_beside_the_environment() -> No
     job = template_job(environment, JobShape.of({"Meta": {"team": "edu"}}))
     assert job["Meta"]["team"] == "edu"
     assert environment_from_template(job["Meta"]) == environment
+
+
+def test_an_environment_put_at_its_path_takes_the_path_s_id() -> None:
+    body = {key: value for key, value in VALID.items() if key != "id"}
+    assert environment_from_dict(body, environment_id=7).id == 7
+    assert environment_from_dict({**body, "id": 7}, environment_id=7).id == 7
+    with pytest.raises(InvalidRequest) as refused:
+        environment_from_dict({**body, "id": 8}, environment_id=7)
+    assert str(refused.value) == "body.id 8 does not match the path's 7"
+    with pytest.raises(InvalidRequest) as refused:
+        environment_from_dict({**body, "id": "7"}, environment_id=7)
+    assert str(refused.value) == "body: id must be an integer of at least 0, got '7'"
+
+
+def test_a_missing_field_is_named_as_the_client_or_the_file_spells_it() -> None:
+    body = {key: value for key, value in VALID.items() if key not in ("cpuLimit", "memoryLimit")}
+    with pytest.raises(InvalidRequest) as refused:
+        environment_from_dict(body)
+    assert str(refused.value) == "body: cpuLimit is required"
+    with pytest.raises(InvalidRequest) as refused:
+        environment_from_dict({"image": "python:3.12"}, where="environments[0]", snake_case=True)
+    assert str(refused.value) == "environments[0]: prewarming_pool_size is required"
+    with pytest.raises(InvalidRequest) as refused:
+        environment_from_dict({key: value for key, value in VALID.items() if key != "id"})
+    assert str(refused.value) == "body: id is required"
+
+
+def test_an_image_with_a_nul_byte_is_refused() -> None:
+    assert refusal(image="python\x003") == "body: image must be Unicode text without NUL bytes"
+
+
+@pytest.mark.parametrize("cpu", [0, -1, MAX_AMOUNT + 1, True, "20"])
+def test_a_cpu_limit_is_a_positive_number_up_to_the_maximum(cpu: Any) -> None:
+    assert (
+        refusal(cpuLimit=cpu) == f"body: cpuLimit must be a positive number up to {MAX_AMOUNT}, got {cpu!r}"
+    )
+
+
+def test_the_largest_cpu_limit_and_id_are_taken() -> None:
+    environment = environment_from_dict({**VALID, "cpuLimit": MAX_AMOUNT, "id": MAX_ID})
+    assert (environment.cpu_limit, environment.id) == (float(MAX_AMOUNT), MAX_ID)
+    assert refusal(id=MAX_ID + 1) == f"body: id must be at most {MAX_ID}, got {MAX_ID + 1}"
+    assert refusal(exposedPorts=[65536]) == "body: exposedPorts[] must be at most 65535, got 65536"
+
+
+def test_network_access_and_ports_of_the_wrong_type_are_refused_by_name() -> None:
+    assert refusal(networkAccess="yes") == "body: networkAccess must be true or false"
+    assert refusal(exposedPorts=8080) == "body: exposedPorts must be an array"
