@@ -4,6 +4,7 @@ an unquoted one, a variable ignored before one applied) and a value of the wrong
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import attrs
@@ -11,6 +12,18 @@ import pytest
 
 from supervisor.base.errors import ConfigError
 from supervisor.core.config import SECTIONS, ServerSettings, load_settings
+from supervisor.core.config_rules import (
+    Rule,
+    absolute_path,
+    at_least,
+    between,
+    described,
+    one_of,
+    required,
+    secret_problems,
+    setting,
+    up_to,
+)
 from supervisor.core.poseidon_settings import read_poseidon_settings, resolve
 
 
@@ -107,3 +120,109 @@ def test_plain_integers_resolve_by_their_prefix_as_yaml_v3_resolves_them(
     text: str, resolved: tuple[str, object]
 ) -> None:
     assert resolve(text) == resolved
+
+
+# -- the rules a setting takes, declared at test time: the settings' classes declare theirs when the
+# package is imported, so these are the only calls a mutation run can see.
+
+
+LONG = Rule("at least 16 characters", lambda v: isinstance(v, str) and len(v) >= 16)
+
+
+@attrs.frozen
+class Section:
+    """A section declared as the settings' classes are."""
+
+    port: int = setting(7200, "The port.", between(1, 65535))
+    timeout: float = setting(2.5, "How long to wait.", up_to(60), unit="seconds")
+    workers: int = setting(1, "How many.", at_least(1))
+    ports: tuple[int, ...] = setting((80,), "The ports.", between(1, 65535), each=True)
+    level: str = setting("INFO", "The level.", one_of("INFO", "DEBUG", case_sensitive=False))
+    root: str = setting("/", "The root.", absolute_path())
+    token: str = setting("", "The token.", LONG, secret=True)
+    plain: str = setting("x", "No rule.")
+
+
+def refused(**values: object) -> str:
+    with pytest.raises(ConfigError) as raised:
+        Section(**values)  # type: ignore[arg-type]
+    return str(raised.value)
+
+
+def test_a_section_within_its_rules_is_made() -> None:
+    section = Section(port=65535, timeout=60, workers=1, ports=(1, 65535), level="debug", root="/srv")
+    assert (section.port, section.timeout, section.level) == (65535, 60, "debug")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"port": 0}, "port: must be 1 to 65535, got 0"),
+        ({"port": 65536}, "port: must be 1 to 65535, got 65536"),
+        ({"port": True}, "port: must be 1 to 65535, got True"),
+        ({"timeout": 0}, "timeout: must be positive, up to 60, got 0"),
+        ({"timeout": 60.5}, "timeout: must be positive, up to 60, got 60.5"),
+        ({"timeout": math.inf}, "timeout: must be positive, up to 60, got inf"),
+        ({"workers": 0}, "workers: must be 1 or more, got 0"),
+        ({"ports": (80, 0)}, "ports: must be 1 to 65535, got 0"),
+        ({"level": "TRACE"}, "level: 'TRACE' is not one of INFO, DEBUG"),
+        ({"root": "srv"}, "root: must be an absolute path, got 'srv'"),
+        ({"root": 5}, "root: must be an absolute path, got 5"),
+    ],
+)
+def test_a_value_outside_its_rule_is_refused_naming_the_key_and_the_rule(
+    values: dict[str, object], message: str
+) -> None:
+    assert refused(**values) == message
+
+
+def test_a_secret_is_not_checked_when_made_and_never_shown() -> None:
+    section = Section(token="short")
+    assert list(secret_problems("server", section)) == [
+        "server.token: a token of 5 characters is too short to be secret; must be at least 16 characters"
+    ]
+    assert list(secret_problems("server", Section(token="x" * 16))) == []
+
+
+def test_what_each_setting_takes_in_words() -> None:
+    fields = attrs.fields_dict(Section)
+    assert described(fields["timeout"]).takes == "seconds, positive, up to 60"
+    assert described(fields["ports"]).takes == "each 1 to 65535"
+    assert described(fields["plain"]).takes == ""
+    assert described(fields["port"]).comment == "The port."
+    assert described(fields["token"]).secret
+    assert not described(fields["port"]).secret
+    assert not described(fields["port"]).each
+
+
+def test_rules_read_their_bounds_as_written() -> None:
+    assert between(0.5, 2).text == "0.5 to 2"
+    assert up_to(1.5).text == "positive, up to 1.5"
+    assert at_least(3).text == "3 or more"
+    assert between(1, 10).test(1)
+    assert between(1, 10).test(10)
+    assert not between(1, 10).test(0.99)
+    assert up_to(10).test(10)
+    assert not up_to(10).test(0)
+    assert at_least(1).test(1)
+    assert not at_least(1).test(math.nan)
+
+
+def test_a_required_setting_has_no_default_and_keeps_its_example() -> None:
+    @attrs.frozen
+    class Entry:
+        """An entry declared as an environment's."""
+
+        image: str = required("python:3.12", "The image.", absolute_path())
+        ports: tuple[int, ...] = required((8080,), "The ports.", between(1, 65535), each=True)
+
+    with pytest.raises(TypeError):
+        Entry()  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"^ports: must be 1 to 65535, got 0$"):
+        Entry(image="/x", ports=(0,))
+    with pytest.raises(ConfigError, match=r"^image: must be an absolute path"):
+        Entry(image="x", ports=())
+    fields = attrs.fields_dict(Entry)
+    assert described(fields["image"]).example == "python:3.12"
+    assert described(fields["ports"]).each
+    assert described(fields["image"]).rule is not None
