@@ -226,3 +226,23 @@ def test_a_required_setting_has_no_default_and_keeps_its_example() -> None:
     assert described(fields["image"]).example == "python:3.12"
     assert described(fields["ports"]).each
     assert described(fields["image"]).rule is not None
+
+
+def test_a_value_a_rule_refuses_names_the_variable_it_came_from_and_no_other(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, {"SUPERVISOR_ADMISSION_WAIT_TIMEOUT": "-1"})
+    assert str(refused.value) == (
+        "admission.wait_timeout: must be 0 or more, got -1 (from SUPERVISOR_ADMISSION_WAIT_TIMEOUT)"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, "[admission]\nwait_timeout = -1\n"), {})
+    assert str(refused.value) == "admission.wait_timeout: must be 0 or more, got -1"
+
+
+def test_a_value_of_the_wrong_type_names_the_type_and_where_it_came_from(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, "[server]\nport = 1.5\n"), {})
+    assert str(refused.value) == "server.port: 1.5 is not a valid int"
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, {"SUPERVISOR_SERVER_PORT": "x"})
+    assert str(refused.value) == "SUPERVISOR_SERVER_PORT: 'x' is not a valid int"

@@ -70,3 +70,7 @@ def test_a_template_that_is_no_environment_names_itself_in_the_reason() -> None:
     with pytest.raises(PoseidonTemplateError) as refused:
         environment_from_poseidon_job(document)
     assert str(refused.value) == "template-10: prewarmingPoolSize must be at most 10000, got 20000"
+
+
+def test_atoi_refuses_one_below_the_smallest_int64() -> None:
+    assert go_atoi(str(-(2**63) - 1)) is None
