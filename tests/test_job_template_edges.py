@@ -49,3 +49,18 @@ def test_a_claim_is_written_beside_the_template_s_own_claim_group_meta() -> None
     template = {"TaskGroups": [{"Name": "config", "Meta": {"team": "edu", "used": "stale"}}]}
     job = build_job(JobShape.of(template), ONLINE, "10-r1", count=1, force_pull=False, claim={"used": "true"})
     assert group(job, "config")["Meta"] == {"team": "edu", "used": "true", "prewarmingPoolSize": "2"}
+
+
+def test_an_operator_s_template_cannot_make_an_offline_runner_networked_or_its_claim_group_run() -> None:
+    template = {
+        "TaskGroups": [
+            {
+                "Name": "default-group",
+                "Tasks": [{"Name": "default-task", "Driver": "docker", "Config": {"network_mode": "host"}}],
+            },
+            {"Name": "config", "Count": 1},
+        ]
+    }
+    job = build_job(JobShape.of(template), OFFLINE, "11-r1", count=1, force_pull=False, claim={})
+    assert task(job)["Config"]["network_mode"] == "none"
+    assert group(job, "config")["Count"] == 0

@@ -215,3 +215,29 @@ def test_a_job_is_unknown_only_when_neither_a_runner_nor_removed() -> None:
     pool.release(pool.claim(10, 0, now=1.0)[0].id)
     assert not pool.unknown(ids[0]), "removed: its tombstone stays"
     assert pool.unknown("10-never-seen")
+
+
+def test_a_runner_is_found_by_its_id_and_counted_with_the_others_of_its_state() -> None:
+    pool, ids = warm_pool()
+    assert pool.runner(ids[0]) is pool.runners[ids[0]]
+    assert pool.runner_counts() == {(10, RunnerState.IDLE): 2}
+
+
+def test_a_used_runner_with_a_timeout_of_one_second_expires_a_second_after_its_last_use() -> None:
+    pool, _ = warm_pool()
+    runner, _ = pool.claim(10, 1, now=100.0)
+    assert pool.inactivity_deadline(runner.id) == 101.0
+
+
+def test_the_avoided_nodes_are_the_tracker_s_at_that_moment() -> None:
+    pool, _ = warm_pool()
+    pool.replace_nodes(
+        [
+            NodeListStub(id=f"n{i}", name=f"n{i}", status="ready", scheduling_eligibility="eligible")
+            for i in range(1, 4)
+        ],
+        20,
+    )
+    pool.avoid("n2", Moment(10.0))
+    assert pool.avoided_nodes(11.0) == ("n2",)
+    assert pool.avoided_nodes(10_000.0) == ()
