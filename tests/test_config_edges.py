@@ -24,6 +24,7 @@ from supervisor.core.config_rules import (
     setting,
     up_to,
 )
+from supervisor.core.poseidon_config import translate
 from supervisor.core.poseidon_settings import read_poseidon_settings, resolve
 
 
@@ -246,3 +247,20 @@ def test_a_value_of_the_wrong_type_names_the_type_and_where_it_came_from(tmp_pat
     with pytest.raises(ConfigError) as refused:
         load_settings(None, {"SUPERVISOR_SERVER_PORT": "x"})
     assert str(refused.value) == "SUPERVISOR_SERVER_PORT: 'x' is not a valid int"
+
+
+# -- Poseidon's configuration translated: the whole text an operator reads and installs, and the notes
+# on stderr, for the two files of Poseidon's the tests keep. After a deliberate change of wording,
+# write them anew with translate() and read the difference.
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["poseidon-configuration.example", "poseidon-configuration-full"])
+def test_poseidon_s_files_translate_word_for_word_as_kept(name: str) -> None:
+    source = f"{name}.yaml"
+    translation = translate(
+        read_poseidon_settings((FIXTURES / source).read_text(), source=source), source=source
+    )
+    assert translation.text == (FIXTURES / f"{name}.translated.toml").read_text()
+    assert list(translation.notes) == (FIXTURES / f"{name}.notes.txt").read_text().splitlines()
