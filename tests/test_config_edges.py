@@ -264,3 +264,12 @@ def test_poseidon_s_files_translate_word_for_word_as_kept(name: str) -> None:
     )
     assert translation.text == (FIXTURES / f"{name}.translated.toml").read_text()
     assert list(translation.notes) == (FIXTURES / f"{name}.notes.txt").read_text().splitlines()
+
+
+def test_a_refused_value_holding_a_colon_still_names_its_variable() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, {"SUPERVISOR_LOG_LEVEL": "a:b"})
+    assert str(refused.value) == (
+        "log.level: 'a:b' is not one of TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL "
+        "(from SUPERVISOR_LOG_LEVEL)"
+    )
