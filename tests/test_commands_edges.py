@@ -1,7 +1,13 @@
-"""The commands' refusals at their edges: what a client's command and variables may be (the texts
-of the 400 it gets back), and what a /bin/sh -c command is. Plain sync tests, nothing runs."""
+"""The commands at their edges: what a client's command and variables may be (the texts of the 400
+it gets back), what a /bin/sh -c command is, and how long a stop waits before it kills. Plain sync
+tests; the last runs real processes with /bin/sh, as a runner would."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +16,8 @@ from supervisor.core.commands import (
     MAX_COMMAND_BYTES,
     noted_command,
     pid_file,
+    stop_command,
+    stop_every_noted_command,
     unprivileged_command,
     validate_command,
     validate_environment,
@@ -88,3 +96,40 @@ def test_a_noted_command_notes_its_pid_under_its_note() -> None:
     assert argv[:2] == ["/bin/sh", "-c"]
     assert argv[2].startswith(f'echo $$ > "{pid_file("n1")}"; ')
     assert argv[2].endswith("; true")
+
+
+@pytest.mark.parametrize(("grace", "tries"), [(0.0, 1), (0.04, 1), (0.26, 3), (2.0, 20)])
+def test_a_stop_waits_in_tenths_of_a_second_at_least_once(grace: float, tries: int) -> None:
+    assert f"while [ $i -lt {tries} ]" in stop_every_noted_command(grace)[2]
+    assert f"while [ $i -lt {tries} ]" in stop_command("n1", grace)[2]
+
+
+def _noted(script: str, note: str, tmp_path: Path) -> subprocess.Popen[bytes]:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    return subprocess.Popen(noted_command(["/bin/sh", "-c", script], note), cwd=tmp_path, env=environ)
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 10
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path.name} never came"
+        time.sleep(0.01)
+
+
+def test_a_left_command_gets_its_grace_to_end_and_one_that_ignores_term_is_killed(tmp_path: Path) -> None:
+    environ = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    graceful = _noted(
+        "trap 'sleep 0.2; echo done > cleaned; exit 0' TERM; while true; do sleep 0.05; done", "g", tmp_path
+    )
+    stubborn = _noted("trap '' TERM; while true; do sleep 0.05; done", "s", tmp_path)
+    try:
+        _wait_for(tmp_path / ".supervisor-g.pid")
+        _wait_for(tmp_path / ".supervisor-s.pid")
+        subprocess.run(stop_every_noted_command(grace=2.0), env=environ, check=True, timeout=20)
+        assert graceful.wait(timeout=10) == 0, "it ended as its TERM trap says"
+        assert (tmp_path / "cleaned").read_text() == "done\n", "within its grace"
+        assert stubborn.wait(timeout=10) == -9, "KILLed after the grace"
+    finally:
+        for process in (graceful, stubborn):
+            process.kill()
+            process.wait()

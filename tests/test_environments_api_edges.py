@@ -128,3 +128,8 @@ def test_the_largest_cpu_limit_and_id_are_taken() -> None:
 def test_network_access_and_ports_of_the_wrong_type_are_refused_by_name() -> None:
     assert refusal(networkAccess="yes") == "body: networkAccess must be true or false"
     assert refusal(exposedPorts=8080) == "body: exposedPorts must be an array"
+
+
+def test_an_id_past_the_largest_amount_is_taken_at_its_path() -> None:
+    body = {**VALID, "id": 2**40}
+    assert environment_from_dict(body, environment_id=2**40).id == 2**40

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.base.errors import UnknownEnvironment
+from supervisor.base.errors import RunnerGoneError, UnknownEnvironment
 from supervisor.core.environments import ExecutionEnvironment
 from supervisor.core.evidence import (
     AgentAddressLearned,
@@ -22,6 +22,7 @@ from supervisor.core.evidence import (
     Moment,
     NodeSeen,
     RunnerProven,
+    RunnersListed,
     StreamResumed,
 )
 from supervisor.core.nodes import QUICK_SILENT_SECONDS
@@ -29,19 +30,22 @@ from supervisor.core.orders import Destroy, Touch
 from supervisor.core.pool import RunnerPool
 from supervisor.core.replacements import REFILL_SECONDS, ReplacementBudget
 from supervisor.core.runners import (
+    FOUND_BY_EVENT,
     FOUND_BY_LISTING,
     REASON_ALLOCATION_STOPPED,
     REASON_ENVIRONMENT,
+    REASON_FAILED_IDLE,
     REASON_JOB_GONE,
     CreateRunner,
     DestroyRunner,
     NodeAvoided,
+    PoolStats,
     RunnerGone,
     RunnerStarted,
     RunnerState,
     Tombstone,
 )
-from supervisor.nomad import Allocation, Node, NodeEvent, NodeListStub
+from supervisor.nomad import Allocation, AllocListStub, JobListStub, Node, NodeEvent, NodeListStub
 from supervisor.nomad.agents import AgentRoute
 
 ENVIRONMENT = ExecutionEnvironment(10, "python:3.12", 3, 100.0, 256, False, ())
@@ -338,3 +342,71 @@ def test_each_node_that_begins_to_drain_has_its_idle_runners_destroyed() -> None
     actions = pool.replace_nodes(draining, 30)
     assert sorted(a.runner_id for a in actions if isinstance(a, DestroyRunner)) == sorted(ids)
     assert not any(isinstance(a, NodeAvoided) for a in actions)
+
+
+def test_the_pool_s_figures_count_its_used_and_suspect_runners() -> None:
+    pool, _ = door_warm_pool()
+    pool.claim(10, 0, now=1.0)
+    assert pool.stats()[10] == PoolStats(10, size=2, idle=1, used=1, suspect=0)
+    again = Node(id="n1", status="ready", events=[NodeEvent(message="Node re-registered")], modify_index=40)
+    pool.handle(NodeSeen("NodeRegistration", again, 40), DOOR_AT)
+    assert pool.stats()[10].suspect == 2, "a re-registration is a restart, even ready already"
+
+
+def test_a_job_seen_stopped_counts_its_runner_as_found_by_an_event() -> None:
+    pool, ids = door_warm_pool()
+    pool.handle(JobSeen(ids[0], deleted=True, stopped=False), DOOR_AT)
+    assert pool.found_gone_counts() == {FOUND_BY_EVENT: 1}
+
+
+def test_a_release_of_a_runner_not_used_says_which() -> None:
+    pool, ids = door_warm_pool()
+    with pytest.raises(RunnerGoneError) as refused:
+        pool.release(ids[0])
+    assert str(refused.value) == f"no used runner {ids[0]}"
+
+
+def test_a_listing_s_stub_can_prove_a_suspect_runner() -> None:
+    pool, ids = door_warm_pool()
+    again = Node(
+        id="n1", status="initializing", events=[NodeEvent(message="Node re-registered")], modify_index=40
+    )
+    pool.handle(NodeSeen("NodeRegistration", again, 40), DOOR_AT)
+    ready = Node(id="n1", status="ready", events=[NodeEvent(message="Node re-registered")], modify_index=41)
+    pool.handle(NodeSeen("NodeStreamEvent", ready, 41), DOOR_AT)
+    jobs = [JobListStub(id=runner_id, modify_index=5) for runner_id in ids]
+    stubs = [
+        AllocListStub(
+            id=f"a{i}",
+            job_id=runner_id,
+            node_id="n1",
+            client_status="running",
+            desired_status="run",
+            create_index=10 + i,
+            modify_index=50,
+        )
+        for i, runner_id in enumerate(ids)
+    ]
+    pool.handle(RunnersListed(jobs, stubs, 60), DOOR_AT)
+    assert pool.suspect_runners() == []
+    assert pool.stats()[10].idle == 2
+
+
+def test_an_environment_put_again_after_its_removal_replaces_a_failed_idle_runner_at_once() -> None:
+    pool, ids = door_warm_pool()
+    failing = {"TaskStates": {"t": {"Events": [{"Type": "Restarting", "StartDelay": 15_000_000_000}]}}}
+    assert DestroyRunner(ids[0], REASON_FAILED_IDLE) in pool.handle(
+        AllocationSeen(door_alloc(ids[0], "a0", 20, "pending", created=10, raw=failing)), DOOR_AT
+    ), "the budget's one replacement"
+    pool.remove_environment(10)
+    again, _ = door_new_pool_into(pool)
+    pool.handle(AllocationSeen(door_alloc(again[0], "b0", 30)), DOOR_AT)
+    actions = pool.handle(
+        AllocationSeen(door_alloc(again[0], "b0", 31, "pending", created=30, raw=failing)), DOOR_AT
+    )
+    assert DestroyRunner(again[0], REASON_FAILED_IDLE) in actions, "a new environment, a full budget"
+
+
+def door_new_pool_into(pool: RunnerPool) -> tuple[list[str], list[object]]:
+    _, actions = pool.set_environment(DOOR_ENVIRONMENT)
+    return [a.runner_id for a in actions if isinstance(a, CreateRunner)], list(actions)

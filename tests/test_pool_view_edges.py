@@ -8,7 +8,7 @@ from typing import Any
 from supervisor.core.environments import ExecutionEnvironment
 from supervisor.core.evidence import Moment
 from supervisor.core.pool import RunnerPool
-from supervisor.core.runners import FOUND_BY_EXEC_REFUSAL, CreateRunner, PoolStats, RunnerState
+from supervisor.core.runners import FOUND_BY_EXEC_REFUSAL, CreateRunner, PoolStats, RunnerState, Tombstone
 from supervisor.nomad import Allocation, Node, NodeEvent, NodeListStub, PortMapping
 from supervisor.nomad.agents import AgentRoute
 
@@ -241,3 +241,10 @@ def test_the_avoided_nodes_are_the_tracker_s_at_that_moment() -> None:
     pool.avoid("n2", Moment(10.0))
     assert pool.avoided_nodes(11.0) == ("n2",)
     assert pool.avoided_nodes(10_000.0) == ()
+
+
+def test_a_tombstone_s_purge_keeps_its_floor_and_the_newest_index() -> None:
+    assert Tombstone(5).purged(3) == Tombstone(5, 5), "never below the job's last sighting"
+    assert Tombstone(5, 9).purged(7) == Tombstone(5, 9), "a purge confirmed again earlier moves nothing"
+    assert Tombstone(5, 9).purged(12) == Tombstone(5, 12)
+    assert Tombstone(0).purged(0) == Tombstone(0, 0)
