@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -124,34 +125,42 @@ def test_plain_integers_resolve_by_their_prefix_as_yaml_v3_resolves_them(
 
 
 # -- the rules a setting takes, declared at test time: the settings' classes declare theirs when the
-# package is imported, so these are the only calls a mutation run can see.
+# package is imported, before a mutation run switches a mutant on, so only a class declared inside
+# a test runs them where a mutant can be seen.
 
 
 LONG = Rule("at least 16 characters", lambda v: isinstance(v, str) and len(v) >= 16)
 
 
-@attrs.frozen
-class Section:
-    """A section declared as the settings' classes are."""
+def declared_section() -> type[Any]:
+    """A section declared as the settings' classes are, but at test time (see above)."""
 
-    port: int = setting(7200, "The port.", between(1, 65535))
-    timeout: float = setting(2.5, "How long to wait.", up_to(60), unit="seconds")
-    workers: int = setting(1, "How many.", at_least(1))
-    ports: tuple[int, ...] = setting((80,), "The ports.", between(1, 65535), each=True)
-    level: str = setting("INFO", "The level.", one_of("INFO", "DEBUG", case_sensitive=False))
-    root: str = setting("/", "The root.", absolute_path())
-    token: str = setting("", "The token.", LONG, secret=True)
-    plain: str = setting("x", "No rule.")
+    @attrs.frozen
+    class Section:
+        """A section declared as the settings' classes are."""
+
+        port: int = setting(7200, "The port.", between(1, 65535))
+        timeout: float = setting(2.5, "How long to wait.", up_to(60), unit="seconds")
+        workers: int = setting(1, "How many.", at_least(1))
+        ports: tuple[int, ...] = setting((80,), "The ports.", between(1, 65535), each=True)
+        level: str = setting("INFO", "The level.", one_of("INFO", "DEBUG", case_sensitive=False))
+        root: str = setting("/", "The root.", absolute_path())
+        token: str = setting("", "The token.", LONG, secret=True)
+        plain: str = setting("x", "No rule.")
+
+    return Section
 
 
 def refused(**values: object) -> str:
     with pytest.raises(ConfigError) as raised:
-        Section(**values)  # type: ignore[arg-type]
+        declared_section()(**values)
     return str(raised.value)
 
 
 def test_a_section_within_its_rules_is_made() -> None:
-    section = Section(port=65535, timeout=60, workers=1, ports=(1, 65535), level="debug", root="/srv")
+    section = declared_section()(
+        port=65535, timeout=60, workers=1, ports=(1, 65535), level="debug", root="/srv"
+    )
     assert (section.port, section.timeout, section.level) == (65535, 60, "debug")
 
 
@@ -178,15 +187,15 @@ def test_a_value_outside_its_rule_is_refused_naming_the_key_and_the_rule(
 
 
 def test_a_secret_is_not_checked_when_made_and_never_shown() -> None:
-    section = Section(token="short")
+    section = declared_section()(token="short")
     assert list(secret_problems("server", section)) == [
         "server.token: a token of 5 characters is too short to be secret; must be at least 16 characters"
     ]
-    assert list(secret_problems("server", Section(token="x" * 16))) == []
+    assert list(secret_problems("server", declared_section()(token="x" * 16))) == []
 
 
 def test_what_each_setting_takes_in_words() -> None:
-    fields = attrs.fields_dict(Section)
+    fields = attrs.fields_dict(declared_section())
     assert described(fields["timeout"]).takes == "seconds, positive, up to 60"
     assert described(fields["ports"]).takes == "each 1 to 65535"
     assert described(fields["plain"]).takes == ""
