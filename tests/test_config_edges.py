@@ -227,7 +227,7 @@ def test_a_required_setting_has_no_default_and_keeps_its_example() -> None:
         ports: tuple[int, ...] = required((8080,), "The ports.", between(1, 65535), each=True)
 
     with pytest.raises(TypeError):
-        Entry()  # type: ignore[call-arg]
+        Entry()
     with pytest.raises(ConfigError, match=r"^ports: must be 1 to 65535, got 0$"):
         Entry(image="/x", ports=(0,))
     with pytest.raises(ConfigError, match=r"^image: must be an absolute path"):
