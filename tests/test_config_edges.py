@@ -157,7 +157,7 @@ def refused(**values: object) -> str:
     return str(raised.value)
 
 
-def test_a_section_within_its_rules_is_made() -> None:
+def test_a_section_declared_within_its_rules_is_made() -> None:
     section = declared_section()(
         port=65535, timeout=60, workers=1, ports=(1, 65535), level="debug", root="/srv"
     )
@@ -180,13 +180,13 @@ def test_a_section_within_its_rules_is_made() -> None:
         ({"root": 5}, "root: must be an absolute path, got 5"),
     ],
 )
-def test_a_value_outside_its_rule_is_refused_naming_the_key_and_the_rule(
+def test_a_value_outside_a_declared_rule_is_refused_naming_the_key_and_the_rule(
     values: dict[str, object], message: str
 ) -> None:
     assert refused(**values) == message
 
 
-def test_a_secret_is_not_checked_when_made_and_never_shown() -> None:
+def test_a_declared_secret_is_not_checked_when_made_and_never_shown() -> None:
     section = declared_section()(token="short")
     assert list(secret_problems("server", section)) == [
         "server.token: a token of 5 characters is too short to be secret; must be at least 16 characters"
@@ -194,7 +194,7 @@ def test_a_secret_is_not_checked_when_made_and_never_shown() -> None:
     assert list(secret_problems("server", declared_section()(token="x" * 16))) == []
 
 
-def test_what_each_setting_takes_in_words() -> None:
+def test_what_each_declared_setting_takes_in_words() -> None:
     fields = attrs.fields_dict(declared_section())
     assert described(fields["timeout"]).takes == "seconds, positive, up to 60"
     assert described(fields["ports"]).takes == "each 1 to 65535"
@@ -218,7 +218,7 @@ def test_rules_read_their_bounds_as_written() -> None:
     assert not at_least(1).test(math.nan)
 
 
-def test_a_required_setting_has_no_default_and_keeps_its_example() -> None:
+def test_a_declared_required_setting_has_no_default_and_keeps_its_example() -> None:
     @attrs.frozen
     class Entry:
         """An entry declared as an environment's."""
