@@ -10,6 +10,7 @@ its reason there).
     python scripts/mutation.py --again    # runs again only the mutants that were not killed
     python scripts/mutation.py --report   # runs nothing, reads the last results
     python scripts/mutation.py --again --only supervisor/core/   # those of one part or module
+    python scripts/mutation.py --again --survivors   # only those that ran and were not killed
 
 The score is killed / (killed + survived). A mutant that times out counts as killed (the tests
 noticed it: it loops); one that no test reaches counts as survived. Exits 0 only if the score of
@@ -222,13 +223,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--again", action="store_true", help="run again only the mutants not killed last time")
     mode.add_argument("--report", action="store_true", help="run nothing, report the last results")
     parser.add_argument("--only", default="", help="with --again: the modules whose path starts so")
+    parser.add_argument(
+        "--survivors", action="store_true", help="with --again: not the mutants that never ran"
+    )
     args = parser.parse_args(argv)
 
     if args.again:
         names = [
             mutant.name
             for mutant in read_results()
-            if mutant.verdict not in ("killed", "timeout") and mutant.module.startswith(args.only)
+            if mutant.verdict not in ("killed", "timeout", *(("not run",) if args.survivors else ()))
+            and mutant.module.startswith(args.only)
         ]
         if names and run_mutmut(names) != 0:
             return 2
