@@ -282,3 +282,18 @@ def test_a_refused_value_holding_a_colon_still_names_its_variable() -> None:
         "log.level: 'a:b' is not one of TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL "
         "(from SUPERVISOR_LOG_LEVEL)"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[admission]\nwait_timeout = true\n", "admission.wait_timeout: True is not a valid float"),
+        ("[nomad]\naddress = [1]\n", "nomad.address: [1] is not a valid list of strings"),
+    ],
+)
+def test_a_boolean_where_a_number_goes_and_a_number_among_strings_are_refused(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, text), {})
+    assert str(refused.value) == message
