@@ -297,3 +297,27 @@ def test_a_boolean_where_a_number_goes_and_a_number_among_strings_are_refused(
     with pytest.raises(ConfigError) as refused:
         load_settings(write(tmp_path, text), {})
     assert str(refused.value) == message
+
+
+def test_poseidon_s_zeros_an_empty_network_mode_and_another_formatter_are_said_as_they_run() -> None:
+    text = (
+        "server:\n  alert:\n    prewarmingpoolthreshold: 0\n    prewarmingpoolreloadtimeout: 0\n"
+        'nomad:\n  network:\n    mode: ""\nlogger:\n  formatter: Custom\n'
+    )
+    lines = translate(read_poseidon_settings(text, source="p.yaml"), source="p.yaml").text.splitlines()
+    assert (
+        'mode = "host"                 # nomad.network.mode (line 7); Nomad takes an empty mode as host'
+        in lines
+    )
+    assert (
+        "prewarming_pool_threshold = 0  # server.alert.prewarmingpoolthreshold (line 3); 0: never in warning"
+        in lines
+    )
+    assert (
+        "reload_timeout = 0            # server.alert.prewarmingpoolreloadtimeout (line 4); 0: never reloaded"
+        in lines
+    )
+    assert (
+        'format = "text"               # logger.formatter (line 9); Poseidon logged text for any other'
+        in lines
+    )
