@@ -40,6 +40,7 @@ from supervisor.core.runners import (
     DestroyRunner,
     NodeAvoided,
     PoolStats,
+    ProbeRunner,
     RunnerGone,
     RunnerStarted,
     RunnerState,
@@ -153,8 +154,8 @@ def test_destroying_a_runner_the_pool_does_not_know_does_nothing() -> None:
 
 def test_a_proof_of_a_runner_the_pool_does_not_know_or_that_is_not_suspect_does_nothing() -> None:
     pool, ids = warm_pool()
-    pool.prove("unknown")
-    pool.prove(ids[0])
+    pool.prove("unknown", "a0")
+    pool.prove(ids[0], "a0")
     assert pool.runners[ids[0]].suspect_since == 0
     assert pool.runners[ids[0]].state is RunnerState.IDLE
 
@@ -170,7 +171,9 @@ def test_a_proven_runner_is_made_suspect_again_by_a_later_restart() -> None:
     pool.apply_node("NodeRegistration", node("ready", "Node registered", 3), 3)
     pool.apply_node("NodeRegistration", node("initializing", "Node re-registered", 40), 40)
     assert pool.suspect_runners() == ids
-    pool.prove(ids[0])
+    pool.prove(ids[0], "another allocation")
+    assert pool.runners[ids[0]].suspect_since == 40, "a proof of another allocation proves nothing"
+    pool.prove(ids[0], "a0")
     assert pool.runners[ids[0]].suspect_since == 0
     assert pool.stats()[10].idle == 1
     pool.apply_node("NodeRegistration", node("initializing", "Node re-registered", 50), 50)
@@ -296,7 +299,7 @@ def test_a_proof_clears_a_suspect_runner() -> None:
     )
     assert pool.handle(NodeSeen("NodeRegistration", again, 40), DOOR_AT) == []
     assert pool.suspect_runners() == ids
-    pool.handle(RunnerProven(ids[0]), DOOR_AT)
+    pool.handle(RunnerProven(ids[0], "a0"), DOOR_AT)
     assert pool.suspect_runners() == ids[1:]
 
 
@@ -366,7 +369,7 @@ def test_a_release_of_a_runner_not_used_says_which() -> None:
     assert str(refused.value) == f"no used runner {ids[0]}"
 
 
-def test_a_listing_s_stub_can_prove_a_suspect_runner() -> None:
+def test_a_listing_s_stub_has_a_suspect_runner_probed_and_a_probe_proves_it() -> None:
     pool, ids = door_warm_pool()
     again = Node(
         id="n1", status="initializing", events=[NodeEvent(message="Node re-registered")], modify_index=40
@@ -387,7 +390,13 @@ def test_a_listing_s_stub_can_prove_a_suspect_runner() -> None:
         )
         for i, runner_id in enumerate(ids)
     ]
-    pool.handle(RunnersListed(jobs, stubs, 60), DOOR_AT)
+    actions = pool.handle(RunnersListed(jobs, stubs, 60), DOOR_AT)
+    assert [a for a in actions if isinstance(a, ProbeRunner)] == [
+        ProbeRunner(r, f"a{i}") for i, r in enumerate(ids)
+    ]
+    assert pool.suspect_runners() == ids, "a listing repeats what the servers knew: it proves nothing"
+    for i, runner_id in enumerate(ids):
+        pool.handle(RunnerProven(runner_id, f"a{i}"), DOOR_AT)
     assert pool.suspect_runners() == []
     assert pool.stats()[10].idle == 2
 
