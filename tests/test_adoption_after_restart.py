@@ -63,3 +63,16 @@ def test_a_runner_whose_client_wrote_since_is_idle_at_once() -> None:
     actions = pool.reconcile(*_listed(written=55), AT, index=60)
     assert not any(isinstance(a, ProbeRunner) for a in actions)
     assert pool.stats()[10].idle == 1
+
+
+def test_a_registration_newer_than_any_seen_is_a_restart_the_stream_missed() -> None:
+    pool = _adopting_pool(registered=50)
+    pool.reconcile(*_listed(written=55), AT, index=60)
+    assert pool.stats()[10].idle == 1
+    nodes = [NodeListStub(id="node-1", status="ready")]
+    pool.handle(NodesListed(nodes, 70, {"node-1": 50}), AT)
+    assert pool.stats()[10].idle == 1, "the same registration: nothing happened"
+    pool.handle(NodesListed(nodes, 90, {"node-1": 80}), AT)
+    assert pool.suspect_runners() == [RUNNER], "ready before and after, but its agent registered again"
+    actions = pool.reconcile(*_listed(written=55), AT, index=90)
+    assert ProbeRunner(RUNNER, "a1") in actions

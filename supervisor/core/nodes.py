@@ -348,8 +348,13 @@ class NodeTracker:
             was_draining, previous_status = tracked.draining, tracked.status
             tracked.modify_index = max(tracked.modify_index, stub.modify_index)
             tracked.name, tracked.eligible, tracked.draining = stub.name, stub.eligible, stub.drain
+            known = max(tracked.registered_index, tracked.restarted_at)
             tracked.registered_index = (registered or {}).get(stub.id, tracked.registered_index)
-            came_back = bool(previous_status) and _agent_gone_or_back(previous_status, stub.status)
+            # A registration newer than any known: its agent restarted while no event was seen.
+            unseen = tracked.registered_index > known > 0
+            came_back = bool(previous_status) and (
+                _agent_gone_or_back(previous_status, stub.status) or unseen
+            )
             changes = self._changes(tracked, was_draining, stub.status, came_back, index)
             began += changes.began_draining
             stopped += changes.stopped_draining

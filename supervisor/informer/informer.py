@@ -146,6 +146,9 @@ class Informer:
         # Relists carried out, by what asked for them ("connect", "periodic", ...).
         self.relisted: dict[str, int] = {}
         self.last_index = 0
+        # Each node's ModifyIndex when its events were last read: a registration of its agent
+        # changes it, and only then are they read again.
+        self._nodes_read: dict[str, int] = {}
         # When the last batch of the event stream was applied, and how far the stream has flowed
         # (seconds between its batches, each pause counted as _STREAM_PAUSE at most).
         self.last_batch_at = 0.0
@@ -325,9 +328,10 @@ class Informer:
         return self.last_index
 
     async def _registrations(self, nodes: list[NodeListStub]) -> dict[str, int]:
-        """Each node's last registration of its agent, from its events, once, at the start of a
-        term: an agent that restarted before this process began left no event it saw, and the
-        servers list a container its agent came back without as running until its client says."""
+        """The last registration of the agent of each node changed since its events were last read
+        (every node, at the start of a term), from its events: an agent that restarted before this
+        process began, or while its stream was lost, left no event it saw, and the servers list a
+        container its agent came back without as running until its client says."""
         registered: dict[str, int] = {}
         reads = trio.CapacityLimiter(_CLAIM_READS)
 
@@ -341,7 +345,8 @@ class Informer:
 
         async with trio.open_nursery() as nursery:
             for stub in nodes:
-                if stub.status != "down":
+                if stub.status != "down" and self._nodes_read.get(stub.id) != stub.modify_index:
+                    self._nodes_read[stub.id] = stub.modify_index
                     nursery.start_soon(read, stub.id)
         return registered
 
@@ -350,7 +355,7 @@ class Informer:
         return, before anything else is listed."""
         seen = self.last_index
         nodes = await self.client.list_nodes()
-        registered = {} if self.synced.is_set() else await self._registrations(nodes.value)
+        registered = await self._registrations(nodes.value)
         self._apply(NodesListed(nodes.value, nodes.index, registered))
         templates = await self.client.list_jobs(TEMPLATE_PREFIX, meta=True)
         await self.environments.adopt(templates.value, fill=False)  # the reconcile below refills
