@@ -26,6 +26,7 @@ from .checks import Checks, Violation
 from .clocks import virtual_process_clocks
 from .faults import Fault, FaultLog, plan_faults, run_faults
 from .load import run_students
+from .overdue import Overdue
 from .scheduling import deterministic_scheduling
 from .timeline import Timeline
 from .trace import Trace
@@ -161,6 +162,8 @@ async def _simulate(drawn: Plan, trace: Trace) -> Result:
         await _create_environments(world, checks, drawn.pools)
         nursery.start_soon(timeline.sample, world, checks, log)
         nursery.start_soon(_watch_health, world, checks)
+        checks.overdue = Overdue(world.truth, log, checks.violate)
+        nursery.start_soon(checks.overdue.watch)
         nursery.start_soon(run_faults, world, drawn.faults, log, trace)
         rng = random.Random(drawn.seed ^ 0x5EED)
         await run_students(world, checks, rng, drawn.students, sorted(drawn.pools), end - _LOAD_STOPS)
