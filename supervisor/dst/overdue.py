@@ -77,17 +77,18 @@ class Overdue:
         while True:
             await trio.sleep(_EVERY)
             now = trio.current_time()
-            self.expiries = [due for due in self.expiries if not self._check(due, now, self._runner_gone)]
-            self.commands = [due for due in self.commands if not self._check(due, now, self._command_gone)]
+            self.expiries = [due for due in self.expiries if not self._settled(due, now, expiry=True)]
+            self.commands = [due for due in self.commands if not self._settled(due, now, expiry=False)]
 
-    def _check(self, due: _Due, now: float, done: Callable[[_Due], bool]) -> bool:
-        """Whether ``due`` is settled: done, or reported overdue."""
-        if done(due):
+    def _settled(self, due: _Due, now: float, *, expiry: bool) -> bool:
+        """Whether ``due`` (a runner's expiry, or an execution's command) is done, or was reported
+        overdue."""
+        if self._runner_gone(due) if expiry else self._command_gone(due):
             return True
         deadline = self.deadline(due)
         if now <= deadline:
             return False
-        if done is self._runner_gone:
+        if expiry:
             detail = f"{due.runner} abandoned at {due.since:.3f}, its job still runs (due by {deadline:.3f})"
             self.violate(_EXPIRED, detail)
         else:

@@ -28,6 +28,7 @@ from .faults import Fault, FaultLog, plan_faults, run_faults
 from .load import run_students
 from .overdue import Overdue
 from .scheduling import deterministic_scheduling
+from .stalls import plan_stalls, run_stalls, watch_silent_streams
 from .timeline import Timeline
 from .trace import Trace
 from .world import World
@@ -117,6 +118,8 @@ def plan(seed: int, minutes: float) -> Plan:
 def run_seed(seed: int, *, minutes: float = 5.0, keep_trace: bool = False) -> Result:
     """Run one seed to its end; the result, violations included (never raises on one)."""
     drawn = plan(seed, minutes)
+    stalls = plan_stalls(seed, drawn.faults, start=_WARM_UP + 10.0, end=minutes * 60.0 - QUIET)
+    drawn.faults = sorted(drawn.faults + stalls, key=lambda f: f.at)
     logs: list[str] = []
     started = time.perf_counter()
     clock = trio.testing.MockClock(autojump_threshold=0)
@@ -164,6 +167,8 @@ async def _simulate(drawn: Plan, trace: Trace) -> Result:
         nursery.start_soon(_watch_health, world, checks)
         checks.overdue = Overdue(world.truth, log, checks.violate)
         nursery.start_soon(checks.overdue.watch)
+        nursery.start_soon(run_stalls, world, drawn.faults, log)  # run_faults passes them over
+        nursery.start_soon(watch_silent_streams, world, checks, HEALTH_BOUND)
         nursery.start_soon(run_faults, world, drawn.faults, log, trace)
         rng = random.Random(drawn.seed ^ 0x5EED)
         await run_students(world, checks, rng, drawn.students, sorted(drawn.pools), end - _LOAD_STOPS)

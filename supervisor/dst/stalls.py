@@ -1,0 +1,113 @@
+"""Event streams that stall (``simulator/stream_stalls.py``), and the promise they test.
+
+A stall: every server's streams, or one's, stay open and deliver nothing, not even heartbeats, for
+60 to 90 s (past the daemon's heartbeat deadline, 45 s at its defaults), then deliver what they held
+on the same connections. Each seed draws one from a stream of its own (so that every seed keeps the
+faults it drew before), where it finds room away from the faults that end runners (about a tenth
+of the seeds do): a stalled stream holds their news back until the reader's heartbeat deadline,
+longer than promise 2's bound, which assumes a stream that flows.
+
+6 (silent streams). Health tells the truth: once every open event stream has been silent (no event,
+no heartbeat) for the daemon's ``watcher.heartbeat_timeout`` and then ``HEALTH_BOUND`` more, the
+active daemon's health never answers 204: a silent stream is taken for lost.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Final
+
+import httpx
+import trio
+
+from ..nomad.transport import network_transport
+from .checks import Checks
+from .faults import Fault, FaultLog
+from .world import World
+
+__all__ = ["STALL", "plan_stalls", "run_stalls", "watch_silent_streams"]
+
+STALL: Final = "stream_stall"
+# The faults whose news a stalled stream would hold back: they end runners.
+_ENDS_RUNNERS: Final = (
+    "agent_restart",
+    "agent_drain_restart",
+    "rolling_agents",
+    "all_agents",
+    "node_down",
+    "agent_unreachable",
+    "allocation_failure",
+    "drain",
+)
+# How long after such a fault begins its news may still come: its duration, a node's heartbeat
+# grace, the restores and reschedules it causes.
+_NEWS_AFTER: Final = 40.0
+_SHORTEST, _LONGEST = 60.0, 90.0
+# Where a stall may go is drawn this many times at most.
+_PLACINGS: Final = 30
+# The share of stalls of one server alone (the others: every server's).
+_ONE_SERVER: Final = 0.3
+_EVERY: Final = 1.0
+
+
+def plan_stalls(seed: int, faults: list[Fault], *, start: float, end: float) -> list[Fault]:
+    """None or one stall in [start, end), healed by ``end``, clear of every fault that ends runners."""
+    rng = random.Random(f"stalls {seed}")
+    duration = round(rng.uniform(_SHORTEST, _LONGEST), 3)
+    busy = [(f.at, f.at + f.duration + _NEWS_AFTER) for f in faults if f.kind in _ENDS_RUNNERS]
+    target, fraction = rng.randrange(1000), round(rng.random(), 3)
+    for _ in range(_PLACINGS):
+        if end - duration - 5.0 <= start:
+            return []
+        at = round(rng.uniform(start, end - duration - 5.0), 3)
+        if all(heals < at or begins > at + duration + 5.0 for begins, heals in busy):
+            return [Fault(at, STALL, target, duration, fraction)]
+    return []
+
+
+async def run_stalls(world: World, faults: list[Fault], log: FaultLog) -> None:
+    """Do each stall of ``faults`` at its time, and heal it (``run_faults`` traces it and does the
+    rest)."""
+    async with trio.open_nursery() as nursery:
+        for fault in faults:
+            if fault.kind != STALL:
+                continue
+            await trio.sleep_until(fault.at)
+            servers = [server.name for server in world.cluster.servers]
+            if fault.fraction < _ONE_SERVER:
+                servers = [servers[fault.target % len(servers)]]
+            for server in servers:
+                world.cluster.stream_stalls.stall(server)
+            now = trio.current_time()
+            log.add(STALL, now, now + fault.duration)
+            nursery.start_soon(_heal, world, servers, fault.duration)
+
+
+async def _heal(world: World, servers: list[str], after: float) -> None:
+    await trio.sleep(after)
+    for server in servers:
+        world.cluster.stream_stalls.heal(server)
+
+
+async def watch_silent_streams(world: World, checks: Checks, health_bound: float) -> None:
+    """Promise 6 for silent streams, asked every virtual second while they are silent so long."""
+    async with httpx.AsyncClient(transport=network_transport(world.network), timeout=30) as http:
+        while True:
+            await trio.sleep(_EVERY)
+            freshest = world.cluster.stream_stalls.freshest_delivery()
+            slot = world.active_slot()
+            if freshest is None or slot is None:
+                continue  # no stream open: promise 6's first clause
+            bound = slot.settings.watcher.heartbeat_timeout + health_bound
+            if trio.current_time() - freshest < bound:
+                continue
+            try:
+                health = await http.get(f"{slot.url}/health")
+            except httpx.TransportError:
+                continue  # killed meanwhile: the load's clients see that
+            checks.trace.record("health", f"{slot.name} {health.status_code} with every stream silent")
+            if health.status_code == 204:
+                checks.violate(
+                    "6 health tells the truth",
+                    f"{slot.name} says OK; no event stream has delivered a byte since {freshest:.3f}",
+                )
