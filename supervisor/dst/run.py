@@ -25,6 +25,7 @@ from ..simulator import SimConfig
 from .checks import Checks, Violation
 from .clocks import virtual_process_clocks
 from .faults import Fault, FaultLog, plan_faults, run_faults
+from .graceful_stop import plan_graceful_stops, run_graceful_stops
 from .load import run_students
 from .overdue import Overdue
 from .scheduling import deterministic_scheduling
@@ -119,7 +120,8 @@ def run_seed(seed: int, *, minutes: float = 5.0, keep_trace: bool = False) -> Re
     """Run one seed to its end; the result, violations included (never raises on one)."""
     drawn = plan(seed, minutes)
     stalls = plan_stalls(seed, drawn.faults, start=_WARM_UP + 10.0, end=minutes * 60.0 - QUIET)
-    drawn.faults = sorted(drawn.faults + stalls, key=lambda f: f.at)
+    stops = plan_graceful_stops(seed, start=_WARM_UP + 10.0, end=minutes * 60.0 - QUIET)
+    drawn.faults = sorted(drawn.faults + stalls + stops, key=lambda f: f.at)
     logs: list[str] = []
     started = time.perf_counter()
     clock = trio.testing.MockClock(autojump_threshold=0)
@@ -169,6 +171,7 @@ async def _simulate(drawn: Plan, trace: Trace) -> Result:
         nursery.start_soon(checks.overdue.watch)
         nursery.start_soon(run_stalls, world, drawn.faults, log)  # run_faults passes them over
         nursery.start_soon(watch_silent_streams, world, checks, HEALTH_BOUND)
+        nursery.start_soon(run_graceful_stops, world, drawn.faults, checks, sorted(drawn.pools))
         nursery.start_soon(run_faults, world, drawn.faults, log, trace)
         rng = random.Random(drawn.seed ^ 0x5EED)
         await run_students(world, checks, rng, drawn.students, sorted(drawn.pools), end - _LOAD_STOPS)

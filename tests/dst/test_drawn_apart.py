@@ -1,11 +1,12 @@
-"""The stalled streams' schedule: drawn from a stream of its own, clear of the faults that end
-runners, healed before the quiet period."""
+"""The faults drawn apart, each from a stream of its own: stalled streams (clear of the faults that
+end runners, healed before the quiet period) and graceful stops (back before it)."""
 
 from __future__ import annotations
 
 import random
 
 from supervisor.dst.faults import KINDS, plan_faults
+from supervisor.dst.graceful_stop import GracefulStopFault, plan_graceful_stops
 from supervisor.dst.stalls import STALL, plan_stalls
 
 _START, _END = 25.0, 210.0
@@ -43,3 +44,18 @@ def test_stalls_outlast_the_heartbeat_deadline_heal_in_time_and_keep_clear_of_ru
                 if fault.kind in _ENDS_RUNNERS:
                     assert fault.at + fault.duration + 40.0 < stall.at or fault.at > stall.at + stall.duration
     assert 0.03 < stalled / 199 < 0.5
+
+
+def test_graceful_stops_are_drawn_apart_and_leave_time_to_come_back() -> None:
+    stopped = 0
+    for seed in range(1, 200):
+        stops = plan_graceful_stops(seed, start=_START, end=_END)
+        assert stops == plan_graceful_stops(seed, start=_START, end=_END)
+        stopped += bool(stops)
+        for stop in stops:
+            assert isinstance(stop, GracefulStopFault)
+            assert _START <= stop.at <= _END - 40.0, "its budget (15 s) and downtime end in time"
+            assert 1 <= stop.executions <= 3
+            assert stop.exec_delay > 2.0 + 0.5, "stopping its commands outlasts the budget"
+            assert "executions=" in stop.describe()
+    assert 0.3 < stopped / 199 < 0.7
