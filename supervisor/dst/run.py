@@ -119,9 +119,11 @@ def plan(seed: int, minutes: float) -> Plan:
 def run_seed(seed: int, *, minutes: float = 5.0, keep_trace: bool = False) -> Result:
     """Run one seed to its end; the result, violations included (never raises on one)."""
     drawn = plan(seed, minutes)
-    stalls = plan_stalls(seed, drawn.faults, start=_WARM_UP + 10.0, end=minutes * 60.0 - QUIET)
-    stops = plan_graceful_stops(seed, start=_WARM_UP + 10.0, end=minutes * 60.0 - QUIET)
-    drawn.faults = sorted(drawn.faults + stalls + stops, key=lambda f: f.at)
+    start, end = _WARM_UP + 10.0, minutes * 60.0 - QUIET
+    stalls = plan_stalls(seed, drawn.faults, servers=drawn.servers, start=start, end=end)
+    drawn.faults = sorted(
+        drawn.faults + stalls + plan_graceful_stops(seed, start=start, end=end), key=lambda f: f.at
+    )
     logs: list[str] = []
     started = time.perf_counter()
     clock = trio.testing.MockClock(autojump_threshold=0)

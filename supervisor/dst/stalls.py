@@ -1,11 +1,13 @@
 """Event streams that stall (``simulator/stream_stalls.py``), and the promise they test.
 
-A stall: every server's streams, or one's, stay open and deliver nothing, not even heartbeats, for
-60 to 90 s (past the daemon's heartbeat deadline, 45 s at its defaults), then deliver what they held
-on the same connections. Each seed draws one from a stream of its own (so that every seed keeps the
-faults it drew before), where it finds room away from the faults that end runners (about a tenth
-of the seeds do): a stalled stream holds their news back until the reader's heartbeat deadline,
-longer than promise 2's bound, which assumes a stream that flows.
+A stall: the streams of the server the daemon streams from stay open and deliver nothing, not even
+heartbeats, for 60 to 120 s (past the daemon's heartbeat deadline, 45 s at its defaults), then
+deliver what they held on the same connections. A daemon that takes the silence for a lost stream
+reconnects to the next server, where the stream flows; one that does not waits on the silent one.
+Seeds with two servers or more draw one, from a stream of their own (so that every seed keeps the
+faults it drew before), where its first minute finds room away from the faults that end runners
+(about a quarter of the seeds do): until the daemon gives the silent stream up, their news is held
+back, longer than promise 2's bound, which assumes a stream that flows.
 
 6 (silent streams). Health tells the truth: once every open event stream has been silent (no event,
 no heartbeat) for the daemon's ``watcher.heartbeat_timeout`` and then ``HEALTH_BOUND`` more, the
@@ -42,45 +44,50 @@ _ENDS_RUNNERS: Final = (
 # How long after such a fault begins its news may still come: its duration, a node's heartbeat
 # grace, the restores and reschedules it causes.
 _NEWS_AFTER: Final = 40.0
-_SHORTEST, _LONGEST = 60.0, 90.0
+_SHORTEST, _LONGEST = 60.0, 120.0
+# How long a stall may keep a daemon's knowledge stale: its heartbeat deadline, a reconnection's
+# backoff and relist.
+_STALE: Final = 60.0
 # Where a stall may go is drawn this many times at most.
-_PLACINGS: Final = 30
-# The share of stalls of one server alone (the others: every server's).
-_ONE_SERVER: Final = 0.3
+_PLACINGS: Final = 60
 _EVERY: Final = 1.0
 
 
-def plan_stalls(seed: int, faults: list[Fault], *, start: float, end: float) -> list[Fault]:
-    """None or one stall in [start, end), healed by ``end``, clear of every fault that ends runners."""
+def plan_stalls(seed: int, faults: list[Fault], *, servers: int, start: float, end: float) -> list[Fault]:
+    """None or one stall in [start, end), healed by ``end``, its first ``_STALE`` seconds clear of
+    every fault that ends runners; none with a single server (no other to reconnect to)."""
     rng = random.Random(f"stalls {seed}")
     duration = round(rng.uniform(_SHORTEST, _LONGEST), 3)
+    if servers < 2:
+        return []
     busy = [(f.at, f.at + f.duration + _NEWS_AFTER) for f in faults if f.kind in _ENDS_RUNNERS]
-    target, fraction = rng.randrange(1000), round(rng.random(), 3)
     for _ in range(_PLACINGS):
         if end - duration - 5.0 <= start:
             return []
         at = round(rng.uniform(start, end - duration - 5.0), 3)
-        if all(heals < at or begins > at + duration + 5.0 for begins, heals in busy):
-            return [Fault(at, STALL, target, duration, fraction)]
+        if all(heals < at or begins > at + _STALE for begins, heals in busy):
+            return [Fault(at, STALL, 0, duration)]
     return []
 
 
 async def run_stalls(world: World, faults: list[Fault], log: FaultLog) -> None:
-    """Do each stall of ``faults`` at its time, and heal it (``run_faults`` traces it and does the
-    rest)."""
+    """Do each stall of ``faults`` at its time, on the server the daemon streams from then (none if
+    no stream is open), and heal it (``run_faults`` traces it and does the rest)."""
     async with trio.open_nursery() as nursery:
         for fault in faults:
             if fault.kind != STALL:
                 continue
             await trio.sleep_until(fault.at)
-            servers = [server.name for server in world.cluster.servers]
-            if fault.fraction < _ONE_SERVER:
-                servers = [servers[fault.target % len(servers)]]
-            for server in servers:
-                world.cluster.stream_stalls.stall(server)
+            streaming = [
+                s.name for s in world.cluster.servers if s.http and s.http.connection_count("stream")
+            ]
+            if not streaming:
+                continue
+            world.cluster.stream_stalls.stall(streaming[0])
             now = trio.current_time()
             log.add(STALL, now, now + fault.duration)
-            nursery.start_soon(_heal, world, servers, fault.duration)
+            world.trace.record("stall", streaming[0])
+            nursery.start_soon(_heal, world, streaming[:1], fault.duration)
 
 
 async def _heal(world: World, servers: list[str], after: float) -> None:
