@@ -71,29 +71,36 @@ def plan_stalls(seed: int, faults: list[Fault], *, servers: int, start: float, e
 
 
 async def run_stalls(world: World, faults: list[Fault], log: FaultLog) -> None:
-    """Do each stall of ``faults`` at its time, on the server the daemon streams from then (none if
-    no stream is open), and heal it (``run_faults`` traces it and does the rest)."""
+    """Do each stall of ``faults`` at its time, on the server the active daemon streams from then
+    (none if no daemon is active), and heal it (``run_faults`` traces it and does the rest)."""
     async with trio.open_nursery() as nursery:
         for fault in faults:
             if fault.kind != STALL:
                 continue
             await trio.sleep_until(fault.at)
-            streaming = [
-                s.name for s in world.cluster.servers if s.http and s.http.connection_count("stream")
-            ]
-            if not streaming:
+            server = _streamed_from(world)
+            if server is None:
                 continue
-            world.cluster.stream_stalls.stall(streaming[0])
+            world.cluster.stream_stalls.stall(server)
             now = trio.current_time()
             log.add(STALL, now, now + fault.duration)
-            world.trace.record("stall", streaming[0])
-            nursery.start_soon(_heal, world, streaming[:1], fault.duration)
+            world.trace.record("stall", server)
+            nursery.start_soon(_heal, world, server, fault.duration)
 
 
-async def _heal(world: World, servers: list[str], after: float) -> None:
+def _streamed_from(world: World) -> str | None:
+    """The server the active daemon's informer streams from (its client's current server)."""
+    slot = world.active_slot()
+    service = slot.daemon.service if slot is not None and slot.daemon is not None else None
+    if service is None:
+        return None
+    address = service.informer.client.address
+    return next((s.name for s in world.cluster.servers if s.address == address), None)
+
+
+async def _heal(world: World, server: str, after: float) -> None:
     await trio.sleep(after)
-    for server in servers:
-        world.cluster.stream_stalls.heal(server)
+    world.cluster.stream_stalls.heal(server)
 
 
 async def watch_silent_streams(world: World, checks: Checks, health_bound: float) -> None:
