@@ -25,6 +25,7 @@ import trio
 from attrs import define, field
 
 from .faults import FaultLog
+from .overdue import Overdue
 from .trace import Trace
 from .truth import Truth
 
@@ -102,6 +103,8 @@ class Checks:
     abandoned_runners: dict[str, float] = field(factory=dict)
     # The daemons that acted at the last write to the cluster.
     writers: tuple[str, ...] = ()
+    # Promises 8 and 9, once the run has set them up.
+    overdue: Overdue | None = None
 
     def violate(self, promise: str, details: str) -> None:
         """Record a broken promise."""
@@ -184,6 +187,8 @@ class Checks:
         """The client walked away: the runner goes at its inactivity timeout (or never, with 0)."""
         self.trace.record("abandon", f"{runner} timeout {timeout}")
         self.abandoned_runners[runner] = timeout
+        if self.overdue is not None:
+            self.overdue.abandoned(runner, timeout, trio.current_time())
 
     # -- executions -----------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from attrs import define
 from ..core.config import ExecutionSettings
 from ..nomad.transport import network_transport
 from .checks import Checks, Execution
+from .walk_away import walk_away, walk_away_drawn
 from .world import DaemonSlot, World
 
 __all__ = ["Student", "run_students"]
@@ -141,6 +142,12 @@ class Student:
 
     async def _use(self, http: httpx.AsyncClient, runner: str) -> bool:
         """Copy a file and run one command; False once the runner is gone."""
+        walk = walk_away_drawn(self.world.seed, self.name, self._tokens)
+        token = f"{self.name}w{self._tokens}"
+        if walk is not None and not await walk_away(
+            walk, self.world, self.checks, http, self._base(), runner, token
+        ):
+            return False
         content = f"{self._token()}\n"
         copy = {"copy": [{"path": _FILE, "content": base64.b64encode(content.encode()).decode()}]}
         copied = await http.patch(f"{self._base()}/runners/{runner}/files", json=copy)
@@ -154,6 +161,8 @@ class Student:
         execution = self.checks.started(runner, command.stdout, command.stderr, command.exit)
         await self._execute(prepared.json()["websocketUrl"], command, execution)
         self.checks.ended(execution)
+        if self.checks.overdue is not None:
+            self.checks.overdue.execution_ended(prepared.json()["websocketUrl"], runner, trio.current_time())
         self.served += 1
         return not execution.gone
 

@@ -25,8 +25,11 @@ from ..simulator import SimConfig
 from .checks import Checks, Violation
 from .clocks import virtual_process_clocks
 from .faults import Fault, FaultLog, plan_faults, run_faults
+from .graceful_stop import plan_graceful_stops, run_graceful_stops
 from .load import run_students
+from .overdue import Overdue
 from .scheduling import deterministic_scheduling
+from .stalls import plan_stalls, run_stalls, watch_silent_streams
 from .timeline import Timeline
 from .trace import Trace
 from .world import World
@@ -116,6 +119,11 @@ def plan(seed: int, minutes: float) -> Plan:
 def run_seed(seed: int, *, minutes: float = 5.0, keep_trace: bool = False) -> Result:
     """Run one seed to its end; the result, violations included (never raises on one)."""
     drawn = plan(seed, minutes)
+    start, end = _WARM_UP + 10.0, minutes * 60.0 - QUIET
+    stalls = plan_stalls(seed, drawn.faults, servers=drawn.servers, start=start, end=end)
+    drawn.faults = sorted(
+        drawn.faults + stalls + plan_graceful_stops(seed, start=start, end=end), key=lambda f: f.at
+    )
     logs: list[str] = []
     started = time.perf_counter()
     clock = trio.testing.MockClock(autojump_threshold=0)
@@ -161,6 +169,11 @@ async def _simulate(drawn: Plan, trace: Trace) -> Result:
         await _create_environments(world, checks, drawn.pools)
         nursery.start_soon(timeline.sample, world, checks, log)
         nursery.start_soon(_watch_health, world, checks)
+        checks.overdue = Overdue(world.truth, log, checks.violate)
+        nursery.start_soon(checks.overdue.watch)
+        nursery.start_soon(run_stalls, world, drawn.faults, log)  # run_faults passes them over
+        nursery.start_soon(watch_silent_streams, world, checks, HEALTH_BOUND)
+        nursery.start_soon(run_graceful_stops, world, drawn.faults, checks, sorted(drawn.pools))
         nursery.start_soon(run_faults, world, drawn.faults, log, trace)
         rng = random.Random(drawn.seed ^ 0x5EED)
         await run_students(world, checks, rng, drawn.students, sorted(drawn.pools), end - _LOAD_STOPS)

@@ -31,13 +31,14 @@ from .api.nomad_api import NomadAPI
 from .config import SimConfig
 from .control.fault_injection import ControlAPI
 from .handle import SimServer
-from .http.server import REBIND_PATIENCE, HttpServer
+from .http.server import REBIND_PATIENCE, HttpServer, StreamSource
 from .scheduling.jobs import JobService
 from .scheduling.scheduler import Scheduler
 from .state.broker import EventBroker, Subscription
 from .state.node_usage import Ask
 from .state.objects import SimNode
 from .state.store import ClusterState
+from .stream_stalls import StreamStalls
 
 __all__ = ["SimServer", "SimulatedCluster"]
 
@@ -147,6 +148,7 @@ class SimulatedCluster:
         self._write_event = trio.Event()
         self.state.call_after_each_write(self._wake_blocking_queries)
         self.stats = _Stats()
+        self.stream_stalls = StreamStalls()
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -218,9 +220,11 @@ class SimulatedCluster:
         """Return after the next write to the cluster's state."""
         await self._write_event.wait()
 
-    def stream_source(self, server: SimServer, subscription: Subscription) -> _StreamSource:
-        """A subscriber's NDJSON body: ``{}`` at once and every heartbeat interval, batches as they come."""
-        return _StreamSource(server.broker, subscription, self.config.heartbeat_interval)
+    def stream_source(self, server: SimServer, subscription: Subscription) -> StreamSource:
+        """A subscriber's NDJSON body: ``{}`` at once and every heartbeat interval, batches as they
+        come; held while the server's streams stall."""
+        source = _StreamSource(server.broker, subscription, self.config.heartbeat_interval)
+        return self.stream_stalls.watch(server.name, source)
 
     # -- agents' HTTP ports ----------------------------------------------------------------------
 

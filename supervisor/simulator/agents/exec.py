@@ -13,6 +13,9 @@ As with Nomad's shared executor, a session that ends before its command (the cli
 server or agent proxying it restarted) does not kill the command: its stdin is never closed and its
 output is no longer read, so it blocks on its next write once the pipe is full. Only its
 allocation stopping kills it; the client has to stop it itself.
+
+A node whose container runtime is loaded starts exec'd commands late: ``start_delays`` holds, per
+node ID, how many seconds each command waits before it starts.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ class ExecSessions:
         self._sessions: dict[_Session, None] = {}
         # Where the commands of ended sessions are waited for; the cluster's own nursery.
         self.nursery: trio.Nursery | None = None
+        # Node ID -> how long a command exec'd there waits before it starts (a loaded host).
+        self.start_delays: dict[str, float] = {}
 
     @property
     def count(self) -> int:
@@ -166,6 +171,8 @@ class ExecSessions:
         command: list[str],
         tty: bool,
     ) -> None:
+        if delay := self.start_delays.get(session.node_id):
+            await trio.sleep(delay)
         try:
             assert self.nursery is not None, "the cluster is not running"
             process = await self.containers.start(alloc, task, command, nursery=self.nursery, tty=tty)
