@@ -32,13 +32,13 @@ from .config import SimConfig
 from .control.fault_injection import ControlAPI
 from .handle import SimServer
 from .http.server import REBIND_PATIENCE, HttpServer, StreamSource
+from .http.stream_stalls import StreamStalls
 from .scheduling.jobs import JobService
 from .scheduling.scheduler import Scheduler
 from .state.broker import EventBroker, Subscription
 from .state.node_usage import Ask
 from .state.objects import SimNode
 from .state.store import ClusterState
-from .stream_stalls import StreamStalls
 
 __all__ = ["SimServer", "SimulatedCluster"]
 

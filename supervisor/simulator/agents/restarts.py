@@ -13,15 +13,53 @@ field reported it): some runner jobs vanish without an event.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final, Protocol
 
+from ..config import SimConfig
+from ..scheduling.scheduler import Scheduler
 from ..state.objects import TASK_EVENT_LIMIT, SimAlloc, SimNode
+from ..state.store import ClusterState
+from .exec_hooks import ExecHooks
 from .task_events import task_event
 
-if TYPE_CHECKING:
-    from .agents import Agents
-
 __all__ = ["RESTORE_FAILED", "AgentRestarts"]
+
+
+class Agents(Protocol):
+    """What restarts need of the agents (``agents.Agents``)."""
+
+    state: ClusterState
+    config: SimConfig
+    scheduler: Scheduler
+    exec: ExecHooks
+
+    def stop_agent(self, node: SimNode) -> None: ...
+
+    def start_agent(
+        self,
+        node: SimNode,
+        *,
+        recreate_containers: bool = ...,
+        lose_containers: float = ...,
+        report_delay: float = ...,
+    ) -> None: ...
+
+    def drain(
+        self,
+        node: SimNode,
+        *,
+        deadline_ns: int | None,
+        mark_eligible: bool,
+        meta: dict[str, str],
+        accessor: str,
+    ) -> None: ...
+
+    def finish_tasks(
+        self, alloc: SimAlloc, kind: str, display: str, *, killing: bool = ..., **fields: Any
+    ) -> None: ...
+
+    def restarted(self, alloc_id: str, *, counted: bool = ...) -> None: ...
+
 
 _SELF_DRAIN_POLL: Final = 1.0
 RESTORE_FAILED: Final = "failed to restore task; will not run until server is contacted"

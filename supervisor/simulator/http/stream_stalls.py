@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import trio
 
-from .http.server import StreamSource
+from .server import StreamSource
 
 __all__ = ["StreamStalls"]
 
