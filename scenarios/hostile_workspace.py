@@ -121,7 +121,8 @@ class Client:
         await self.patch(kind, {"delete": [path]})
 
     async def copy(self, kind: str, path: str, content: str) -> None:
-        await self.patch(kind, {"copy": [{"path": path, "content": base64.b64encode(content.encode()).decode()}]})
+        encoded = base64.b64encode(content.encode()).decode()
+        await self.patch(kind, {"copy": [{"path": path, "content": encoded}]})
 
     def shows(self, kind: str, asked: str, holds: bool) -> None:
         self.answers.append((kind, asked, holds))
@@ -157,9 +158,8 @@ async def play(client: Client, planted: list[bool]) -> None:
     await client.listing(link, "deeplink", 424, MISSING)
     await client.copy(link, "out/pwned.txt", "pwned\n")
     await client.download(link, "out/pwned.txt", 200, "pwned")
-    entries = await client.listing(link, "out", 200)
-    shown = sorted((e["name"], e["entryType"]) for e in entries)
-    client.shows(link, "out is a directory now", shown == [("./out/pwned.txt", "-")])
+    replaced = sorted((e["name"], e["entryType"]) for e in await client.listing(link, "out", 200))
+    client.shows(link, "out is a directory now", replaced == [("./out/pwned.txt", "-")])
     await client.copy(link, client.up("pwned.txt"), "pwned by root\n")
     await client.download(link, client.up("pwned.txt"), 200, "pwned by root")
     await client.copy(link, "secret", "replaced\n")

@@ -187,7 +187,7 @@ ALTERED = [
     ),
     ("a download follows a link anywhere", 'case $t in "$W"/*) ;;', "case $t in *) ;;"),
     ("a download follows a link at its name", "iflag=nofollow,nonblock", "iflag=nonblock"),
-    ("a copy writes through a link", 'if [ -L "$c" ] ||', 'if false ||'),
+    ("a copy writes through a link", 'if [ -L "$c" ] ||', "if false ||"),
 ]
 DAEMON_SCRIPTS = [
     delete_and_copy_command(["a/b"], [("c/d", b"x")]),
@@ -199,7 +199,7 @@ DAEMON_SCRIPTS = [
 @pytest.mark.parametrize(("why", "old", "new"), ALTERED, ids=[why for why, _, _ in ALTERED])
 async def test_a_file_command_changed_anywhere_is_an_unknown_script(why: str, old: str, new: str) -> None:
     model = ModelContainers(_state())
-    altered = [argv[:2] + [argv[2].replace(old, new)] for argv in DAEMON_SCRIPTS if old in argv[2]]
+    altered = [[*argv[:2], argv[2].replace(old, new)] for argv in DAEMON_SCRIPTS if old in argv[2]]
     assert altered, f"no daemon script holds {old!r}"
     async with trio.open_nursery() as nursery:
         for argv in altered:

@@ -20,7 +20,7 @@ __all__ = ["Listing", "Reading", "Update", "parse_file_script"]
 
 # A path or name as ``shlex.quote`` writes it: bare, or in single quotes with each quote as '"'"'.
 _WORD: Final = r"""(?:[\w@%+=:,./-]+|'[^']*'(?:"'"'[^']*')*)"""
-_WORDS: Final = rf"(?:\ {_WORD})*"
+_WORDS: Final = rf"(?: {_WORD})*"
 
 _PRELUDE: Final = (
     "W=$(pwd -P) || exit 70; "
@@ -41,16 +41,16 @@ _PRELUDE: Final = (
 
 def _entered(group: str) -> str:
     return (
-        rf"enter\ follow(?P<{group}>{_WORDS});\ case\ \$\?\ in\ 0\)\ ;;\ "
-        rf"2\)\ echo\ {_WORD}\ >&2;\ exit\ 67;;\ "
-        r"\*\)\ echo\ 'no\ such\ file\ or\ directory'\ >&2;\ exit\ 66;;\ esac"
+        rf"enter follow(?P<{group}>{_WORDS}); case \$\? in 0\) ;; "
+        rf"2\) echo {_WORD} >&2; exit 67;; "
+        r"\*\) echo 'no such file or directory' >&2; exit 66;; esac"
     )
 
 
 _READ: Final = re.compile(
     re.escape(_PRELUDE)
     + _entered("parents")
-    + rf";\ f=(?P<name>{_WORD});\ "
+    + rf"; f=(?P<name>{_WORD}); "
     + re.escape(
         'if [ -L "$f" ]; then t=$(readlink -f -- "$f" && echo .) || exit 66; t=${t%.}; t=${t%?}; '
         'case $t in "$W"/*) ;; *) echo '
@@ -70,14 +70,15 @@ _FIND_FORMAT: Final = re.escape(r"'%y\0%s\0%T@\0%M\0%u\0%g\0%p\0%l\0'")
 _LIST: Final = re.compile(
     re.escape(_PRELUDE)
     + _entered("parents")
-    + rf";\ if\ \[\ -L\ (?P<name>{_WORD})\ \]\ \|\|\ \{{\ \[\ -e\ (?P=name)\ \]\ &&\ \[\ !\ -d\ (?P=name)\ \];\ \}};\ "
-    + rf"then\ printf\ 'e\\0';\ find\ \./(?P=name)\ -maxdepth\ 0\ -printf\ {_FIND_FORMAT};\ else\ "
+    + rf"; if \[ -L (?P<name>{_WORD}) \] \|\| "
+    + r"\{ \[ -e (?P=name) \] && \[ ! -d (?P=name) \]; \}; "
+    + rf"then printf 'e\\0'; find \./(?P=name) -maxdepth 0 -printf {_FIND_FORMAT}; else "
     + _entered("parts")
-    + rf";\ printf\ 'd\\0';\ find\ \.\ -mindepth\ 1\ (?P<flat>-maxdepth\ 1\ )?-printf\ {_FIND_FORMAT};\ fi",
+    + rf"; printf 'd\\0'; find \. -mindepth 1 (?P<flat>-maxdepth 1 )?-printf {_FIND_FORMAT}; fi",
 )
 
 _DELETE: Final = re.compile(
-    rf"if\ enter\ follow(?P<parents>{_WORDS});\ then\ rm\ -rf\ --\ (?P<name>{_WORD})\ \|\|\ exit\ 72;\ fi",
+    rf"if enter follow(?P<parents>{_WORDS}); then rm -rf -- (?P<name>{_WORD}) \|\| exit 72; fi",
 )
 _CLEAR: Final = 'cd -P -- "$W" && find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 72'
 _COPY_START: Final = (
@@ -87,14 +88,12 @@ _COPY_START: Final = (
     "tar --no-same-owner -x -f - || exit 72"
 )
 _COPY_END: Final = ' ); r=$?; rm -rf -- "$S"; [ $r -eq 0 ] || exit $r'
-_MAKE_DIRECTORY: Final = re.compile(
-    rf"\{{\ enter\ make{_WORDS}\ &&\ chmod\ 1777\ \.;\ \}}\ \|\|\ exit\ 71"
-)
+_MAKE_DIRECTORY: Final = re.compile(rf"\{{ enter make{_WORDS} && chmod 1777 \.; \}} \|\| exit 71")
 _MOVE_FILE: Final = re.compile(
-    rf"\{{\ enter\ make{_WORDS}\ \|\|\ exit\ 71;\ \}};\ "
-    rf"if\ \[\ -d\ (?P<name>{_WORD})\ \]\ &&\ \[\ !\ -L\ (?P=name)\ \];\ "
-    rf"then\ rmdir\ --\ (?P=name)\ 2>/dev/null\ \|\|\ \{{\ echo\ {_WORD}\ >&2;\ exit\ 73;\ \}};\ fi;\ "
-    rf"mv\ -f\ -T\ --\ /dev/fd/4/{_WORD}\ (?P=name)\ \|\|\ exit\ 72",
+    rf"\{{ enter make{_WORDS} \|\| exit 71; \}}; "
+    rf"if \[ -d (?P<name>{_WORD}) \] && \[ ! -L (?P=name) \]; "
+    rf"then rmdir -- (?P=name) 2>/dev/null \|\| \{{ echo {_WORD} >&2; exit 73; \}}; fi; "
+    rf"mv -f -T -- /dev/fd/4/{_WORD} (?P=name) \|\| exit 72",
 )
 
 
