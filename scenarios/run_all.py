@@ -46,6 +46,7 @@ SCENARIOS = {
     "rolling_upgrade": {"quick": ["--runners", "6"], "full": ["--runners", "30", "--rate", "8"]},
     "operator_drain": {"quick": ["--runners", "6"], "full": ["--runners", "30"]},
     "stream_flapping": {"quick": ["--runners", "6", "--seconds", "10"], "full": ["--runners", "20"]},
+    "hostile_workspace": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
     "poseidon_parity": {"quick": ["--runners", "4"], "full": ["--runners", "20"]},
     "poseidon_switchover": {"quick": ["--quick", "--runners", "3"], "full": ["--runners", "30"]},
 }

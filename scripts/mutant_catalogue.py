@@ -285,7 +285,8 @@ MUTANTS: Final[tuple[Mutant, ...]] = (
                 "f'case $t in *) ;; *) echo",
             ),
         ),
-        None,
+        "hostile_workspace",
+        ("--runners", "20"),
     ),
     Mutant(
         "stop_budget",

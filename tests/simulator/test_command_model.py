@@ -76,8 +76,19 @@ def _execution(command: str, execution_id: str = "x1") -> list[str]:
     return execution_command(command, {}, execution_id=execution_id, privileged=True, nomad_variables=())
 
 
+# What each copy of SCRIPT puts into the workspace (its tar goes to the command's stdin).
+COPIES: dict[str, list[tuple[str, bytes | None]]] = {
+    "copy": [("main.py", b"print(1)\n"), ("src", None), ("src/a.txt", b"A")],
+    "copy names a shell would read otherwise": [("odd dir/it's -n.txt", b"odd"), ("odd dir/$x;", b"")],
+}
+ODD = "odd dir/it's -n.txt"
+
 SCRIPT = [
-    ("copy", delete_and_copy_command([], [("main.py", b"print(1)\n"), ("src", None), ("src/a.txt", b"A")])),
+    ("copy", delete_and_copy_command([], COPIES["copy"])),
+    (
+        "copy names a shell would read otherwise",
+        delete_and_copy_command(["gone"], COPIES["copy names a shell would read otherwise"]),
+    ),
     ("echo", _execution("echo hello world")),
     ("stderr", _execution("echo oops >&2; exit 3")),
     ("stdin", _execution("cat")),
@@ -93,15 +104,25 @@ SCRIPT = [
     ("read", noted_command(read_file_command("src/a.txt"), "n5")),
     ("read a directory", noted_command(read_file_command("src"), "n6")),
     ("read missing", noted_command(read_file_command("none"), "n7")),
+    ("read an odd name", noted_command(read_file_command(ODD), "n9")),
+    ("read the workspace", noted_command(read_file_command("."), "n10")),
+    ("list odd dir", noted_command(list_files_command("odd dir", recursive=True), "n11")),
+    ("list an odd name", noted_command(list_files_command(ODD, recursive=False), "n12")),
     ("delete", delete_and_copy_command(["src"], [])),
     ("list after delete", noted_command(list_files_command(".", recursive=True), "n8")),
+    ("delete an odd name", delete_and_copy_command([ODD, "odd dir/none"], [])),
+    ("list odd dir after delete", noted_command(list_files_command("odd dir", recursive=True), "n13")),
+    ("nothing to do", delete_and_copy_command([], [])),
+    ("clear", delete_and_copy_command(["."], [])),
+    ("list after clear", noted_command(list_files_command(".", recursive=True), "n14")),
 ]
 
 
 def _comparable(name: str, argv: Sequence[str], result: tuple[int, bytes, bytes]) -> object:
     code, out, err = result
     if name.startswith("list") and code == 0:
-        path = {"list src": "src", "list a file": "main.py"}.get(name, ".")
+        path = {"list src": "src", "list a file": "main.py", "list an odd name": ODD}.get(name, ".")
+        path = "odd dir" if name.startswith("list odd dir") else path
         entries = parse_file_listing(out, path)
         return code, sorted((e["name"], e["entryType"], e["entryType"] != "d" and e["size"]) for e in entries)
     if name == "unknown":
@@ -116,8 +137,8 @@ async def test_the_model_answers_the_daemons_scripts_as_a_shell_does(tmp_path: P
     async with trio.open_nursery() as nursery:
         for name, argv in SCRIPT:
             stdin = b"from stdin\n" if name == "stdin" else b""
-            if name == "copy":
-                stdin = tar_archive([("main.py", b"print(1)\n"), ("src", None), ("src/a.txt", b"A")], mtime=0)
+            if name in COPIES:
+                stdin = tar_archive(COPIES[name], mtime=0)
             expected = _comparable(name, argv, await _run(real, nursery, argv, stdin))
             got = _comparable(name, argv, await _run(model, nursery, argv, stdin))
             assert got == expected, name
@@ -154,3 +175,34 @@ async def test_a_stopped_allocation_kills_its_commands(how: str, autojump_clock:
         else:
             sleeping.kill()
         assert await sleeping.wait() == -9
+
+
+# Each way of switching a boundary check off: the scripts still run in a shell, but the model was not
+# validated against them.
+ALTERED = [
+    (
+        "the prelude takes every directory for inside",
+        """inside() { case $(pwd -P) in "$W"|"$W"/*) return 0;; esac; return 1; }; """,
+        "inside() { return 0; }; ",
+    ),
+    ("a download follows a link anywhere", 'case $t in "$W"/*) ;;', "case $t in *) ;;"),
+    ("a download follows a link at its name", "iflag=nofollow,nonblock", "iflag=nonblock"),
+    ("a copy writes through a link", 'if [ -L "$c" ] ||', "if false ||"),
+]
+DAEMON_SCRIPTS = [
+    delete_and_copy_command(["a/b"], [("c/d", b"x")]),
+    list_files_command("a/b", recursive=True),
+    read_file_command("a/b"),
+]
+
+
+@pytest.mark.parametrize(("why", "old", "new"), ALTERED, ids=[why for why, _, _ in ALTERED])
+async def test_a_file_command_changed_anywhere_is_an_unknown_script(why: str, old: str, new: str) -> None:
+    model = ModelContainers(_state())
+    altered = [[*argv[:2], argv[2].replace(old, new)] for argv in DAEMON_SCRIPTS if old in argv[2]]
+    assert altered, f"no daemon script holds {old!r}"
+    async with trio.open_nursery() as nursery:
+        for argv in altered:
+            code, out, err = await _run(model, nursery, argv, tar_archive([("c/d", b"x")], mtime=0))
+            assert (code, out) == (127, b""), why
+            assert b"not a known command" in err

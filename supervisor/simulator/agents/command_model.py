@@ -2,8 +2,10 @@
 
 A workspace is a dictionary of paths (a file's bytes, or None for a directory); a command is a trio
 task on the cluster's clock. The model understands the scripts the daemon sends (an execution, the
-file commands, the stop commands, ``env``, the probe ``true``; see ``core/commands.py`` and
-``desk/workspace.py``) by their shape, and runs the clients' commands of a small shell language:
+stop commands, ``env``, the probe ``true``; see ``core/commands.py``) by their shape, and its file
+commands (``desk/workspace.py``) only word for word as it was validated against them
+(``file_scripts.py``): a file command changed anywhere, its checks of the workspace's boundary
+included, is an unknown script. It runs the clients' commands of a small shell language:
 
     echo WORDS [>&2]   cat [FILE]   sleep SECONDS   seq N   exit N   true   false
 
@@ -38,6 +40,7 @@ from attrs import define, field
 from ..state.objects import SimAlloc
 from ..state.store import ClusterState
 from .containers import nomad_variables
+from .file_scripts import Listing, Reading, Update, parse_file_script
 
 __all__ = ["ModelContainers", "Workspace"]
 
@@ -47,17 +50,10 @@ _NOTE: Final = re.compile(
 )
 _STOP_ONE: Final = re.compile(r"""^S=; for N in "\$\{TMPDIR:-/tmp\}/\.supervisor-(?P<id>[^".]+)\.pid" """)
 _STOP_ALL: Final = 'for N in "${TMPDIR:-/tmp}"/.supervisor-*.pid'
-_PRELUDE_END: Final = "done; }; "
 _EXECUTION: Final = re.compile(
     r"^export (?P<assignments>.*?); (?:\{ mkfifo [^}]*\} \|\| \{[^}]*\}; )?(?P<run>.*)$", re.DOTALL
 )
 _READER: Final = re.compile(r"""exec 3<"(?P<fifo>[^"]+)"; rm -f "[^"]+" "[^"]+"; exec cat <&3$""")
-_DELETE: Final = re.compile(
-    r"if enter follow(?P<parents>(?: \S+)*); then rm -rf -- (?P<name>\S+) \|\| exit 72; fi"
-)
-_CLEAR: Final = "find . -mindepth 1 -maxdepth 1 -exec rm -rf"
-_TARGET: Final = re.compile(r"echo (?P<message>'[^']*(?:'\\''[^']*)*') >&2; exit 67")
-_LEADS_OUT: Final = " leads out of the workspace"
 _MISSING_EXIT: Final = 66
 _DIRECTORY_EXIT: Final = 68
 _TERM: Final = -15
@@ -263,8 +259,8 @@ class ModelContainers:
                 target.kill(_TERM)
                 await target.wait()
             return 0
-        if script.startswith("W=$(pwd -P)"):
-            return await _file_command(running, workspace, script.split(_PRELUDE_END, 1)[1])
+        if (asked := parse_file_script(script)) is not None:
+            return await _file_command(running, workspace, asked)
         return await _unknown(running, script[:80])
 
 
@@ -324,34 +320,27 @@ async def _unknown(running: _Command, what: str) -> int:
     return _UNKNOWN_EXIT
 
 
-async def _file_command(running: _Command, workspace: Workspace, body: str) -> int:
-    if "tar --no-same-owner -x -f -" in body or _CLEAR in body or "rm -rf --" in body:
-        return await _delete_and_copy(running, workspace, body)
-    target = _TARGET.search(body)
-    if target is None:
-        return await _unknown(running, body[:80])
-    path = shlex.split(target["message"])[0].removesuffix(_LEADS_OUT)
-    path = "." if path in ("", ".") else path.strip("/")
-    if "dd if=" in body:
-        content = workspace.files.get(path, b"")
-        if path not in workspace.files:
-            await _write(running, b"no such file or not readable\n", errors=True)
-            return _MISSING_EXIT
-        if content is None:
-            await _write(running, b"is a directory\n", errors=True)
-            return _DIRECTORY_EXIT
-        await _write(running, b"%d\n" % len(content) + content)
-        return 0
-    return await _listing(running, workspace, path, recursive="-mindepth 1 -printf" in body)
+async def _file_command(running: _Command, workspace: Workspace, asked: Reading | Listing | Update) -> int:
+    if isinstance(asked, Update):
+        return await _update(running, workspace, asked)
+    if isinstance(asked, Listing):
+        return await _listing(running, workspace, asked.path, recursive=asked.recursive)
+    path = asked.path
+    if path != "." and path not in workspace.files:
+        await _write(running, b"no such file or not readable\n", errors=True)
+        return _MISSING_EXIT
+    content = workspace.files.get(path)
+    if content is None:
+        await _write(running, b"is a directory\n", errors=True)
+        return _DIRECTORY_EXIT
+    await _write(running, b"%d\n" % len(content) + content)
+    return 0
 
 
-async def _delete_and_copy(running: _Command, workspace: Workspace, body: str) -> int:
-    if _CLEAR in body:
-        workspace.delete(".")
-    for deleted in _DELETE.finditer(body):
-        parents = shlex.split(deleted["parents"])
-        workspace.delete("/".join([*parents, *shlex.split(deleted["name"])]))
-    if "tar --no-same-owner -x -f -" not in body:
+async def _update(running: _Command, workspace: Workspace, asked: Update) -> int:
+    for deleted in asked.deletions:
+        workspace.delete(deleted)
+    if not asked.copies:
         return 0
     archive = await _read_all(running)
     try:
