@@ -119,6 +119,9 @@ REASON_REPLACED: Final = (
     "the allocation was replaced (restarted, rescheduled or migrated); its files are gone"
 )
 REASON_JOB_GONE: Final = "the runner's Nomad job is gone"
+REASON_CONTAINER_LOST: Final = (
+    "the runner is gone: its agent restarted without its container (its files are gone)"
+)
 REASON_FAILED_IDLE: Final = "its task failed while idle: a new runner is faster than its restart"
 REASON_AGENT_AWAY: Final = "it waits to start on a node whose agent is out of reach"
 REASON_ENVIRONMENT: Final = "the execution environment was deleted"

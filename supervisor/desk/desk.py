@@ -34,7 +34,14 @@ from ..core.config import AdmissionSettings
 from ..core.environments import ExecutionEnvironment
 from ..core.evidence import AllocationSeen, Finding, RunnerProven
 from ..core.orders import Claim, Release, Touch
-from ..core.runners import FOUND_BY_NODE_RESTART, REASON_ALLOCATION_UNKNOWN, MarkUsed, PoolStats, Runner
+from ..core.runners import (
+    FOUND_BY_NODE_RESTART,
+    REASON_ALLOCATION_UNKNOWN,
+    REASON_CONTAINER_LOST,
+    MarkUsed,
+    PoolStats,
+    Runner,
+)
 from ..effects.effects import Effects
 from ..effects.environment_store import EnvironmentStore
 from ..informer.informer import Informer
@@ -215,7 +222,7 @@ class RunnerDesk:
 
     async def _prove(self, runner: Runner) -> None:
         """A suspect runner (its agent restarted since it was last seen running) is proven by one
-        GET of its allocation; RunnerGoneError if it is gone."""
+        GET of its allocation and a command run in it; RunnerGoneError if it is gone."""
         await self._leftovers.wait(runner.id)
         if not runner.suspect_since:
             return
@@ -226,6 +233,10 @@ class RunnerDesk:
             raise RunnerGoneError(REASON_ALLOCATION_UNKNOWN) from None
         self._effects.tell(AllocationSeen(alloc, FOUND_BY_NODE_RESTART), self._informer.moment())
         if alloc.client_status == "running" and self._pool.serving_runner(runner.id) is runner:
+            # The servers list the allocation as its client last wrote it: a container its agent
+            # came back without is listed running until the client says otherwise.
+            if not await self._effects.probes.container_runs(alloc.id):
+                raise RunnerGoneError(REASON_CONTAINER_LOST)
             self._effects.tell(RunnerProven(runner.id, alloc.id))
             return
         raise RunnerGoneError(f"the runner is gone: its allocation is {alloc.client_status}")

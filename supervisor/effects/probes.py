@@ -17,7 +17,7 @@ from typing import Final
 import trio
 from loguru import logger
 
-from ..base.errors import SupervisorError
+from ..base.errors import ExecRejected, SupervisorError
 from ..core.evidence import RunnerProven
 from ..core.orders import Change
 from ..nomad.api import ExecOpener
@@ -26,6 +26,8 @@ __all__ = ["PROBE_COMMAND", "RunnerProbes"]
 
 # Every command the daemon runs in a runner goes through its shell, as this one does.
 PROBE_COMMAND: Final = ("/bin/sh", "-c", "true")
+# Nomad's close code for an exec refused with a 4xx: the task is not running, or not started yet.
+_REFUSED_4XX: Final = 1008
 # A probe that has not answered by then says nothing; the next listing probes again.
 _PATIENCE: Final = 10.0
 # Probes at once: every agent back at once makes every runner suspect, and each probe is an exec.
@@ -51,6 +53,22 @@ class RunnerProbes:
         if runner_id not in self._probing:
             self._probing.add(runner_id)
             self._nursery.start_soon(self._probe, runner_id, alloc_id)
+
+    async def container_runs(self, alloc_id: str) -> bool:
+        """Run ``true`` in the allocation now: whether it exited 0. A refusal that says the task
+        does not run (a 4xx close) is False; an agent out of reach or no answer raises (nothing
+        is known then)."""
+        try:
+            with trio.fail_after(_PATIENCE):
+                async with self._client.open_exec(
+                    alloc_id, task=self._task, command=PROBE_COMMAND
+                ) as session:
+                    exited, _, _ = await session.wait_exit()
+        except ExecRejected as refused:
+            if refused.code != _REFUSED_4XX:
+                raise
+            return False
+        return exited.exit_code == 0
 
     async def _probe(self, runner_id: str, alloc_id: str) -> None:
         try:

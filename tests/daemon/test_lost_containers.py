@@ -6,7 +6,7 @@ what the servers knew before it."""
 
 from __future__ import annotations
 
-from supervisor.core.runners import RunnerState
+from supervisor.core.runners import REASON_CONTAINER_LOST, RunnerState
 
 from .conftest import Harness
 
@@ -69,3 +69,22 @@ async def test_a_lost_container_runs_again_once_its_client_writes_and_then_serve
     claimed = await harness.runner(10)
     messages = await harness.execute(claimed, command="echo ok")
     assert messages[-1] == {"type": "exit", "data": 0}, messages
+
+
+async def test_a_claimed_runner_whose_container_its_agent_lost_is_gone_before_its_client_says(
+    harness: Harness,
+) -> None:
+    await harness.environment(10, prewarmingPoolSize=1)
+    runner = await harness.runner(10)
+    state = harness.cluster.state
+    node = state.nodes[harness.service.pool.runners[runner].node_id]
+    harness.cluster.agents.restarts.restart_agent(
+        node, downtime=0.5, lose_containers=1.0, report_delay=REPORT_DELAY
+    )
+    await harness.wait_for(lambda: node.agent_up and node.status == "ready")
+    alloc = state.allocs[harness.service.pool.runners[runner].alloc_id]
+    assert alloc.container_lost
+    assert alloc.client_status == "running", "the servers do not know yet"
+    response = await harness.http.get(f"/runners/{runner}/files")
+    assert response.status_code == 410, response.text
+    assert REASON_CONTAINER_LOST in response.json()["message"]
