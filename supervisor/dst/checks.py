@@ -153,7 +153,8 @@ class Checks:
         node = self.truth.node_of(runner)
         began = self.truth.drain_began(node)
         if began is not None and asked - began >= EVENT_BOUND:
-            self.violate("2b a claimed runner's node does not drain", f"{runner} on {node}, draining since {began:.3f}")
+            drains = f"{runner} on {node}, draining since {began:.3f}"
+            self.violate("2b a claimed runner's node does not drain", drains)
 
     @staticmethod
     def for_now(status: int, text: str) -> bool:
