@@ -310,7 +310,9 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
         else:
             slot = next((s for s in world.slots if s is not active), world.slots[0])
         network = slot.network
-        if network is not None and not network.cut_off:
+        # One daemon cut off at a time: both at once leave no daemon to serve for longer than a
+        # client's patience, an outage no daemon can keep a promise through.
+        if network is not None and not any(s.network is not None and s.network.cut_off for s in world.slots):
             network.cut(fault.cut)
             _later(nursery, duration, _healing(network))
             log.add(kind, now, now + duration)

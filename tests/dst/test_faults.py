@@ -16,6 +16,7 @@ import trio
 import trio.testing
 from attrs import define, field
 
+from supervisor.base.network import MemoryNetwork
 from supervisor.dst.faults import (
     CLAIM_KILL,
     KINDS,
@@ -26,7 +27,7 @@ from supervisor.dst.faults import (
     plan_faults,
     run_faults,
 )
-from supervisor.dst.partition import MODES
+from supervisor.dst.partition import MODES, PartitionableNetwork
 from supervisor.dst.trace import Trace
 from supervisor.simulator.state.objects import SimNode
 
@@ -203,3 +204,31 @@ async def test_a_kill_at_a_claims_answer_that_meets_no_claim_is_disarmed_in_time
     assert trio.current_time() == 21.0
     world.claim_answered(slot)
     assert world.done == []
+
+
+@define(eq=False)
+class _PairSlot:
+    network: PartitionableNetwork = field(factory=lambda: PartitionableNetwork(MemoryNetwork()))
+
+
+@define(eq=False)
+class _Pair:
+    cluster: Any
+    slots: list[_PairSlot] = field(factory=lambda: [_PairSlot(), _PairSlot()])
+
+    def active_slot(self) -> _PairSlot:
+        return self.slots[0]
+
+
+async def test_a_partition_cuts_one_daemon_off_at_a_time_and_heals(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    pair, log = _Pair(_world().cluster), FaultLog()
+    cuts = [Fault(1.0, PARTITION, 0, 30.0, 0.1, cut="hang"), Fault(10.0, PARTITION, 0, 30.0, 0.9, cut="fail")]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_faults, cast(Any, pair), cuts, log, Trace(trio.current_time))
+        await trio.sleep(20.0)
+        assert [s.network.mode for s in pair.slots] == ["hang", None], "the active; the standby spared"
+    assert [s.network.mode for s in pair.slots] == [None, None]
+    assert log.active(PARTITION, 25.0) is not None
+    assert log.active(PARTITION, 5.0) is not None
