@@ -6,6 +6,8 @@
    (a job Nomad forgot, a container an agent came back without) has no tolerance, whatever Nomad
    writes of it later: the runners of a restarted agent are never handed out before evidence newer
    than the restart proves them.
+2b. A claimed runner's node does not drain in the cluster's ground truth, unless its drain began
+   less than EVENT_BOUND before the claim was asked.
 3. No execution is ended by the daemon (an error, a timeout not asked for, a socket dropped) unless
    a fault on its runner, its node, a server or the daemon itself explains it; exactly one terminal
    message per execution.
@@ -127,8 +129,8 @@ class Checks:
 
     # -- claims ---------------------------------------------------------------------------------
 
-    def claimed(self, runner: str, environment: int) -> None:
-        """Promises 1 and 2, at the claim."""
+    def claimed(self, runner: str, environment: int, *, asked: float | None = None) -> None:
+        """Promises 1, 2 and 2b, at the claim (answered now, asked at ``asked``)."""
         now = trio.current_time()
         self.claims += 1
         self.trace.record("claim", f"{runner} env {environment}")
@@ -136,6 +138,7 @@ class Checks:
             self.violate("1 no runner handed out twice", f"{runner} (first at {self.handed_out[runner]:.3f})")
         self.handed_out[runner] = now
         if self.truth.is_alive(runner):
+            self._not_draining(runner, now if asked is None else asked)
             return
         died = self.truth.died_at.get(runner)
         silent = runner in self.truth.silent_deaths
@@ -146,6 +149,15 @@ class Checks:
         else:
             since = f"dead since {died:.3f} ({'no write of Nomad told it' if silent else 'written'})"
         self.violate("2 a claimed runner is alive", f"{runner}: {since}")
+
+    def _not_draining(self, runner: str, asked: float) -> None:
+        """Promise 2b: no runner on a node that drains, unless the drain began so shortly before
+        the claim that its event may not have reached the daemon yet."""
+        node = self.truth.node_of(runner)
+        began = self.truth.drain_began(node)
+        if began is not None and asked - began >= EVENT_BOUND:
+            drains = f"{runner} on {node}, draining since {began:.3f}"
+            self.violate("2b a claimed runner's node does not drain", drains)
 
     @staticmethod
     def for_now(status: int, text: str) -> bool:

@@ -5,7 +5,9 @@ Every fault heals before the quiet period: agents come back, servers serve again
 firewalls open, a killed daemon is started again.
 
 Servers in trouble (500s and slow answers, ``simulator/http/trouble.py``) are drawn apart, from a stream
-of their own, so that every seed keeps the schedule it had before they were simulated.
+of their own, so that every seed keeps the schedule it had before they were simulated; so are a
+pair's partitions (one daemon cut off from the cluster), and the kills of a daemon the instant a
+client has its claim's answer.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import trio
 from attrs import define, field, frozen
 
 from ..simulator.http.trouble import Trouble
+from .partition import MODES, PartitionableNetwork
 from .trace import Trace
-from .world import World
+from .world import DaemonSlot, World
 
-__all__ = ["KINDS", "TROUBLE", "Fault", "FaultLog", "plan_faults", "run_faults"]
+__all__ = ["CLAIM_KILL", "KINDS", "PARTITION", "TROUBLE", "Fault", "FaultLog", "plan_faults", "run_faults"]
 
 KINDS: Final = (
     "agent_restart",
@@ -44,6 +47,17 @@ KINDS: Final = (
 _RESTARTS: Final = ("agent_restart", "agent_drain_restart", "rolling_agents", "all_agents")
 # Not one of KINDS, which every seed's schedule draws from: its own stream draws it.
 TROUBLE: Final = "server_trouble"
+# Not one of KINDS either: a pair's seeds draw it from a stream of its own.
+PARTITION: Final = "daemon_partition"
+# Not one of KINDS either: every seed draws it from a stream of its own. The daemon that answers
+# the first claim after the fault's time is killed the instant its client has the answer; one
+# armed this long without a claim answered kills nothing.
+CLAIM_KILL: Final = "daemon_kill_at_claim"
+_CLAIM_KILL_ARMED: Final = 20.0
+# The share of partitions that cut off the active daemon (the others, the standby).
+_PARTITION_ACTIVE: Final = 0.75
+# The faults after which anything may have been cut: a server's, or a daemon's.
+_EVERYTHING: Final = ("server_restart", "leader_restart", "daemon_kill", TROUBLE, PARTITION)
 # How long after a fault heals its consequences may still show (a node's heartbeat grace, the
 # reschedule of what it lost, a refill).
 _AFTERMATH: Final = 30.0
@@ -63,12 +77,16 @@ class Fault:
     # back, and how long it takes to write so (``simulator/agents/restarts.py``).
     lose_containers: float = 0.0
     report_delay: float = 1.0
+    # For a partition: how the cut shows (``partition.MODES``).
+    cut: str = ""
 
     def describe(self) -> str:
         """One line for the trace and the report."""
         line = f"{self.kind} target={self.target} duration={self.duration:.1f} fraction={self.fraction:.2f}"
         if self.lose_containers:
             line += f" lose_containers={self.lose_containers:.2f} report_delay={self.report_delay:.1f}"
+        if self.cut:
+            line += f" cut={self.cut}"
         if self.trouble is None:
             return line
         return f"{line} {'one server' if self.fraction < 0.5 else 'every server'} {self.trouble.describe()}"
@@ -91,7 +109,7 @@ class FaultLog:
 
     def add(self, kind: str, start: float, heals: float, *, nodes: frozenset[str] | None = None) -> None:
         """A fault acting from ``start``; healed at ``heals``."""
-        everything = kind in ("server_restart", "leader_restart", "daemon_kill", TROUBLE)
+        everything = kind in _EVERYTHING
         self.windows.append(_Window(kind, start, heals + _AFTERMATH, nodes, everything))
 
     def active(self, kind: str, at: float) -> _Window | None:
@@ -113,12 +131,15 @@ class FaultLog:
         return None
 
 
-def plan_faults(rng: random.Random, *, start: float, end: float) -> list[Fault]:
-    """Between 2 and 12 faults at random times in [start, end), each healed by ``end``; and up to
-    two windows of the servers' trouble, drawn from a stream forked off ``rng`` as it comes."""
+def plan_faults(rng: random.Random, *, start: float, end: float, pair: bool = False) -> list[Fault]:
+    """Between 2 and 12 faults at random times in [start, end), each healed by ``end``; up to
+    two windows of the servers' trouble, drawn from a stream forked off ``rng`` as it comes; and,
+    for a pair, one or two partitions, drawn from another."""
     fork = copy.copy(rng).getrandbits(64)
     trouble = random.Random(f"trouble {fork}")
     restores = random.Random(f"restores {fork}")
+    partitions = random.Random(f"partitions {fork}")
+    claim_kills = random.Random(f"claim kills {fork}")
     faults = []
     for _ in range(rng.randrange(2, 13)):
         at = round(rng.uniform(start, end - 30.0), 3)
@@ -127,6 +148,9 @@ def plan_faults(rng: random.Random, *, start: float, end: float) -> list[Fault]:
         fault = Fault(at, kind, rng.randrange(1000), duration, round(rng.random(), 3))
         faults.append(_with_lost_containers(restores, fault))
     faults += _plan_trouble(trouble, start=start, end=end)
+    if pair:
+        faults += _plan_partitions(partitions, start=start, end=end)
+    faults += _plan_claim_kills(claim_kills, start=start, end=end)
     return sorted(faults, key=lambda f: f.at)
 
 
@@ -155,6 +179,30 @@ def _plan_trouble(rng: random.Random, *, start: float, end: float) -> list[Fault
         applied = round(rng.uniform(0.2, 0.8), 3) if errors and rng.random() < 1 / 3 else 0.0
         drawn = Trouble(duration, errors, slow, max_delay, applied, rng.getrandbits(64))
         faults.append(Fault(at, TROUBLE, rng.randrange(1000), duration, round(rng.random(), 3), drawn))
+    return faults
+
+
+def _plan_partitions(rng: random.Random, *, start: float, end: float) -> list[Fault]:
+    """One or two partitions of 5 to 60 s, most of them of the active daemon: long enough, often,
+    for its lock to lapse and the standby to take over (2 x TTL + LockDelay, 25 s at the
+    defaults)."""
+    faults = []
+    for _ in range(rng.choice((1, 2))):
+        at = round(rng.uniform(start, end - 30.0), 3)
+        duration = round(min(rng.uniform(5.0, 60.0), end - at - 5.0), 3)
+        cut = rng.choice(MODES)
+        faults.append(Fault(at, PARTITION, rng.randrange(1000), duration, round(rng.random(), 3), cut=cut))
+    return faults
+
+
+def _plan_claim_kills(rng: random.Random, *, start: float, end: float) -> list[Fault]:
+    """One or two kills of a daemon the instant a client has its claim's answer, when the claim's
+    writes may still be on their way to Nomad; each daemon back 1 to 10 s later."""
+    faults = []
+    for _ in range(rng.choice((1, 2))):
+        at = round(rng.uniform(start, end - 30.0), 3)
+        downtime = round(rng.uniform(1.0, 10.0), 3)
+        faults.append(Fault(at, CLAIM_KILL, rng.randrange(1000), downtime))
     return faults
 
 
@@ -255,6 +303,21 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
         sick = servers[fault.target % len(servers)].name if fault.fraction < 0.5 else None
         cluster.config.trouble.begin(fault.trouble, server=sick)
         log.add(kind, now, now + duration)
+    elif kind == PARTITION:
+        active = world.active_slot()
+        if fault.fraction < _PARTITION_ACTIVE and active is not None:
+            slot = active
+        else:
+            slot = next((s for s in world.slots if s is not active), world.slots[0])
+        network = slot.network
+        # One daemon cut off at a time: both at once leave no daemon to serve for longer than a
+        # client's patience, an outage no daemon can keep a promise through.
+        if network is not None and not any(s.network is not None and s.network.cut_off for s in world.slots):
+            network.cut(fault.cut)
+            _later(nursery, duration, _healing(network))
+            log.add(kind, now, now + duration)
+    elif kind == CLAIM_KILL:
+        _arm_claim_kill(world, fault, log, nursery)
     elif kind == "daemon_kill":
         slot = world.slots[fault.target % len(world.slots)]
         if slot.running:
@@ -262,6 +325,28 @@ async def _do(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) 
             downtime = min(duration, 10.0)
             _later(nursery, downtime, _starting(world, slot))
             log.add(kind, now, now + downtime)
+
+
+def _arm_claim_kill(world: World, fault: Fault, log: FaultLog, nursery: trio.Nursery) -> None:
+    """Kill the daemon that answers the next claim, the instant its client has the answer."""
+    disarm_at = trio.current_time() + _CLAIM_KILL_ARMED
+
+    def kill(slot: DaemonSlot) -> None:
+        if not slot.running:
+            return
+        world.on_claim_answered = None
+        world.kill(slot)
+        now = trio.current_time()
+        _later(nursery, fault.duration, _starting(world, slot))
+        log.add("daemon_kill", now, now + fault.duration)
+
+    async def disarm() -> None:
+        await trio.sleep_until(disarm_at)
+        if world.on_claim_answered is kill:
+            world.on_claim_answered = None
+
+    world.on_claim_answered = kill
+    nursery.start_soon(disarm)
 
 
 def _restarting(world: World, name: str, downtime: float, fault: Fault) -> Callable[[], Awaitable[None]]:
@@ -276,6 +361,13 @@ def _restarting(world: World, name: str, downtime: float, fault: Fault) -> Calla
             )
 
     return restart
+
+
+def _healing(network: PartitionableNetwork) -> Callable[[], Awaitable[None]]:
+    async def heal() -> None:
+        network.heal()
+
+    return heal
 
 
 def _cutting(world: World) -> Callable[[], Awaitable[None]]:
@@ -303,8 +395,8 @@ def _undrain(world: World, name: str) -> Callable[[], Awaitable[None]]:
     return undrain
 
 
-def _starting(world: World, slot: object) -> Callable[[], Awaitable[None]]:
+def _starting(world: World, slot: DaemonSlot) -> Callable[[], Awaitable[None]]:
     async def start() -> None:
-        await world.start(slot)  # type: ignore[arg-type]
+        await world.start(slot)
 
     return start

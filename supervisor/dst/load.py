@@ -107,26 +107,33 @@ class Student:
                     self.checks.note(f"{self.name}: {type(error).__name__} {error}")
 
     def _base(self) -> str:
-        """Where a request goes: the one daemon; of a pair, the active one, as a health-checked
-        load balancer sends it (between terms, either: a standby answers 503 STANDBY)."""
+        """Where a request goes (``_daemon``'s URL)."""
+        return self._daemon().url
+
+    def _daemon(self) -> DaemonSlot:
+        """Which daemon a request goes to: the one daemon; of a pair, the active one, as a
+        health-checked load balancer sends it (between terms, either: a standby answers 503
+        STANDBY)."""
         slots = self.world.slots
         if len(slots) > 1:
             active = self.world.active_slot()
-            return active.url if active is not None else self.rng.choice(slots).url
+            return active if active is not None else self.rng.choice(slots)
         if self.slot is None:
             self.slot = self.rng.choice(slots)
-        return self.slot.url
+        return self.slot
 
     async def _session(self, http: httpx.AsyncClient) -> None:
         environment = self.rng.choice(self.environments)
         timeout = self.rng.choice([0, 5, 20, 60])
         asked = {"executionEnvironmentId": environment, "inactivityTimeout": timeout}
-        claim = await http.post(f"{self._base()}/runners", json=asked)
+        asked_at, daemon = trio.current_time(), self._daemon()
+        claim = await http.post(f"{daemon.url}/runners", json=asked)
         if claim.status_code != 200:
             self.checks.refused(self.name, "claim", claim.status_code, claim.text)
             return
         runner = claim.json()["runnerId"]
-        self.checks.claimed(runner, environment)
+        self.checks.claimed(runner, environment, asked=asked_at)
+        self.world.claim_answered(daemon)
         for _ in range(self.rng.randrange(1, 4)):
             if not await self._use(http, runner):
                 return

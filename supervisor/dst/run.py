@@ -101,6 +101,8 @@ def plan(seed: int, minutes: float) -> Plan:
     """The seed's draws."""
     rng = random.Random(seed)
     end = minutes * 60.0
+    # Drawn apart, so that the seeds drawn before pairs were simulated replay as they did.
+    pair = random.Random(f"ha {seed}").random() < _HA_SHARE
     return Plan(
         seed=seed,
         minutes=minutes,
@@ -110,9 +112,8 @@ def plan(seed: int, minutes: float) -> Plan:
         students=rng.randrange(2, 7),
         flood_limit=rng.choice([0, 0, 0, 20]),  # as the storm scenario: starts beyond max_starting
         latency=rng.choice([0.0, 0.0, 0.002, 0.02]),
-        faults=plan_faults(rng, start=_WARM_UP + 10.0, end=end - QUIET),
-        # Drawn apart, so that the seeds drawn before pairs were simulated replay as they did.
-        ha=random.Random(f"ha {seed}").random() < _HA_SHARE,
+        faults=plan_faults(rng, start=_WARM_UP + 10.0, end=end - QUIET, pair=pair),
+        ha=pair,
     )
 
 

@@ -1,6 +1,6 @@
 """The cluster's ground truth about runners, kept as it changes: which runner jobs are alive (their
 job registered and not stopped, an allocation of it running in a container its agent has), since
-when each one is not, and whether Nomad wrote that."""
+when each one is not, and whether Nomad wrote that; and which nodes drain, since when."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Final
 from attrs import define, field
 
 from ..simulator import SimulatedCluster
-from ..simulator.state.objects import SimJob
+from ..simulator.state.objects import SimJob, SimNode
 from ..simulator.state.store import Write
 
 __all__ = ["Truth", "is_runner_job"]
@@ -39,6 +39,9 @@ class Truth:
     silent_deaths: set[str] = field(factory=set)
     # Runner job ID -> the node its allocation ran on last.
     nodes: dict[str, str] = field(factory=dict)
+    # Node name -> when its drain began, for every node that drains now (an operator's or its
+    # agent's own, until the drain completes or is cancelled).
+    draining_since: dict[str, float] = field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.cluster.state.after_write.append(self._written)
@@ -63,6 +66,10 @@ class Truth:
         """The node the runner's allocation runs (or last ran) on; "" if it never had one."""
         return self.nodes.get(job_id, "")
 
+    def drain_began(self, node: str) -> float | None:
+        """When the node's drain began, if it drains now."""
+        return self.draining_since.get(node)
+
     def runner_jobs(self) -> list[str]:
         """Every runner job Nomad has that is not stopped, sorted."""
         return sorted(
@@ -71,6 +78,12 @@ class Truth:
 
     def _written(self, tx: Write) -> None:
         now = self.cluster.state.now()
+        for _, obj in tx.touched.values():
+            if isinstance(obj, SimNode):
+                if obj.drain_strategy is None:
+                    self.draining_since.pop(obj.name, None)
+                else:
+                    self.draining_since.setdefault(obj.name, now)
         touched = {
             obj.id if isinstance(obj, SimJob) else getattr(obj, "job_id", "")
             for _, obj in tx.touched.values()

@@ -6,6 +6,7 @@ with its state lost, as a crashed process is.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Final
 
 import trio
@@ -17,6 +18,7 @@ from ..core.config import HaSettings, ServerSettings, Settings
 from ..simulator import SimConfig, SimulatedCluster
 from ..simulator.agents.command_model import ModelContainers
 from ..tree.daemon import Daemon
+from .partition import PartitionableNetwork
 from .trace import Trace
 from .truth import Truth
 
@@ -38,6 +40,9 @@ class DaemonSlot:
     daemon: Daemon | None = None
     scope: trio.CancelScope | None = None
     starts: int = 0
+    # The network as this daemon's host reaches it, which a partition can cut off from the cluster
+    # (in a pair; a single daemon reaches the shared network itself).
+    network: PartitionableNetwork | None = None
 
     @property
     def url(self) -> str:
@@ -62,6 +67,9 @@ class World:
     slots: list[DaemonSlot] = field(factory=list)
     cluster: SimulatedCluster = field(init=False)
     truth: Truth = field(init=False)
+    # Called with the daemon that answered a claim, the instant its client has the answer (a fault
+    # that kills it then sets it).
+    on_claim_answered: Callable[[DaemonSlot], None] | None = None
     _nursery: trio.Nursery | None = None
     _entropy_seeds: random.Random = field(init=False)
 
@@ -73,7 +81,8 @@ class World:
         for i in range(2 if self.ha else 1):
             port = _FIRST_PORT + i
             settings = Settings(server=ServerSettings(port=port), ha=HaSettings(enabled=self.ha))
-            self.slots.append(DaemonSlot(f"daemon-{i + 1}", port, settings))
+            network = PartitionableNetwork(self.network) if self.ha else None
+            self.slots.append(DaemonSlot(f"daemon-{i + 1}", port, settings, network=network))
 
     async def run(self, *, task_status: trio.TaskStatus[World] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the cluster and start every daemon; serves until cancelled."""
@@ -106,7 +115,7 @@ class World:
         daemon = Daemon(
             slot.settings,
             environ=self.environ,
-            network=self.network,
+            network=slot.network or self.network,
             entropy=Entropy.seeded(self._entropy_seeds.getrandbits(64)),
         )
         scope = trio.CancelScope()
@@ -129,6 +138,11 @@ class World:
             await daemon.run(task_status=task_status)
         if slot.daemon is daemon:
             slot.daemon = None
+
+    def claim_answered(self, slot: DaemonSlot) -> None:
+        """A client has just had a claim answered by ``slot``'s daemon."""
+        if self.on_claim_answered is not None:
+            self.on_claim_answered(slot)
 
     def kill(self, slot: DaemonSlot) -> None:
         """Kill the slot's daemon at once, as SIGKILL does: no stop, nothing given back."""
